@@ -1,0 +1,172 @@
+// memsafe/backend/host/kernels.hpp — host micro-kernels for one tile.
+//
+// Pairwise tiles: Y's column tile is packed into panels of W points (W = one 64-byte vector),
+// laid out [panel][k][lane], so the feature loop streams contiguously. A block of R query rows
+// (R ≤ 4) keeps R×W accumulators in registers while it walks the features: every packed value
+// loaded is used R times. All loops have compile-time trip counts the compiler vectorises.
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+#include "../../core/config.hpp"
+#include "../../expr/formulas.hpp"
+
+namespace memsafe::host {
+
+template <class T>
+inline constexpr std::size_t lanes = 64 / sizeof(T);
+
+inline constexpr std::size_t align64(std::size_t b) { return (b + 63) & ~std::size_t{63}; }
+
+/// Number of W-wide panels covering `nj` points.
+template <class T>
+constexpr std::size_t panels(std::size_t nj) {
+  return (nj + lanes<T> - 1) / lanes<T>;
+}
+
+/// Pack rows y_{j0..j0+nj} of Y (scaled per dimension) into panels; pad with zeros.
+/// `yinv` (cosine only) receives 1/‖y‖ (0 for a zero vector).
+template <class T, class YV>
+void pack_panels(const YV& Y, const formula_params<T>& p, std::size_t j0, std::size_t nj, T* pack, T* yinv) {
+  constexpr std::size_t W = lanes<T>;
+  const std::size_t d = Y.cols(), np = panels<T>(nj);
+  for (std::size_t pnl = 0; pnl < np; ++pnl) {
+    T* dst = pack + pnl * d * W;
+    for (std::size_t w = 0; w < W; ++w) {
+      const std::size_t j = pnl * W + w;
+      if (j < nj) {
+        const T* y = Y.row(j0 + j);
+        const std::size_t cs = Y.col_stride();
+        if (p.kind == per_dim_kind::none)
+          for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = y[k * cs];
+        else
+          for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = p.scale(k, y[k * cs]);
+      } else {
+        for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = T(0);
+      }
+    }
+    if (yinv) {
+      for (std::size_t w = 0; w < W; ++w) {
+        T s = 0;
+        for (std::size_t k = 0; k < d; ++k) s += dst[k * W + w] * dst[k * W + w];
+        yinv[pnl * W + w] = s > T(0) ? T(1) / std::sqrt(s) : T(0);
+      }
+    }
+  }
+}
+
+/// Copy (and scale) one query row into contiguous storage; returns 1/‖x‖ for cosine.
+template <class T, class XV>
+T load_row(const XV& X, const formula_params<T>& p, std::size_t i, T* dst) {
+  const T* x = X.row(i);
+  const std::size_t d = X.cols(), cs = X.col_stride();
+  if (p.kind == per_dim_kind::none)
+    for (std::size_t k = 0; k < d; ++k) dst[k] = x[k * cs];
+  else
+    for (std::size_t k = 0; k < d; ++k) dst[k] = p.scale(k, x[k * cs]);
+  T s = 0;
+  for (std::size_t k = 0; k < d; ++k) s += dst[k] * dst[k];
+  return s > T(0) ? T(1) / std::sqrt(s) : T(0);
+}
+
+/// R query rows (xs: R×d, contiguous) against all packed panels; writes R rows of `nj` values.
+template <base_kind B, int R, class T>
+void pairwise_rows(const T* xs, const T* xinv, const T* pack, const T* yinv, std::size_t d, std::size_t nj, T* out,
+                   std::size_t ld) {
+  constexpr std::size_t W = lanes<T>;
+  const std::size_t np = panels<T>(nj);
+  for (std::size_t pnl = 0; pnl < np; ++pnl) {
+    const T* yp = pack + pnl * d * W;
+    T acc[R][W] = {};
+    for (std::size_t k = 0; k < d; ++k) {
+      const T* yk = yp + k * W;
+      for (int r = 0; r < R; ++r) {
+        const T xv = xs[r * d + k];
+        for (std::size_t w = 0; w < W; ++w) {
+          if constexpr (B == base_kind::sqeuclid) {
+            const T t = xv - yk[w];
+            acc[r][w] += t * t;
+          } else if constexpr (B == base_kind::l1) {
+            const T t = xv - yk[w];
+            acc[r][w] += t < T(0) ? -t : t;
+          } else {
+            acc[r][w] += xv * yk[w];
+          }
+        }
+      }
+    }
+    if constexpr (B == base_kind::cosine) {
+      for (int r = 0; r < R; ++r)
+        for (std::size_t w = 0; w < W; ++w) acc[r][w] = T(1) - acc[r][w] * xinv[r] * yinv[pnl * W + w];
+    }
+    const std::size_t j = pnl * W, cnt = nj - j < W ? nj - j : W;
+    for (int r = 0; r < R; ++r) {
+      T* o = out + r * ld + j;
+      if (cnt == W)
+        for (std::size_t w = 0; w < W; ++w) o[w] = acc[r][w];
+      else
+        for (std::size_t w = 0; w < cnt; ++w) o[w] = acc[r][w];
+    }
+  }
+}
+
+/// Σ_j row[j] (double accumulation in W lanes so the loop vectorises without reassociation flags).
+template <class T>
+double row_sum(const T* row, std::size_t n) {
+  double lane[8] = {};
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int w = 0; w < 8; ++w) lane[w] += static_cast<double>(row[j + w]);
+  double s = 0;
+  for (; j < n; ++j) s += static_cast<double>(row[j]);
+  for (int w = 0; w < 8; ++w) s += lane[w];
+  return s;
+}
+
+/// Σ_j row[j]·v[j·stride]
+template <class T>
+double row_dot(const T* row, const T* v, std::size_t stride, std::size_t n) {
+  double s = 0;
+  if (stride == 1) {
+    double lane[8] = {};
+    std::size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int w = 0; w < 8; ++w) lane[w] += static_cast<double>(row[j + w]) * static_cast<double>(v[j + w]);
+    for (; j < n; ++j) s += static_cast<double>(row[j]) * static_cast<double>(v[j]);
+    for (int w = 0; w < 8; ++w) s += lane[w];
+  } else {
+    for (std::size_t j = 0; j < n; ++j) s += static_cast<double>(row[j]) * static_cast<double>(v[j * stride]);
+  }
+  return s;
+}
+
+/// acc[0..c) += Σ_j row[j]·M[j, 0..c) (M rows with row stride rs and column stride cs).
+template <class T>
+void row_times_matrix(const T* row, std::size_t n, const T* M, std::size_t rs, std::size_t cs, std::size_t c,
+                      double* acc) {
+  for (std::size_t j = 0; j < n; ++j) {
+    const double a = static_cast<double>(row[j]);
+    const T* m = M + j * rs;
+    if (cs == 1)
+      for (std::size_t q = 0; q < c; ++q) acc[q] += a * static_cast<double>(m[q]);
+    else
+      for (std::size_t q = 0; q < c; ++q) acc[q] += a * static_cast<double>(m[q * cs]);
+  }
+}
+
+/// C[p×q] += A[p×t] · B[t×q] (all row-major with the given leading dimensions), double C.
+template <class T>
+void gemm_acc(std::size_t p, std::size_t q, std::size_t t, const T* A, std::size_t lda, const T* B, std::size_t ldb,
+              double* C, std::size_t ldc) {
+  for (std::size_t a = 0; a < p; ++a) {
+    double* c = C + a * ldc;
+    const T* ar = A + a * lda;
+    for (std::size_t s = 0; s < t; ++s) {
+      const double av = static_cast<double>(ar[s]);
+      const T* br = B + s * ldb;
+      for (std::size_t b = 0; b < q; ++b) c[b] += av * static_cast<double>(br[b]);
+    }
+  }
+}
+
+}  // namespace memsafe::host

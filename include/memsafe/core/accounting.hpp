@@ -1,0 +1,100 @@
+// memsafe/core/accounting.hpp — every temporary the library allocates goes through an accountant.
+//
+// The planner decides the bytes up front; the accountant enforces them (an allocation that would
+// pass the limit throws instead of allocating) and records the peak, which each evaluation
+// reports as `stats.peak_temp_bytes`.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "budget.hpp"
+#include "error.hpp"
+
+namespace memsafe {
+
+class accountant {
+ public:
+  explicit accountant(std::size_t limit = unlimited) : limit_(limit) {}
+  accountant(const accountant&) = delete;
+  accountant& operator=(const accountant&) = delete;
+
+  /// Allocate `bytes` (64-byte aligned). Throws budget_error if the limit would be passed.
+  void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    std::size_t cur = current_.load(std::memory_order_relaxed);
+    std::size_t next;
+    do {
+      if (bytes > limit_ || cur > limit_ - bytes)
+        throw budget_error("memsafe: internal accounting refused " + std::to_string(bytes) +
+                               " bytes: " + std::to_string(cur) + " in use, limit " + format_bytes(limit_),
+                           limit_, cur + bytes);
+      next = cur + bytes;
+    } while (!current_.compare_exchange_weak(cur, next, std::memory_order_relaxed));
+    std::size_t pk = peak_.load(std::memory_order_relaxed);
+    while (next > pk && !peak_.compare_exchange_weak(pk, next, std::memory_order_relaxed)) {
+    }
+    void* p = nullptr;
+    try {
+      p = ::operator new(bytes, std::align_val_t{64});
+    } catch (...) {
+      current_.fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
+    }
+    count_.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+
+  void deallocate(void* p, std::size_t bytes) noexcept {
+    if (!p) return;
+    ::operator delete(p, std::align_val_t{64});
+    current_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  std::size_t limit() const { return limit_; }
+  std::size_t current() const { return current_.load(); }
+  std::size_t peak() const { return peak_.load(); }
+  /// Number of allocations made (the tests use it to prove a temporary was never formed).
+  std::size_t allocations() const { return count_.load(); }
+
+ private:
+  std::size_t limit_;
+  std::atomic<std::size_t> current_{0}, peak_{0}, count_{0};
+};
+
+/// An owning, accounted buffer of `n` objects of trivially-copyable type T (uninitialised).
+template <class T>
+class temp_buffer {
+ public:
+  temp_buffer() = default;
+  temp_buffer(accountant& a, std::size_t n)
+      : acc_(&a), n_(n), p_(static_cast<T*>(a.allocate(n * sizeof(T)))) {}
+  temp_buffer(const temp_buffer&) = delete;
+  temp_buffer& operator=(const temp_buffer&) = delete;
+  temp_buffer(temp_buffer&& o) noexcept { swap(o); }
+  temp_buffer& operator=(temp_buffer&& o) noexcept {
+    temp_buffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  ~temp_buffer() {
+    if (acc_) acc_->deallocate(p_, n_ * sizeof(T));
+  }
+  T* data() const { return p_; }
+  std::size_t size() const { return n_; }
+  T& operator[](std::size_t i) const { return p_[i]; }
+
+ private:
+  void swap(temp_buffer& o) noexcept {
+    std::swap(acc_, o.acc_);
+    std::swap(n_, o.n_);
+    std::swap(p_, o.p_);
+  }
+  accountant* acc_ = nullptr;
+  std::size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+}  // namespace memsafe

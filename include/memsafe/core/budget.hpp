@@ -1,0 +1,132 @@
+// memsafe/core/budget.hpp — budgets: compile-time, run-time, environment.
+//
+// Precedence (documented in docs/budget.md):
+//   1. the budget given to the call: a template parameter `eval<budget<N>>(e)` or a run-time
+//      argument `eval(e, budget_bytes(n))` / `options{.budget = n}` (a call takes one, not both);
+//   2. the environment variable MEMSAFE_BUDGET ("512MiB", "1GB", "100MB", "4096");
+//   3. default_budget_bytes (256 MiB).
+#pragma once
+#include <cctype>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "error.hpp"
+
+namespace memsafe {
+
+/// An unlimited budget (still accounted; never refused).
+inline constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+
+/// Budget when neither the call nor MEMSAFE_BUDGET gives one.
+inline constexpr std::size_t default_budget_bytes = std::size_t{256} << 20;
+
+/// Compile-time budget: `memsafe::eval<memsafe::budget<64_MiB>>(expr)`.
+template <std::size_t Bytes>
+struct budget {
+  static_assert(Bytes > 0, "memsafe: a budget must be a positive number of bytes");
+  static constexpr std::size_t bytes = Bytes;
+};
+
+/// Run-time budget: `memsafe::eval(expr, memsafe::budget_bytes(32 << 20))`.
+struct budget_bytes {
+  std::size_t bytes;
+  constexpr explicit budget_bytes(std::size_t b) : bytes(b) {}
+};
+
+namespace detail {
+template <class>
+struct is_budget : std::false_type {};
+template <std::size_t B>
+struct is_budget<budget<B>> : std::true_type {};
+/// Tag meaning "no compile-time budget given".
+struct no_budget {};
+}  // namespace detail
+
+namespace literals {
+constexpr std::size_t operator""_KiB(unsigned long long v) { return static_cast<std::size_t>(v) << 10; }
+constexpr std::size_t operator""_MiB(unsigned long long v) { return static_cast<std::size_t>(v) << 20; }
+constexpr std::size_t operator""_GiB(unsigned long long v) { return static_cast<std::size_t>(v) << 30; }
+constexpr std::size_t operator""_KB(unsigned long long v) { return static_cast<std::size_t>(v) * 1000u; }
+constexpr std::size_t operator""_MB(unsigned long long v) { return static_cast<std::size_t>(v) * 1000000u; }
+constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<std::size_t>(v) * 1000000000u; }
+}  // namespace literals
+
+/// Parse "512MiB", "1GB", "100 MB", "1.5GiB", "4096", "4096B", "unlimited".
+/// Decimal units (kB/KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB, GiB, TiB)
+/// powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
+/// Throws argument_error naming the text on anything else.
+inline std::size_t parse_bytes(std::string_view text) {
+  auto fail = [&](const char* why) -> std::size_t {
+    throw argument_error("memsafe: cannot parse budget \"" + std::string(text) + "\": " + why +
+                         " (examples: 512MiB, 1GB, 100MB, 4096)");
+  };
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  if (s.empty()) return fail("empty");
+  std::string lower;
+  for (char c : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "unlimited" || lower == "inf" || lower == "none") return unlimited;
+  std::size_t pos = 0;
+  while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) ++pos;
+  if (pos == 0) return fail("no number");
+  std::string num = s.substr(0, pos), unit = lower.substr(pos);
+  if (num.find('.') != num.rfind('.')) return fail("malformed number");
+  long double value = std::strtold(num.c_str(), nullptr);
+  long double mult = 0;
+  struct u { const char* name; long double m; };
+  static constexpr u units[] = {{"", 1.0L},         {"b", 1.0L},
+                                {"kb", 1e3L},
+                                {"mb", 1e6L},       {"gb", 1e9L},
+                                {"tb", 1e12L},      {"kib", 1024.0L},
+                                {"mib", 1048576.0L}, {"gib", 1073741824.0L},
+                                {"tib", 1099511627776.0L}};
+  for (const auto& e : units)
+    if (unit == e.name) mult = e.m;
+  if (mult == 0) return fail("unknown unit");
+  long double bytes = std::floor(value * mult);
+  if (!(bytes >= 1)) return fail("a budget must be at least 1 byte");
+  if (bytes >= static_cast<long double>(unlimited)) return unlimited;
+  return static_cast<std::size_t>(bytes);
+}
+
+/// Human-readable byte count: "64 MiB", "1.5 GiB", "123 B".
+inline std::string format_bytes(std::size_t b) {
+  if (b == unlimited) return "unlimited";
+  const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  long double v = static_cast<long double>(b);
+  int u = 0;
+  while (v >= 1024.0L && u < 4) { v /= 1024.0L; ++u; }
+  char buf[64];
+  if (u == 0 || v == std::floor(v))
+    std::snprintf(buf, sizeof buf, "%.0Lf %s", v, names[u]);
+  else
+    std::snprintf(buf, sizeof buf, "%.2Lf %s", v, names[u]);
+  return std::string(buf) + (u ? " (" + std::to_string(b) + " B)" : "");
+}
+
+/// MEMSAFE_BUDGET, parsed; nullopt when unset or empty. Throws argument_error when malformed.
+inline std::optional<std::size_t> env_budget() {
+  const char* e = std::getenv("MEMSAFE_BUDGET");
+  if (!e || !*e) return std::nullopt;
+  return parse_bytes(e);
+}
+
+/// Resolve the budget of one call following the documented precedence.
+inline std::size_t resolve_budget(std::optional<std::size_t> call_budget) {
+  if (call_budget) {
+    if (*call_budget == 0) throw argument_error("memsafe: a budget must be a positive number of bytes");
+    return *call_budget;
+  }
+  if (auto e = env_budget()) return *e;
+  return default_budget_bytes;
+}
+
+}  // namespace memsafe

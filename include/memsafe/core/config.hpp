@@ -1,0 +1,37 @@
+// memsafe/core/config.hpp — basic types shared by every stage.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#ifndef MEMSAFE_HD
+#if defined(__CUDACC__)
+#define MEMSAFE_HD __host__ __device__
+#else
+#define MEMSAFE_HD
+#endif
+#endif
+
+namespace memsafe {
+
+/// Marker for an extent known only at run time.
+inline constexpr std::size_t dyn = std::numeric_limits<std::size_t>::max();
+
+/// Index type of results (argmin, top-k): always 64-bit, never a float.
+using index_t = std::int64_t;
+
+/// Floating-point types the library evaluates.
+template <class T>
+concept real = std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double>;
+
+/// Accumulator type for sums across tiles: double for float inputs as well.
+template <class T>
+using acc_t = double;
+
+namespace detail {
+template <class...>
+inline constexpr bool always_false = false;
+}  // namespace detail
+
+}  // namespace memsafe

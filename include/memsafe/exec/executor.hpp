@@ -1,0 +1,215 @@
+// memsafe/exec/executor.hpp — the tile loop: one pass over tiles, fused generate → reduce.
+//
+// All temporaries are allocated up front from the accountant, one workspace per worker thread,
+// sized by the plan; nothing is allocated per tile. Threads take row blocks from a shared counter;
+// when row blocks are fewer than threads, the threads split each row block's columns and their
+// partial accumulators are merged (the monoid protocol makes that exact for min/argmin/top-k).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "../core/accounting.hpp"
+#include "../plan/plan.hpp"
+#include "monoids.hpp"
+#include "tile.hpp"
+
+namespace memsafe::exec {
+
+/// Run `body(t)` for t in [0, n) on n threads (t = 0 on the caller); rethrow the first exception.
+template <class Body>
+void parallel(std::size_t n, Body&& body) {
+  if (n <= 1) {
+    body(std::size_t{0});
+    return;
+  }
+  std::exception_ptr err;
+  std::mutex mu;
+  auto guarded = [&](std::size_t t) {
+    try {
+      body(t);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!err) err = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(n - 1);
+  for (std::size_t t = 1; t < n; ++t) pool.emplace_back(guarded, t);
+  guarded(0);
+  for (auto& th : pool) th.join();
+  if (err) std::rethrow_exception(err);
+}
+
+/// Bytes one worker needs for expression E (normalised) reduced by monoid `mon` on ti×tj tiles.
+template <class E, class Mon>
+std::size_t per_thread_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj) {
+  using T = typename E::value_type;
+  return host::align64(ti * tj * sizeof(T)) + tile_gen<E>::workspace_bytes(e, ti, tj) + mon.accum_bytes(ti) +
+         mon.scratch_bytes(ti, tj);
+}
+
+template <class E, class Mon>
+struct worker {
+  using T = typename E::value_type;
+  tile_gen<E> gen;
+  Mon mon;
+  T* tile = nullptr;
+  worker(const E& e, const Mon& proto, std::byte* ws, std::size_t ti, std::size_t tj) : gen(e), mon(proto) {
+    std::byte* cur = ws;
+    tile = carve<T>(cur, ti * tj);
+    gen.bind(cur, ti, tj);
+    mon.bind(cur, ti, tj);
+  }
+  void run_columns(std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1, std::size_t tj, std::size_t m) {
+    if constexpr (requires { mon.i0; }) mon.i0 = i0;
+    for (std::size_t cb = cb0; cb < cb1; ++cb) {
+      const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0);
+      gen.fill(i0, ni, j0, nj, tile, nj);
+      mon.consume(tile, nj, ni, j0, nj);
+    }
+  }
+};
+
+/// Reduce every row of the n×m lazy matrix `e` with `proto`, writing through `out`.
+template <class E, class Mon>
+void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_type>& out, const tile_plan& p,
+              accountant& acc) {
+  const std::size_t n = e.rows(), m = e.cols();
+  if (n == 0) return;
+  const std::size_t ti = p.tile_rows, tj = p.tile_cols, P = p.threads;
+  if (m == 0) {  // empty reduction: every row is the identity (no temporaries beyond one accumulator)
+    temp_buffer<std::byte> ws(acc, proto.accum_bytes(1) + proto.scratch_bytes(1, 1) + 64);
+    Mon mon(proto);
+    std::byte* cur = ws.data();
+    mon.bind(cur, 1, 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      mon.init(1);
+      mon.finish(i, 1, out);
+    }
+    return;
+  }
+  std::vector<temp_buffer<std::byte>> ws;
+  ws.reserve(P);
+  for (std::size_t t = 0; t < P; ++t) ws.emplace_back(acc, p.per_thread_bytes);
+  std::vector<worker<E, Mon>> workers;
+  workers.reserve(P);
+  for (std::size_t t = 0; t < P; ++t) workers.emplace_back(e, proto, ws[t].data(), ti, tj);
+  const std::size_t nrb = p.row_blocks, ncb = p.col_blocks;
+
+  if (!p.split_columns) {
+    std::atomic<std::size_t> next{0};
+    parallel(P, [&](std::size_t t) {
+      auto& w = workers[t];
+      for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
+        const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
+        w.mon.init(ni);
+        w.run_columns(i0, ni, 0, ncb, tj, m);
+        w.mon.finish(i0, ni, out);
+      }
+    });
+    return;
+  }
+  for (std::size_t rb = 0; rb < nrb; ++rb) {
+    const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
+    parallel(P, [&](std::size_t t) {
+      auto& w = workers[t];
+      w.mon.init(ni);
+      w.run_columns(i0, ni, ncb * t / P, ncb * (t + 1) / P, tj, m);
+    });
+    for (std::size_t t = 1; t < P; ++t) workers[0].mon.merge_from(workers[t].mon, ni);
+    workers[0].mon.finish(i0, ni, out);
+  }
+}
+
+/// C (P×Q, row-major, ldc) = A · B for lazy A (P×N) and B (N×Q), contracting N in tiles:
+/// per output block, generate A[pb, tb] and B[tb, qb] and accumulate their product in double.
+template <class EA, class EB>
+std::size_t product_bytes(const EA& a, const EB& b, std::size_t tp, std::size_t tq, std::size_t tt) {
+  using T = typename EA::value_type;
+  return host::align64(tp * tt * sizeof(T)) + host::align64(tt * tq * sizeof(T)) +
+         tile_gen<EA>::workspace_bytes(a, tp, tt) + tile_gen<EB>::workspace_bytes(b, tt, tq) +
+         host::align64(tp * tq * sizeof(double));
+}
+
+template <class EA, class EB>
+void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size_t ldc, const tile_plan& p,
+                 accountant& acc) {
+  using T = typename EA::value_type;
+  const std::size_t P = a.rows(), Q = b.cols(), N = a.cols();
+  if (P == 0 || Q == 0) return;
+  if (N == 0) {
+    for (std::size_t i = 0; i < P; ++i)
+      for (std::size_t j = 0; j < Q; ++j) C[i * ldc + j] = T(0);
+    return;
+  }
+  const std::size_t tp = p.tile_rows, tq = p.tile_cols, tt = p.tile_inner, nthreads = p.threads;
+  struct pworker {
+    tile_gen<EA> ga;
+    tile_gen<EB> gb;
+    T *ta, *tb;
+    double* cacc;
+    pworker(const EA& a_, const EB& b_, std::byte* ws, std::size_t tp_, std::size_t tq_, std::size_t tt_) : ga(a_), gb(b_) {
+      std::byte* cur = ws;
+      ta = carve<T>(cur, tp_ * tt_);
+      tb = carve<T>(cur, tt_ * tq_);
+      ga.bind(cur, tp_, tt_);
+      gb.bind(cur, tt_, tq_);
+      cacc = carve<double>(cur, tp_ * tq_);
+    }
+    void accumulate(std::size_t p0, std::size_t np, std::size_t q0, std::size_t nq, std::size_t t0, std::size_t t1,
+                    std::size_t tt_, std::size_t N_) {
+      std::fill(cacc, cacc + np * nq, 0.0);
+      for (std::size_t s0 = t0 * tt_; s0 < std::min(t1 * tt_, N_); s0 += tt_) {
+        const std::size_t ns = std::min(tt_, N_ - s0);
+        ga.fill(p0, np, s0, ns, ta, ns);
+        gb.fill(s0, ns, q0, nq, tb, nq);
+        host::gemm_acc(np, nq, ns, ta, ns, tb, nq, cacc, nq);
+      }
+    }
+  };
+  std::vector<temp_buffer<std::byte>> ws;
+  ws.reserve(nthreads);
+  for (std::size_t t = 0; t < nthreads; ++t) ws.emplace_back(acc, p.per_thread_bytes);
+  std::vector<pworker> workers;
+  workers.reserve(nthreads);
+  for (std::size_t t = 0; t < nthreads; ++t) workers.emplace_back(a, b, ws[t].data(), tp, tq, tt);
+  const std::size_t nb = p.row_blocks * p.col_blocks, nib = p.inner_blocks;
+  auto store = [&](pworker& w, std::size_t p0, std::size_t np, std::size_t q0, std::size_t nq) {
+    for (std::size_t r = 0; r < np; ++r)
+      for (std::size_t c = 0; c < nq; ++c) C[(p0 + r) * ldc + q0 + c] = static_cast<T>(w.cacc[r * nq + c]);
+  };
+  auto block = [&](std::size_t blk, std::size_t& p0, std::size_t& np, std::size_t& q0, std::size_t& nq) {
+    p0 = (blk / p.col_blocks) * tp;
+    q0 = (blk % p.col_blocks) * tq;
+    np = std::min(tp, P - p0);
+    nq = std::min(tq, Q - q0);
+  };
+  if (!p.split_columns) {
+    std::atomic<std::size_t> next{0};
+    parallel(nthreads, [&](std::size_t t) {
+      for (std::size_t blk; (blk = next.fetch_add(1)) < nb;) {
+        std::size_t p0, np, q0, nq;
+        block(blk, p0, np, q0, nq);
+        workers[t].accumulate(p0, np, q0, nq, 0, nib, tt, N);
+        store(workers[t], p0, np, q0, nq);
+      }
+    });
+    return;
+  }
+  for (std::size_t blk = 0; blk < nb; ++blk) {
+    std::size_t p0, np, q0, nq;
+    block(blk, p0, np, q0, nq);
+    parallel(nthreads, [&](std::size_t t) {
+      workers[t].accumulate(p0, np, q0, nq, nib * t / nthreads, nib * (t + 1) / nthreads, tt, N);
+    });
+    for (std::size_t t = 1; t < nthreads; ++t)
+      for (std::size_t q = 0; q < np * nq; ++q) workers[0].cacc[q] += workers[t].cacc[q];
+    store(workers[0], p0, np, q0, nq);
+  }
+}
+
+}  // namespace memsafe::exec

@@ -1,0 +1,127 @@
+// memsafe/exec/tile.hpp — tile generators: fill an ni×nj block of a (normalised) lazy matrix.
+//
+// One generator per node type. A generator is built per worker thread, asks for its workspace
+// (`workspace_bytes`, used by the planner) and carves it from the thread's accounted buffer
+// (`bind`). `fill` writes entries (i0+r, j0+c) to out[r*ld + c].
+#pragma once
+#include <cstddef>
+
+#include "../backend/host/kernels.hpp"
+#include "../expr/lazy.hpp"
+
+namespace memsafe::exec {
+
+/// Carve `bytes` (64-byte aligned) from a cursor into a thread's workspace.
+template <class U>
+U* carve(std::byte*& cur, std::size_t count) {
+  U* p = reinterpret_cast<U*>(cur);
+  cur += host::align64(count * sizeof(U));
+  return p;
+}
+
+template <class E>
+struct tile_gen;
+
+template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D>
+struct tile_gen<pairwise<F, T, RX, RY, D>> {
+  using expr_type = pairwise<F, T, RX, RY, D>;
+  static constexpr base_kind B = F::base;
+  static constexpr bool cos = B == base_kind::cosine;
+  static constexpr int R = 4;  // query rows per register block
+
+  const expr_type& e;
+  T* pack = nullptr;
+  T* yinv = nullptr;
+  T* xs = nullptr;
+  std::size_t packed_j0 = ~std::size_t{0}, packed_nj = 0;
+
+  explicit tile_gen(const expr_type& ex) : e(ex) {}
+
+  static std::size_t workspace_bytes(const expr_type& ex, std::size_t, std::size_t tj) {
+    const std::size_t d = ex.dim(), np = host::panels<T>(tj), W = host::lanes<T>;
+    return host::align64(np * W * d * sizeof(T)) + host::align64(R * d * sizeof(T)) +
+           (cos ? host::align64(np * W * sizeof(T)) : 0);
+  }
+  void bind(std::byte*& cur, std::size_t, std::size_t tj) {
+    const std::size_t d = e.dim(), np = host::panels<T>(tj), W = host::lanes<T>;
+    pack = carve<T>(cur, np * W * d);
+    xs = carve<T>(cur, R * d);
+    if constexpr (cos) yinv = carve<T>(cur, np * W);
+  }
+
+  void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
+    const std::size_t d = e.dim();
+    if (j0 != packed_j0 || nj != packed_nj) {  // the column tile is packed once per (row block, column block)
+      host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
+      packed_j0 = j0;
+      packed_nj = nj;
+    }
+    T xinv[R] = {};
+    std::size_t r = 0;
+    for (; r + R <= ni; r += R) {
+      for (int q = 0; q < R; ++q) xinv[q] = host::load_row(e.x, e.params, i0 + r + q, xs + q * d);
+      host::pairwise_rows<B, R>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld);
+    }
+    for (; r < ni; ++r) {
+      xinv[0] = host::load_row(e.x, e.params, i0 + r, xs);
+      host::pairwise_rows<B, 1>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld);
+    }
+    if constexpr (F::has_finalise)
+      for (std::size_t q = 0; q < ni; ++q) F::finalise(out + q * ld, nj, e.params);
+  }
+  /// A new row block starts: the packed columns stay valid (packing depends on j only).
+  void invalidate() {}
+};
+
+template <class Op, class E>
+struct tile_gen<unary_expr<Op, E>> {
+  using expr_type = unary_expr<Op, E>;
+  using T = typename expr_type::value_type;
+  const expr_type& e;
+  tile_gen<E> child;
+  explicit tile_gen(const expr_type& ex) : e(ex), child(ex.e) {}
+  static std::size_t workspace_bytes(const expr_type& ex, std::size_t ti, std::size_t tj) {
+    return tile_gen<E>::workspace_bytes(ex.e, ti, tj);
+  }
+  void bind(std::byte*& cur, std::size_t ti, std::size_t tj) { child.bind(cur, ti, tj); }
+  void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
+    child.fill(i0, ni, j0, nj, out, ld);
+    const Op op = e.op;
+    for (std::size_t r = 0; r < ni; ++r) {
+      T* o = out + r * ld;
+      for (std::size_t j = 0; j < nj; ++j) o[j] = op(o[j]);
+    }
+  }
+};
+
+template <class Op, class A, class B>
+struct tile_gen<binary_expr<Op, A, B>> {
+  using expr_type = binary_expr<Op, A, B>;
+  using T = typename expr_type::value_type;
+  const expr_type& e;
+  tile_gen<A> ga;
+  tile_gen<B> gb;
+  T* scratch = nullptr;
+  explicit tile_gen(const expr_type& ex) : e(ex), ga(ex.a), gb(ex.b) {}
+  static std::size_t workspace_bytes(const expr_type& ex, std::size_t ti, std::size_t tj) {
+    return tile_gen<A>::workspace_bytes(ex.a, ti, tj) + tile_gen<B>::workspace_bytes(ex.b, ti, tj) +
+           host::align64(ti * tj * sizeof(T));
+  }
+  void bind(std::byte*& cur, std::size_t ti, std::size_t tj) {
+    ga.bind(cur, ti, tj);
+    gb.bind(cur, ti, tj);
+    scratch = carve<T>(cur, ti * tj);
+  }
+  void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
+    ga.fill(i0, ni, j0, nj, out, ld);
+    gb.fill(i0, ni, j0, nj, scratch, nj);
+    const Op op = e.op;
+    for (std::size_t r = 0; r < ni; ++r) {
+      T* o = out + r * ld;
+      const T* s = scratch + r * nj;
+      for (std::size_t j = 0; j < nj; ++j) o[j] = op(o[j], s[j]);
+    }
+  }
+};
+
+}  // namespace memsafe::exec

@@ -1,0 +1,156 @@
+// memsafe/expr/formulas.hpp — pairwise formulas F(x_i, y_j) as stateless named types.
+//
+// A formula is: a *base* accumulated over the feature dimension (squared difference, absolute
+// difference, product, or the cosine of the angle), with an optional per-dimension scale applied
+// to both points (ARD), then an elementwise *finalise* on the accumulated value (exp for RBF, ...).
+// The base decides the inner loop; the finalise runs once per pair on a whole tile row, so both
+// vectorise. The types are what later rewrite rules match on.
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+#include "../core/config.hpp"
+#include "../core/math.hpp"
+
+namespace memsafe {
+
+enum class base_kind { sqeuclid, l1, dot, cosine };
+
+/// How the optional per-dimension parameter scales each coordinate before the base.
+enum class per_dim_kind {
+  none,
+  inverse,  ///< x_k / p_k   (ARD lengthscales)
+  sqrt      ///< x_k * sqrt(p_k)  (per-dimension variances of the linear kernel)
+};
+
+/// Run-time parameters of a pairwise formula.
+template <class T>
+struct formula_params {
+  T variance = 1;
+  T alpha = 1;         ///< rational-quadratic shape
+  T acc_scale = 1;     ///< multiplies the accumulated base (1/ℓ² for a scalar lengthscale)
+  const T* per_dim = nullptr;
+  per_dim_kind kind = per_dim_kind::none;
+  T scale(std::size_t k, T v) const {
+    switch (kind) {
+      case per_dim_kind::inverse: return v / per_dim[k];
+      case per_dim_kind::sqrt: return v * std::sqrt(per_dim[k]);
+      default: return v;
+    }
+  }
+};
+
+namespace formula {
+
+#define MEMSAFE_FORMULA_HEAD(NAME, BASE)                 \
+  static constexpr const char* name = NAME;              \
+  static constexpr base_kind base = base_kind::BASE;
+
+/// ‖x − y‖²
+struct sqdist {
+  MEMSAFE_FORMULA_HEAD("sqdist", sqeuclid)
+  static constexpr bool has_finalise = false;
+  template <class T>
+  static void finalise(T*, std::size_t, const formula_params<T>&) {}
+};
+/// ‖x − y‖
+struct dist {
+  MEMSAFE_FORMULA_HEAD("dist", sqeuclid)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>&) {
+    for (std::size_t j = 0; j < n; ++j) r[j] = math::sqrt(r[j]);
+  }
+};
+/// Σ |x_k − y_k|
+struct l1 {
+  MEMSAFE_FORMULA_HEAD("l1", l1)
+  static constexpr bool has_finalise = false;
+  template <class T>
+  static void finalise(T*, std::size_t, const formula_params<T>&) {}
+};
+/// x · y
+struct dot {
+  MEMSAFE_FORMULA_HEAD("dot", dot)
+  static constexpr bool has_finalise = false;
+  template <class T>
+  static void finalise(T*, std::size_t, const formula_params<T>&) {}
+};
+/// 1 − x·y / (‖x‖‖y‖); a zero vector has similarity 0 (distance 1) with everything.
+struct cosine {
+  MEMSAFE_FORMULA_HEAD("cosine", cosine)
+  static constexpr bool has_finalise = false;
+  template <class T>
+  static void finalise(T*, std::size_t, const formula_params<T>&) {}
+};
+/// σ² exp(−r²/2), r² = Σ ((x_k − y_k)/ℓ_k)²
+struct rbf {
+  MEMSAFE_FORMULA_HEAD("rbf", sqeuclid)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    const T s = T(-0.5) * p.acc_scale, v = p.variance;
+    for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(s * r[j]);
+  }
+};
+/// σ² exp(−r)
+struct matern12 {
+  MEMSAFE_FORMULA_HEAD("matern12", sqeuclid)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    const T s = p.acc_scale, v = p.variance;
+    for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(-math::sqrt(s * r[j]));
+  }
+};
+/// σ² (1 + √3 r) exp(−√3 r)
+struct matern32 {
+  MEMSAFE_FORMULA_HEAD("matern32", sqeuclid)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    const T s = T(3) * p.acc_scale, v = p.variance;
+    for (std::size_t j = 0; j < n; ++j) {
+      T a = math::sqrt(s * r[j]);
+      r[j] = v * (T(1) + a) * math::exp(-a);
+    }
+  }
+};
+/// σ² (1 + √5 r + 5r²/3) exp(−√5 r)
+struct matern52 {
+  MEMSAFE_FORMULA_HEAD("matern52", sqeuclid)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    const T s = T(5) * p.acc_scale, v = p.variance;
+    for (std::size_t j = 0; j < n; ++j) {
+      T a2 = s * r[j];
+      T a = math::sqrt(a2);
+      r[j] = v * (T(1) + a + a2 * T(1.0 / 3.0)) * math::exp(-a);
+    }
+  }
+};
+/// σ² (1 + r²/(2α))^(−α)
+struct rq {
+  MEMSAFE_FORMULA_HEAD("rq", sqeuclid)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    const T s = p.acc_scale / (T(2) * p.alpha), v = p.variance, na = -p.alpha;
+    for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(na * math::log(T(1) + s * r[j]));
+  }
+};
+/// σ² x·y (per-dimension variances through ard())
+struct linear {
+  MEMSAFE_FORMULA_HEAD("linear", dot)
+  static constexpr bool has_finalise = true;
+  template <class T>
+  static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    const T v = p.variance;
+    for (std::size_t j = 0; j < n; ++j) r[j] = v * r[j];
+  }
+};
+#undef MEMSAFE_FORMULA_HEAD
+
+}  // namespace formula
+}  // namespace memsafe

@@ -1,0 +1,187 @@
+// memsafe/expr/view.hpp — non-owning views over caller memory (capture stage terminals).
+#pragma once
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+
+namespace memsafe {
+
+namespace detail {
+/// Compile-time or run-time extent: stores nothing when static.
+template <std::size_t E>
+struct extent_holder {
+  static constexpr std::size_t value = E;
+  constexpr extent_holder(std::size_t) {}
+  constexpr std::size_t get() const { return E; }
+};
+template <>
+struct extent_holder<dyn> {
+  std::size_t v;
+  constexpr extent_holder(std::size_t x) : v(x) {}
+  constexpr std::size_t get() const { return v; }
+};
+inline std::string shape_str(std::size_t r, std::size_t c) { return std::to_string(r) + "×" + std::to_string(c); }
+inline void check_data(const void* p, std::size_t count, const char* what) {
+  if (!p && count != 0)
+    throw argument_error(std::string("memsafe: ") + what + ": null data pointer with " + std::to_string(count) +
+                         " elements");
+}
+/// Static extents A and B can be equal (either is dynamic, or both agree).
+template <std::size_t A, std::size_t B>
+inline constexpr bool extents_compatible = (A == dyn || B == dyn || A == B);
+}  // namespace detail
+
+/// Row-major (by default) matrix over caller memory: `rows × cols`, element (i, j) at
+/// data[i * row_stride + j * col_stride]. R and C are static extents or `dyn`.
+template <class T, std::size_t R = dyn, std::size_t C = dyn>
+class matrix_view {
+  static_assert(real<T>, "memsafe: views hold float or double");
+
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  static constexpr std::size_t static_rows = R, static_cols = C;
+
+  constexpr matrix_view(T* data, std::size_t rows, std::size_t cols, std::size_t row_stride, std::size_t col_stride)
+      : data_(data), rows_(rows), cols_(cols), rs_(row_stride), cs_(col_stride) {
+    if constexpr (R != dyn)
+      if (rows != R) throw shape_error("memsafe: matrix_view: static rows " + std::to_string(R) + " but given " + std::to_string(rows));
+    if constexpr (C != dyn)
+      if (cols != C) throw shape_error("memsafe: matrix_view: static cols " + std::to_string(C) + " but given " + std::to_string(cols));
+    detail::check_data(data, rows * cols, "matrix_view");
+  }
+  constexpr matrix_view(T* data, std::size_t rows, std::size_t cols) : matrix_view(data, rows, cols, cols, 1) {}
+
+  /// Implicit conversion to a view over const data and to dynamic extents.
+  template <class U, std::size_t R2, std::size_t C2>
+    requires(std::is_same_v<const U, T> || std::is_same_v<U, T>) && (R == dyn || R == R2) && (C == dyn || C == C2)
+  constexpr matrix_view(const matrix_view<U, R2, C2>& o)
+      : data_(o.data()), rows_(o.rows()), cols_(o.cols()), rs_(o.row_stride()), cs_(o.col_stride()) {}
+
+  constexpr T* data() const { return data_; }
+  constexpr std::size_t rows() const { return rows_.get(); }
+  constexpr std::size_t cols() const { return cols_.get(); }
+  constexpr std::size_t row_stride() const { return rs_; }
+  constexpr std::size_t col_stride() const { return cs_; }
+  constexpr bool row_contiguous() const { return cs_ == 1; }
+  constexpr T& operator()(std::size_t i, std::size_t j) const { return data_[i * rs_ + j * cs_]; }
+  constexpr T* row(std::size_t i) const { return data_ + i * rs_; }
+  std::string shape() const { return detail::shape_str(rows(), cols()); }
+
+  /// The transposed view (no copy): rows and strides swap.
+  constexpr matrix_view<T, C, R> t() const { return {data_, cols(), rows(), cs_, rs_}; }
+
+ private:
+  T* data_;
+  [[no_unique_address]] detail::extent_holder<R> rows_;
+  [[no_unique_address]] detail::extent_holder<C> cols_;
+  std::size_t rs_, cs_;
+};
+
+/// Vector over caller memory with a stride.
+template <class T, std::size_t N = dyn>
+class vector_view {
+  static_assert(real<T>, "memsafe: views hold float or double");
+
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  static constexpr std::size_t static_size = N;
+
+  constexpr vector_view(T* data, std::size_t n, std::size_t stride = 1) : data_(data), n_(n), stride_(stride) {
+    if constexpr (N != dyn)
+      if (n != N) throw shape_error("memsafe: vector_view: static size " + std::to_string(N) + " but given " + std::to_string(n));
+    detail::check_data(data, n, "vector_view");
+  }
+  template <class U, std::size_t N2>
+    requires(std::is_same_v<const U, T> || std::is_same_v<U, T>) && (N == dyn || N == N2)
+  constexpr vector_view(const vector_view<U, N2>& o) : data_(o.data()), n_(o.size()), stride_(o.stride()) {}
+
+  constexpr T* data() const { return data_; }
+  constexpr std::size_t size() const { return n_.get(); }
+  constexpr std::size_t stride() const { return stride_; }
+  constexpr T& operator[](std::size_t i) const { return data_[i * stride_]; }
+  /// The vector as an n×1 matrix (a single right-hand side).
+  constexpr matrix_view<T, N, 1> as_column() const { return {data_, size(), 1, stride_, 1}; }
+
+ private:
+  T* data_;
+  [[no_unique_address]] detail::extent_holder<N> n_;
+  std::size_t stride_;
+};
+
+// ---- factories --------------------------------------------------------------------------------
+
+/// n points of dimension d, row-major, read-only: `points(ptr, n, d)`.
+template <real T>
+constexpr matrix_view<const T> points(const T* data, std::size_t n, std::size_t d) {
+  return {data, n, d};
+}
+/// Points with a static dimension: `points<3>(ptr, n)`.
+template <std::size_t D, real T>
+constexpr matrix_view<const T, dyn, D> points(const T* data, std::size_t n) {
+  static_assert(D != dyn && D > 0, "memsafe: a static point dimension must be positive");
+  return {data, n, D};
+}
+/// Points from a contiguous range: `points(std::span<const float>(v), d)`; size must divide by d.
+template <real T>
+matrix_view<const T> points(std::span<const T> s, std::size_t d) {
+  if (d == 0 ? !s.empty() : s.size() % d != 0)
+    throw shape_error("memsafe: points: " + std::to_string(s.size()) + " values do not make rows of d = " + std::to_string(d));
+  return {s.data(), d == 0 ? 0 : s.size() / d, d};
+}
+
+/// Dense row-major matrix (read-only or writable, following the pointer's constness).
+template <class T>
+  requires real<T>
+constexpr matrix_view<T> matrix(T* data, std::size_t rows, std::size_t cols) {
+  return {data, rows, cols};
+}
+template <std::size_t R, std::size_t C, class T>
+  requires real<T>
+constexpr matrix_view<T, R, C> matrix(T* data) {
+  return {data, R, C};
+}
+
+/// Dense vector.
+template <class T>
+  requires real<T>
+constexpr vector_view<T> vec(T* data, std::size_t n, std::size_t stride = 1) {
+  return {data, n, stride};
+}
+template <std::size_t N, class T>
+  requires real<T>
+constexpr vector_view<T, N> vec(T* data) {
+  return {data, N};
+}
+
+/// Per-dimension parameter (ARD lengthscales, or linear-kernel variances): `ard(ptr, d)`.
+template <real T>
+struct ard_view {
+  const T* data;
+  std::size_t size;
+};
+template <real T>
+constexpr ard_view<T> ard(const T* data, std::size_t d) {
+  detail::check_data(data, d, "ard");
+  return {data, d};
+}
+template <real T>
+constexpr ard_view<T> ard(std::span<const T> s) {
+  return {s.data(), s.size()};
+}
+
+template <class>
+struct is_matrix_view : std::false_type {};
+template <class T, std::size_t R, std::size_t C>
+struct is_matrix_view<matrix_view<T, R, C>> : std::true_type {};
+template <class>
+struct is_vector_view : std::false_type {};
+template <class T, std::size_t N>
+struct is_vector_view<vector_view<T, N>> : std::true_type {};
+
+}  // namespace memsafe

@@ -1,0 +1,191 @@
+// memsafe/plan/plan.hpp — choose the tiling from the runtime extents and the budget.
+//
+// The executor's memory is a pure function of the tile shape and the number of worker threads:
+//   threads × per_thread(ti, tj)
+// where per_thread counts the tile buffer, the generators' workspaces (packed column panels,
+// scratch tiles of elementwise nodes), the reduction's accumulators and scratch, each rounded
+// up to 64 bytes. The planner searches tile shapes from cache-sized (64×1024) down to 1×1 and
+// thread counts from the requested number down to 1, and takes the first plan that fits.
+// If even one thread with a 1×1 tile does not fit, it throws budget_error naming that minimum,
+// before anything is allocated.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../core/budget.hpp"
+#include "../core/error.hpp"
+
+namespace memsafe {
+
+/// A tiling decision. Printable with describe().
+struct tile_plan {
+  std::string expression;          ///< the (rewritten) expression
+  std::string reduction;           ///< what is folded per tile
+  std::size_t rows = 0, cols = 0;  ///< extents of the tiled index space (i, j)
+  std::size_t inner = 0;           ///< contracted extent for lazy × lazy products (0 otherwise)
+  std::size_t tile_rows = 0, tile_cols = 0, tile_inner = 0;
+  std::size_t threads = 1;
+  std::size_t per_thread_bytes = 0;
+  std::size_t planned_bytes = 0;  ///< threads × per_thread_bytes (+ shared bytes)
+  std::size_t min_bytes = 0;      ///< the smallest plan that works (1 thread, smallest tiles)
+  std::size_t budget = 0;
+  std::size_t row_blocks = 0, col_blocks = 0, inner_blocks = 0, num_tiles = 0;
+  bool split_columns = false;  ///< threads share one row block's columns and merge partials
+
+  std::string describe() const {
+    std::ostringstream o;
+    o << "expression:   " << expression << "\n"
+      << "reduction:    " << reduction << "\n"
+      << "index space:  " << rows << " x " << cols;
+    if (inner) o << " (contracting " << inner << ")";
+    o << "\n"
+      << "tile:         " << tile_rows << " x " << tile_cols;
+    if (inner) o << " x " << tile_inner;
+    o << " (" << num_tiles << " tiles: " << row_blocks << " row blocks x " << col_blocks << " column blocks";
+    if (inner) o << " x " << inner_blocks << " inner blocks";
+    o << ")\n"
+      << "threads:      " << threads << (split_columns ? " (splitting columns, partials merged)" : " (over row blocks)")
+      << "\n"
+      << "temporaries:  " << format_bytes(planned_bytes) << " planned (" << format_bytes(per_thread_bytes)
+      << " per thread), budget " << format_bytes(budget) << ", minimum " << format_bytes(min_bytes) << "\n";
+    return o.str();
+  }
+};
+
+namespace plan {
+
+/// Worker threads to use when the caller asks for `requested` (0 = MEMSAFE_NUM_THREADS or all cores).
+inline std::size_t resolve_threads(unsigned requested) {
+  if (requested) return requested;
+  if (const char* e = std::getenv("MEMSAFE_NUM_THREADS"); e && *e) {
+    long v = std::strtol(e, nullptr, 10);
+    if (v > 0) return static_cast<std::size_t>(v);
+    throw argument_error(std::string("memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"") + e + "\"");
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc ? hc : 1;
+}
+
+inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_list<std::size_t> prefs) {
+  std::vector<std::size_t> v;
+  for (std::size_t p : prefs) {
+    std::size_t c = std::min(p, extent);
+    if (c && std::find(v.begin(), v.end(), c) == v.end()) v.push_back(c);
+  }
+  return v;
+}
+
+[[noreturn]] inline void too_small(const std::string& what, std::size_t budget, std::size_t minimum) {
+  throw budget_error("memsafe: a budget of " + format_bytes(budget) + " is too small for " + what +
+                         ": the smallest workable plan (one thread, smallest tiles) needs " + format_bytes(minimum) +
+                         " of temporaries; use a budget of at least " + std::to_string(minimum) + " bytes",
+                     budget, minimum);
+}
+
+/// Plan a 2-D tiling of an n×m index space. `cost(ti, tj)` gives the per-thread bytes.
+template <class Cost>
+tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, Cost cost,
+                   const std::string& what) {
+  tile_plan p;
+  p.rows = n;
+  p.cols = m;
+  p.budget = budget;
+  if (n == 0 || m == 0) {  // nothing to tile: no temporaries
+    p.threads = 0;
+    return p;
+  }
+  p.min_bytes = cost(1, 1);
+  if (p.min_bytes > budget) too_small(what, budget, p.min_bytes);
+  const auto tis = candidates(n, {64, 32, 16, 8, 4, 2, 1});
+  const auto tjs = candidates(m, {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
+  const std::size_t reasonable = std::min<std::size_t>(n, 16) * std::min<std::size_t>(m, 256);
+  for (std::size_t T = max_threads; T >= 1; --T) {
+    std::size_t best_area = 0, bi = 0, bj = 0;
+    for (std::size_t ti : tis)
+      for (std::size_t tj : tjs) {
+        const std::size_t c = cost(ti, tj);
+        if (c > budget / T) continue;
+        const std::size_t area = ti * tj;
+        if (area > best_area || (area == best_area && tj > bj)) {
+          best_area = area;
+          bi = ti;
+          bj = tj;
+        }
+      }
+    if (best_area && (best_area >= reasonable || T == 1)) {
+      p.tile_rows = bi;
+      p.tile_cols = bj;
+      p.row_blocks = (n + bi - 1) / bi;
+      p.col_blocks = (m + bj - 1) / bj;
+      p.num_tiles = p.row_blocks * p.col_blocks;
+      p.threads = std::min<std::size_t>(T, p.num_tiles);
+      p.split_columns = p.row_blocks < p.threads;
+      p.per_thread_bytes = cost(bi, bj);
+      p.planned_bytes = p.threads * p.per_thread_bytes;
+      return p;
+    }
+    if (T == 1) break;
+  }
+  too_small(what, budget, p.min_bytes);  // unreachable: 1×1 with one thread fits
+}
+
+/// Plan a 3-D tiling (p×q output blocks, contracting over t) for lazy × lazy products.
+/// `cost(tp, tq, tt)` gives the per-thread bytes. Threads take output blocks, or share the
+/// contraction of one block (each with its own accumulator, merged) when blocks are fewer.
+template <class Cost>
+tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t budget, std::size_t max_threads, Cost cost,
+                   const std::string& what) {
+  tile_plan p;
+  p.rows = P;
+  p.cols = Q;
+  p.inner = Tn;
+  p.budget = budget;
+  if (P == 0 || Q == 0 || Tn == 0) {
+    p.threads = 0;
+    return p;
+  }
+  p.min_bytes = cost(1, 1, 1);
+  if (p.min_bytes > budget) too_small(what, budget, p.min_bytes);
+  const auto tps = candidates(P, {256, 128, 64, 32, 16, 8, 4, 2, 1});
+  const auto tqs = candidates(Q, {256, 128, 64, 32, 16, 8, 4, 2, 1});
+  const auto tts = candidates(Tn, {512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
+  for (std::size_t T = max_threads; T >= 1; --T) {
+    double best = 0;
+    std::size_t bp = 0, bq = 0, bt = 0;
+    for (std::size_t tp : tps)
+      for (std::size_t tq : tqs)
+        for (std::size_t tt : tts) {
+          if (cost(tp, tq, tt) > budget / T) continue;
+          // Work per generated entry grows with tp·tq/(tp+tq); favour wide contraction tiles too.
+          const double score = double(tp) * double(tq) / double(tp + tq) * std::min<double>(double(tt), 64.0);
+          if (score > best) { best = score; bp = tp; bq = tq; bt = tt; }
+        }
+    const double reasonable = double(std::min<std::size_t>(P, 16)) * double(std::min<std::size_t>(Q, 16)) /
+                              double(std::min<std::size_t>(P, 16) + std::min<std::size_t>(Q, 16)) *
+                              std::min<double>(double(std::min<std::size_t>(Tn, 64)), 64.0);
+    if (best > 0 && (best >= reasonable || T == 1)) {
+      p.tile_rows = bp;
+      p.tile_cols = bq;
+      p.tile_inner = bt;
+      p.row_blocks = (P + bp - 1) / bp;
+      p.col_blocks = (Q + bq - 1) / bq;
+      p.inner_blocks = (Tn + bt - 1) / bt;
+      p.num_tiles = p.row_blocks * p.col_blocks * p.inner_blocks;
+      p.threads = std::min<std::size_t>(T, p.num_tiles);
+      p.split_columns = p.row_blocks * p.col_blocks < p.threads;  // threads share the contraction
+      p.per_thread_bytes = cost(bp, bq, bt);
+      p.planned_bytes = p.threads * p.per_thread_bytes;
+      return p;
+    }
+    if (T == 1) break;
+  }
+  too_small(what, budget, p.min_bytes);
+}
+
+}  // namespace plan
+}  // namespace memsafe

@@ -1,0 +1,3 @@
+#include <memsafe/memsafe.hpp>
+
+int main() { return memsafe::parse_bytes("1MiB") == 1048576 ? 0 : 1; }

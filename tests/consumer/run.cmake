@@ -1,0 +1,53 @@
+# Configure, build and run tests/consumer against memsafe. Run as:
+#   cmake -DMODE=add_subdirectory|find_package -DMEMSAFE_SOURCE_DIR=<root>
+#         -DCONSUMER_DIR=<tests/consumer> -DWORK_DIR=<scratch dir>
+#         [-DCXX=<compiler>] [-DGENERATOR=<generator>] -P run.cmake
+foreach(var MODE MEMSAFE_SOURCE_DIR CONSUMER_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+set(common_args -DCMAKE_BUILD_TYPE=Release)
+if(DEFINED CXX AND NOT CXX STREQUAL "")
+  list(APPEND common_args -DCMAKE_CXX_COMPILER=${CXX})
+endif()
+if(DEFINED GENERATOR AND NOT GENERATOR STREQUAL "")
+  list(APPEND common_args -G ${GENERATOR})
+endif()
+
+function(run_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer.${MODE}: ${what} failed (exit ${rc})\n"
+      "command: ${ARGN}\n--- output ---\n${out}")
+  endif()
+  message(STATUS "consumer.${MODE}: ${what} ok")
+endfunction()
+
+set(dir ${WORK_DIR}/${MODE})
+file(REMOVE_RECURSE ${dir})
+file(MAKE_DIRECTORY ${dir})
+
+if(MODE STREQUAL "add_subdirectory")
+  set(consumer_args -DMEMSAFE_CONSUMER_MODE=subdir -DMEMSAFE_SOURCE_DIR=${MEMSAFE_SOURCE_DIR})
+elseif(MODE STREQUAL "find_package")
+  set(prefix ${dir}/prefix)
+  run_step("configure memsafe"
+    ${CMAKE_COMMAND} -S ${MEMSAFE_SOURCE_DIR} -B ${dir}/memsafe-build ${common_args}
+      -DMEMSAFE_BUILD_TESTS=OFF -DMEMSAFE_BUILD_EXAMPLES=OFF -DMEMSAFE_BUILD_BENCH=OFF
+      -DCMAKE_INSTALL_PREFIX=${prefix})
+  run_step("install memsafe" ${CMAKE_COMMAND} --install ${dir}/memsafe-build)
+  set(consumer_args -DMEMSAFE_CONSUMER_MODE=package -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+else()
+  message(FATAL_ERROR "run.cmake: unknown MODE '${MODE}'")
+endif()
+
+run_step("configure consumer"
+  ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${dir}/consumer-build ${common_args} ${consumer_args})
+run_step("build consumer" ${CMAKE_COMMAND} --build ${dir}/consumer-build)
+
+find_program(exe memsafe_consumer PATHS ${dir}/consumer-build ${dir}/consumer-build/Release
+  NO_DEFAULT_PATH REQUIRED)
+run_step("run consumer" ${exe})
