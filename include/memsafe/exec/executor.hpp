@@ -64,8 +64,12 @@ struct worker {
     gen.bind(cur, ti, tj);
     mon.bind(cur, ti, tj);
   }
-  void run_columns(std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1, std::size_t tj, std::size_t m) {
-    if constexpr (requires { mon.i0; }) mon.i0 = i0;
+  void run_columns(std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1, std::size_t tj, std::size_t m,
+                   const out_spec<T>& out) {
+    if constexpr (requires { mon.i0; }) {  // a monoid that writes tiles straight to the output
+      mon.i0 = i0;
+      mon.out = &out;
+    }
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0);
       gen.fill(i0, ni, j0, nj, tile, nj);
@@ -107,7 +111,7 @@ void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_typ
       for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
         const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
         w.mon.init(ni);
-        w.run_columns(i0, ni, 0, ncb, tj, m);
+        w.run_columns(i0, ni, 0, ncb, tj, m, out);
         w.mon.finish(i0, ni, out);
       }
     });
@@ -118,7 +122,7 @@ void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_typ
     parallel(P, [&](std::size_t t) {
       auto& w = workers[t];
       w.mon.init(ni);
-      w.run_columns(i0, ni, ncb * t / P, ncb * (t + 1) / P, tj, m);
+      w.run_columns(i0, ni, ncb * t / P, ncb * (t + 1) / P, tj, m, out);
     });
     for (std::size_t t = 1; t < P; ++t) workers[0].mon.merge_from(workers[t].mon, ni);
     workers[0].mon.finish(i0, ni, out);

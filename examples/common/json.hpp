@@ -1,0 +1,114 @@
+// Builds and prints ONE JSON object on one line, keys in insertion order.
+//
+//   memsafe_examples::json_line j;
+//   j.add("example", "knn").add("n", n).add("seconds", 0.25).add("ok", true);
+//   j.print();   // {"example": "knn", "n": 100000, "seconds": 0.25, "ok": true}
+//
+// Strings are escaped per RFC 8259; doubles print in shortest round-trip form
+// (std::to_chars); NaN and infinities print as null.  Adding an existing key
+// replaces its value in place.
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace memsafe_examples {
+
+inline std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;  // UTF-8 bytes pass through unchanged
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+inline std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  if (ec != std::errc()) return "null";
+  return std::string(buf, p);
+}
+
+class json_line {
+ public:
+  json_line& add(std::string_view key, std::string_view v) { return put(key, json_escape(v)); }
+  json_line& add(std::string_view key, const char* v) { return put(key, json_escape(v)); }
+  json_line& add(std::string_view key, const std::string& v) { return put(key, json_escape(v)); }
+  json_line& add(std::string_view key, bool v) { return put(key, v ? "true" : "false"); }
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  json_line& add(std::string_view key, I v) {
+    return put(key, std::to_string(v));
+  }
+  template <std::floating_point F>
+  json_line& add(std::string_view key, F v) {
+    return put(key, json_number(static_cast<double>(v)));
+  }
+  json_line& add_null(std::string_view key) { return put(key, "null"); }
+
+  std::string str() const {
+    std::string out = "{";
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      if (i) out += ", ";
+      out += json_escape(items_[i].first);
+      out += ": ";
+      out += items_[i].second;
+    }
+    out += '}';
+    return out;
+  }
+
+  // Writes the object and a newline, then flushes.
+  void print(std::FILE* f = stdout) const {
+    std::string s = str();
+    s += '\n';
+    std::fputs(s.c_str(), f);
+    std::fflush(f);
+  }
+
+ private:
+  json_line& put(std::string_view key, std::string value) {
+    for (auto& kv : items_)
+      if (kv.first == key) {
+        kv.second = std::move(value);
+        return *this;
+      }
+    items_.emplace_back(std::string(key), std::move(value));
+    return *this;
+  }
+
+  std::vector<std::pair<std::string, std::string>> items_;
+};
+
+// Prints {"error": "<message>"} on stdout.
+inline void print_json_error(std::string_view message) { json_line{}.add("error", message).print(); }
+
+}  // namespace memsafe_examples

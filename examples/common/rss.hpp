@@ -1,0 +1,32 @@
+// Resident-set-size probes (Linux).
+//   max_rss_bytes():     peak RSS of this process so far (getrusage ru_maxrss, KiB -> bytes)
+//   current_rss_bytes(): RSS now (/proc/self/statm, resident pages x page size);
+//                        0 if /proc is unavailable.
+#pragma once
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+
+namespace memsafe_examples {
+
+inline std::size_t max_rss_bytes() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<std::size_t>(ru.ru_maxrss) * 1024u;  // Linux reports KiB
+}
+
+inline std::size_t current_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size_pages = 0, resident_pages = 0;
+  int got = std::fscanf(f, "%lu %lu", &size_pages, &resident_pages);
+  std::fclose(f);
+  if (got != 2) return 0;
+  long page = sysconf(_SC_PAGESIZE);
+  return static_cast<std::size_t>(resident_pages) * static_cast<std::size_t>(page > 0 ? page : 4096);
+}
+
+}  // namespace memsafe_examples
