@@ -378,11 +378,8 @@ TEST_CASE("errors: Y with zero rows gives the reductions' identities") {
   all_equal(memsafe::eval(memsafe::sum(D), memsafe::options{.budget = std::size_t{1} << 20}), 0.0);
 }
 
-// Known library bug (reported): with m = 0 the plan says no temporaries are needed (min_bytes = 0,
-// planned 0) but run_rows allocates ~128 B from the accountant for the identity accumulator, so a
-// budget below that throws budget_error ("internal accounting refused") instead of returning the
-// identities. may_fail keeps the suite green until it is fixed; drop the decorator then.
-TEST_CASE("errors: Y with zero rows runs within a tiny budget" * doctest::may_fail()) {
+// With m = 0 every row is the identity: written directly, with no temporaries at all.
+TEST_CASE("errors: Y with zero rows runs within a tiny budget") {
   const auto X = memsafe::points(x10.data(), 10, 3);
   const auto Y0 = memsafe::points(static_cast<const double*>(nullptr), 0, 3);
   const auto D = memsafe::sqdist(X, Y0);

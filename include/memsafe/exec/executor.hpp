@@ -85,15 +85,8 @@ void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_typ
   const std::size_t n = e.rows(), m = e.cols();
   if (n == 0) return;
   const std::size_t ti = p.tile_rows, tj = p.tile_cols, P = p.threads;
-  if (m == 0) {  // empty reduction: every row is the identity (no temporaries beyond one accumulator)
-    temp_buffer<std::byte> ws(acc, proto.accum_bytes(1) + proto.scratch_bytes(1, 1) + 64);
-    Mon mon(proto);
-    std::byte* cur = ws.data();
-    mon.bind(cur, 1, 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      mon.init(1);
-      mon.finish(i, 1, out);
-    }
+  if (m == 0) {  // empty reduction: every row is the monoid's identity, no temporaries
+    for (std::size_t i = 0; i < n; ++i) proto.identity(i, out);
     return;
   }
   std::vector<temp_buffer<std::byte>> ws;

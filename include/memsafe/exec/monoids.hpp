@@ -44,6 +44,7 @@ struct out_spec {
 template <class T>
 struct sum_monoid {
   static constexpr const char* name = "sum";
+  static void identity(std::size_t i, const out_spec<T>& out) { out.v(i, 0) = T(0); }
   double* acc = nullptr;
   std::size_t accum_bytes(std::size_t ti) const { return host::align64(ti * sizeof(double)); }
   std::size_t scratch_bytes(std::size_t, std::size_t) const { return 0; }
@@ -64,6 +65,9 @@ struct sum_monoid {
 template <class T>
 struct matmul_monoid {
   static constexpr const char* name = "matmul";
+  void identity(std::size_t i, const out_spec<T>& out) const {
+    for (std::size_t q = 0; q < c(); ++q) out.v(i, q) = T(0);
+  }
   matrix_view<const T> rhs;  // m × c
   double* acc = nullptr;
   std::size_t c() const { return rhs.cols(); }
@@ -111,6 +115,10 @@ inline bool ranks_before(const ranked<T>& a, const ranked<T>& b) {
 template <class T, bool Max, bool WithIndex>
 struct best_monoid {
   static constexpr const char* name = Max ? (WithIndex ? "argmax" : "max") : (WithIndex ? "argmin" : "min");
+  static void identity(std::size_t i, const out_spec<T>& out) {
+    out.v(i, 0) = Max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+    if (WithIndex && out.indices) out.ix(i, 0) = -1;
+  }
   ranked<T>* acc = nullptr;
   std::size_t accum_bytes(std::size_t ti) const { return host::align64(ti * sizeof(ranked<T>)); }
   std::size_t scratch_bytes(std::size_t, std::size_t) const { return 0; }
@@ -153,6 +161,12 @@ struct best_monoid {
 template <class T, bool Max>
 struct topk_monoid {
   static constexpr const char* name = Max ? "argkmax" : "argkmin";
+  void identity(std::size_t i, const out_spec<T>& out) const {  // unreachable: k ≤ m is checked
+    for (std::size_t q = 0; q < k; ++q) {
+      out.v(i, q) = std::numeric_limits<T>::quiet_NaN();
+      if (out.indices) out.ix(i, q) = -1;
+    }
+  }
   std::size_t k = 1;
   ranked<T>* best = nullptr;     // ti × k, each row sorted best first
   std::size_t* count = nullptr;  // ti
@@ -268,6 +282,7 @@ inline T row_max(const T* row, std::size_t n, bool& nan, bool& pinf) {
 template <class T>
 struct logsumexp_monoid {
   static constexpr const char* name = "logsumexp";
+  static void identity(std::size_t i, const out_spec<T>& out) { out.v(i, 0) = -std::numeric_limits<T>::infinity(); }
   lse_state* acc = nullptr;
   std::size_t accum_bytes(std::size_t ti) const { return host::align64(ti * sizeof(lse_state)); }
   std::size_t scratch_bytes(std::size_t, std::size_t) const { return 0; }
@@ -319,6 +334,9 @@ struct logsumexp_monoid {
 template <class T>
 struct softmax_sum_monoid {
   static constexpr const char* name = "softmax_sum";
+  void identity(std::size_t i, const out_spec<T>& out) const {  // softmax over nothing: undefined
+    for (std::size_t q = 0; q < dv(); ++q) out.v(i, q) = std::numeric_limits<T>::quiet_NaN();
+  }
   matrix_view<const T> values;  // m × dv
   lse_state* st = nullptr;      // ti
   double* acc = nullptr;        // ti × dv
@@ -390,6 +408,7 @@ struct softmax_sum_monoid {
 template <class T>
 struct dense_monoid {
   static constexpr const char* name = "dense";
+  static void identity(std::size_t, const out_spec<T>&) {}
   const out_spec<T>* out = nullptr;
   std::size_t i0 = 0;
   std::size_t accum_bytes(std::size_t) const { return 0; }

@@ -95,7 +95,7 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
   p.rows = n;
   p.cols = m;
   p.budget = budget;
-  if (n == 0 || m == 0) {  // nothing to tile: no temporaries
+  if (n == 0 || m == 0) {  // nothing to tile (an empty reduction writes its identity): no temporaries
     p.threads = 0;
     return p;
   }

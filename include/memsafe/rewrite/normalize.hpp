@@ -23,6 +23,13 @@ auto transposed(const binary_expr<Op, A, B>& e);
 template <class E>
 auto transposed(const transpose_expr<E>& e);
 
+template <class Op, class E>
+auto normalize(const unary_expr<Op, E>& e);
+template <class Op, class A, class B>
+auto normalize(const binary_expr<Op, A, B>& e);
+template <class E>
+auto normalize(const transpose_expr<E>& e);
+
 template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D>
 pairwise<F, T, RX, RY, D> normalize(const pairwise<F, T, RX, RY, D>& e) {
   return e;
