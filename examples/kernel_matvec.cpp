@@ -36,6 +36,7 @@ struct config {
   std::string budget_text;
   std::uint64_t seed = 0;
   std::size_t check = 0;
+  std::string rss_slack;
   unsigned threads = 0;
 };
 
@@ -183,8 +184,11 @@ int run(const config& c) {
   else
     j.add("check_max_rel_err", max_rel);
   j.add("check", rows.empty() ? "skipped" : (pass ? "pass" : "fail"));
+  const auto rss = mx::make_rss_limit(c.rss_slack, (n * d + n) * sizeof(T), st.budget_bytes);
+  if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
+  j.add("rss_check", rss.verdict(peak_rss));
   j.print();
-  return pass ? 0 : 1;
+  return pass && rss.pass(peak_rss) ? 0 : 1;
 }
 
 }  // namespace
@@ -201,7 +205,8 @@ int main(int argc, char** argv) {
       .option("budget", "64MiB", "temporary-memory budget, e.g. 64MiB, 1GB, 4096")
       .option("seed", "42", "random seed for X, v and the checked rows")
       .option("check", "0", "verify this many random output rows against a direct double sum")
-      .option("threads", "0", "worker threads (0 = all cores)");
+      .option("threads", "0", "worker threads (0 = all cores)")
+      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check");
   args.parse(argc, argv);
 
   config c;
@@ -215,6 +220,7 @@ int main(int argc, char** argv) {
   c.budget_text = args.get_string("budget");
   c.seed = args.get_uint("seed");
   c.check = args.get_uint("check");
+  c.rss_slack = args.get_string("rss-slack");
   const std::uint64_t threads = args.get_uint("threads");
   if (threads > 4096) args.fail("--threads must be at most 4096");
   c.threads = static_cast<unsigned>(threads);

@@ -38,6 +38,7 @@ struct config {
   bool n_given = false, m_given = false;
   std::uint64_t seed = 0;
   std::size_t check = 0;
+  std::string rss_slack;
   unsigned threads = 0;
 };
 
@@ -287,8 +288,11 @@ int run(const config& c) {
       .add("check_queries", r)
       .add("check_mismatches", mismatches)
       .add("check", r == 0 ? "skipped" : (mismatches == 0 ? "pass" : "fail"));
+  const auto rss = mx::make_rss_limit(c.rss_slack, (n + m) * d * sizeof(T), st.budget_bytes);
+  if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
+  j.add("rss_check", rss.verdict(peak_rss));
   j.print();
-  return mismatches == 0 ? 0 : 1;
+  return mismatches == 0 && rss.pass(peak_rss) ? 0 : 1;
 }
 
 }  // namespace
@@ -306,6 +310,7 @@ int main(int argc, char** argv) {
       .option("seed", "42", "random seed for random data")
       .option("check", "0", "verify this many queries (evenly spaced) against a direct scan in double")
       .option("threads", "0", "worker threads (0 = all cores)")
+      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check")
       .option("data-dir", "", "folder holding the MNIST IDX .gz files (default: $MEMSAFE_DATA_DIR/mnist, "
                               "else the build's shared data folder)");
   args.parse(argc, argv);
@@ -323,6 +328,7 @@ int main(int argc, char** argv) {
   c.budget_text = args.get_string("budget");
   c.seed = args.get_uint("seed");
   c.check = args.get_uint("check");
+  c.rss_slack = args.get_string("rss-slack");
   const std::uint64_t threads = args.get_uint("threads");
   if (threads > 4096) args.fail("--threads must be at most 4096");
   c.threads = static_cast<unsigned>(threads);

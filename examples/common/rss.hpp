@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <string>
+
+#include <memsafe/core/budget.hpp>
 
 namespace memsafe_examples {
 
@@ -29,4 +32,22 @@ inline std::size_t current_rss_bytes() {
   return static_cast<std::size_t>(resident_pages) * static_cast<std::size_t>(page > 0 ? page : 4096);
 }
 
+}  // namespace memsafe_examples
+
+namespace memsafe_examples {
+/// The memory contract seen from outside: with `--rss-slack S`, the process's peak resident
+/// memory must stay below inputs + budget + S (S covers the program itself, libc and outputs).
+struct rss_limit {
+  bool enabled = false;
+  std::size_t limit = 0;
+  bool pass(std::size_t max_rss) const { return !enabled || max_rss <= limit; }
+  const char* verdict(std::size_t max_rss) const { return !enabled ? "skipped" : (pass(max_rss) ? "pass" : "fail"); }
+};
+inline rss_limit make_rss_limit(const std::string& slack_text, std::size_t input_bytes, std::size_t budget_bytes) {
+  rss_limit r;
+  if (slack_text.empty()) return r;
+  r.enabled = true;
+  r.limit = input_bytes + budget_bytes + memsafe::parse_bytes(slack_text);
+  return r;
+}
 }  // namespace memsafe_examples

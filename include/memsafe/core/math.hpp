@@ -46,13 +46,7 @@
 #include <limits>
 #include <type_traits>
 
-#ifndef MEMSAFE_HD
-#if defined(__CUDACC__)
-#define MEMSAFE_HD __host__ __device__
-#else
-#define MEMSAFE_HD
-#endif
-#endif
+#include "config.hpp"  // MEMSAFE_HD
 
 namespace memsafe::math {
 

@@ -60,14 +60,12 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
     std::size_t r = 0;
     for (; r + R <= ni; r += R) {
       for (int q = 0; q < R; ++q) xinv[q] = host::load_row(e.x, e.params, i0 + r + q, xs + q * d);
-      host::pairwise_rows<B, R>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld);
+      host::pairwise_rows<F, R>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
     for (; r < ni; ++r) {
       xinv[0] = host::load_row(e.x, e.params, i0 + r, xs);
-      host::pairwise_rows<B, 1>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld);
+      host::pairwise_rows<F, 1>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
-    if constexpr (F::has_finalise)
-      for (std::size_t q = 0; q < ni; ++q) F::finalise(out + q * ld, nj, e.params);
   }
   /// A new row block starts: the packed columns stay valid (packing depends on j only).
   void invalidate() {}

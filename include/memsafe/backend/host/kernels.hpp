@@ -69,10 +69,13 @@ T load_row(const XV& X, const formula_params<T>& p, std::size_t i, T* dst) {
   return s > T(0) ? T(1) / std::sqrt(s) : T(0);
 }
 
-/// R query rows (xs: R×d, contiguous) against all packed panels; writes R rows of `nj` values.
-template <base_kind B, int R, class T>
+/// R query rows (xs: R×d, contiguous) against all packed panels; writes R rows of `nj` values of
+/// the formula F: its base is accumulated in registers and its finalise (exp, sqrt, …) applied to
+/// the register block before the store, so each tile entry is written once.
+template <class F, int R, class T>
 void pairwise_rows(const T* xs, const T* xinv, const T* pack, const T* yinv, std::size_t d, std::size_t nj, T* out,
-                   std::size_t ld) {
+                   std::size_t ld, const formula_params<T>& params) {
+  constexpr base_kind B = F::base;
   constexpr std::size_t W = lanes<T>;
   const std::size_t np = panels<T>(nj);
   for (std::size_t pnl = 0; pnl < np; ++pnl) {
@@ -99,6 +102,8 @@ void pairwise_rows(const T* xs, const T* xinv, const T* pack, const T* yinv, std
       for (int r = 0; r < R; ++r)
         for (std::size_t w = 0; w < W; ++w) acc[r][w] = T(1) - acc[r][w] * xinv[r] * yinv[pnl * W + w];
     }
+    if constexpr (F::has_finalise)
+      for (int r = 0; r < R; ++r) F::finalise(acc[r], W, params);
     const std::size_t j = pnl * W, cnt = nj - j < W ? nj - j : W;
     for (int r = 0; r < R; ++r) {
       T* o = out + r * ld + j;
