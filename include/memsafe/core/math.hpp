@@ -52,6 +52,19 @@ namespace memsafe::math {
 
 namespace detail {
 
+// Infinity and NaN from compiler builtins: std::numeric_limits members are host-only constexpr
+// functions for nvcc, and these functions are also compiled for the device.
+template <class T>
+MEMSAFE_HD constexpr T inf_v() {
+  if constexpr (sizeof(T) == 4) return __builtin_huge_valf();
+  else return __builtin_huge_val();
+}
+template <class T>
+MEMSAFE_HD constexpr T nan_v() {
+  if constexpr (sizeof(T) == 4) return __builtin_nanf("");
+  else return __builtin_nan("");
+}
+
 template <class T>
 inline constexpr bool is_real_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
@@ -129,7 +142,7 @@ MEMSAFE_HD inline double exp_impl(double x) noexcept {
   const double y = (p * s1) * s2;
   // Outside [-750, 750] the scale bits wrap: select the limits (also for +-inf). NaN fails both
   // tests and propagates through p.
-  const double big = select(x > 0.0, std::numeric_limits<double>::infinity(), 0.0);
+  const double big = select(x > 0.0, inf_v<double>(), 0.0);
   return select((x > 750.0) | (x < -750.0), big, y);
 }
 
@@ -160,7 +173,7 @@ MEMSAFE_HD inline float exp_impl(float x) noexcept {
   const float p = 1.0f + (r + (r * r) * q);
 
   const float y = (p * s1) * s2;
-  const float big = select(x > 0.0f, std::numeric_limits<float>::infinity(), 0.0f);
+  const float big = select(x > 0.0f, inf_v<float>(), 0.0f);
   return select((x > 110.0f) | (x < -110.0f), big, y);
 }
 
@@ -175,8 +188,8 @@ MEMSAFE_HD inline double log_impl(double x) noexcept {
   constexpr double ln2_hi = 6.93147180369123816490e-01;  // e*ln2_hi exact for |e| < 2^11
   constexpr double ln2_lo = 1.90821492927058770002e-10;
   constexpr std::uint64_t sqrt_half = 0x3fe6a09e667f3bcdull;  // bits of sqrt(1/2)
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr double inf = inf_v<double>();
+  constexpr double nan = nan_v<double>();
 
   // Subnormal (and zero / negative, whose result is replaced below): scale into the normal range.
   const bool tiny = x < 0x1p-1022;
@@ -220,8 +233,8 @@ MEMSAFE_HD inline float log_impl(float x) noexcept {
   constexpr float ln2_hi = 0x1.62e4p-1f;                 // e*ln2_hi exact for |e| < 2^8
   constexpr float ln2_lo = 1.42860682030941723212e-6f;
   constexpr std::uint32_t sqrt_half = 0x3f3504f3u;
-  constexpr float inf = std::numeric_limits<float>::infinity();
-  constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float inf = inf_v<float>();
+  constexpr float nan = nan_v<float>();
 
   const bool tiny = x < 0x1p-126f;
   const float xs = x * select(tiny, 0x1p24f, 1.0f);
@@ -304,8 +317,8 @@ MEMSAFE_HD inline T log(T x) noexcept {
 template <class T>
 MEMSAFE_HD inline T pow(T base, T p) noexcept {
   static_assert(detail::is_real_v<T>, "memsafe::math::pow: float or double only");
-  constexpr T inf = std::numeric_limits<T>::infinity();
-  constexpr T nan = std::numeric_limits<T>::quiet_NaN();
+  constexpr T inf = detail::inf_v<T>();
+  constexpr T nan = detail::nan_v<T>();
   const T ab = detail::fabs_bits(base);
   const T ap = detail::fabs_bits(p);
 
