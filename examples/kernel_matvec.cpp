@@ -10,7 +10,6 @@
 #include <memsafe/memsafe.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +23,7 @@
 #include "common/data.hpp"
 #include "common/json.hpp"
 #include "common/rss.hpp"
+#include "common/run.hpp"
 
 namespace {
 
@@ -33,11 +33,7 @@ struct config {
   std::size_t n = 0, d = 0;
   std::string kernel;
   double lengthscale = 1, variance = 1, alpha = 1;
-  std::string budget_text;
-  std::uint64_t seed = 0;
-  std::size_t check = 0;
-  std::string rss_slack;
-  unsigned threads = 0;
+  mx::run_options run;
 };
 
 // Reference kernel value from the Euclidean distance r (or, for linear, the dot
@@ -88,19 +84,14 @@ std::vector<std::size_t> sample_rows(std::size_t n, std::size_t r, std::uint64_t
 template <class T>
 int run(const config& c) {
   const std::size_t n = c.n, d = c.d;
-  const std::vector<T> X = mx::normal_matrix<T>(n, d, c.seed, 0);
-  const std::vector<T> v = mx::normal_matrix<T>(n, 1, c.seed, 1);
+  const std::vector<T> X = mx::normal_matrix<T>(n, d, c.run.seed, 0);
+  const std::vector<T> v = mx::normal_matrix<T>(n, 1, c.run.seed, 1);
 
   auto Xv = memsafe::points(X.data(), n, d);
   auto vv = memsafe::vec(v.data(), n);
-  memsafe::options opts{.budget = memsafe::parse_bytes(c.budget_text), .threads = c.threads};
+  const memsafe::options opts = c.run.eval_options();
 
-  auto timed_eval = [&](const auto& K) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto r = memsafe::eval(K * vv, opts);
-    auto t1 = std::chrono::steady_clock::now();
-    return std::make_pair(std::move(r), std::chrono::duration<double>(t1 - t0).count());
-  };
+  auto timed_eval = [&](const auto& K) { return mx::timed_eval(K * vv, opts); };
   auto evaluated = [&] {
     if (c.kernel == "rbf") return timed_eval(memsafe::rbf(Xv, Xv, c.lengthscale, c.variance));
     if (c.kernel == "matern12") return timed_eval(memsafe::matern12(Xv, Xv, c.lengthscale, c.variance));
@@ -122,7 +113,7 @@ int run(const config& c) {
 
   // --check: Σ_j k(x_i, x_j) v_j in double with compensated summation.
   const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-9;
-  const std::vector<std::size_t> rows = sample_rows(n, c.check, c.seed);
+  const std::vector<std::size_t> rows = sample_rows(n, c.run.check, c.run.seed);
   double max_rel = 0;
   bool pass = true;
   std::size_t failures = 0;
@@ -167,13 +158,7 @@ int run(const config& c) {
       .add("lengthscale", c.lengthscale)
       .add("variance", c.variance);
   if (c.kernel == "rq") j.add("alpha", c.alpha);
-  j.add("budget_bytes", st.budget_bytes)
-      .add("peak_temp_bytes", st.peak_temp_bytes)
-      .add("tile_rows", st.tile_rows)
-      .add("tile_cols", st.tile_cols)
-      .add("num_tiles", st.num_tiles)
-      .add("threads", st.threads)
-      .add("seconds", seconds)
+  mx::add_eval_stats(j, st, seconds)
       .add("pairs_per_second", static_cast<double>(n) * static_cast<double>(n) / seconds)
       .add("dense_matrix_bytes", n * n * sizeof(T))
       .add("input_bytes", (n * d + n) * sizeof(T))
@@ -184,7 +169,7 @@ int run(const config& c) {
   else
     j.add("check_max_rel_err", max_rel);
   j.add("check", rows.empty() ? "skipped" : (pass ? "pass" : "fail"));
-  const auto rss = mx::make_rss_limit(c.rss_slack, (n * d + n) * sizeof(T), st.budget_bytes);
+  const auto rss = mx::make_rss_limit(c.run.rss_slack, (n * d + n) * sizeof(T), st.budget_bytes);
   if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
   j.add("rss_check", rss.verdict(peak_rss));
   j.print();
@@ -201,12 +186,8 @@ int main(int argc, char** argv) {
       .option("lengthscale", "1", "kernel lengthscale (not used by linear)")
       .option("variance", "1", "kernel variance")
       .option("alpha", "1", "rational-quadratic shape (rq only)")
-      .option("precision", "f64", "f32|f64")
-      .option("budget", "64MiB", "temporary-memory budget, e.g. 64MiB, 1GB, 4096")
-      .option("seed", "42", "random seed for X, v and the checked rows")
-      .option("check", "0", "verify this many random output rows against a direct double sum")
-      .option("threads", "0", "worker threads (0 = all cores)")
-      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check");
+      .option("precision", "f64", "f32|f64");
+  mx::add_run_options(args, "random seed for X, v and the checked rows", "verify this many random output rows against a direct double sum");
   args.parse(argc, argv);
 
   config c;
@@ -217,13 +198,7 @@ int main(int argc, char** argv) {
   c.variance = args.get_double("variance");
   c.alpha = args.get_double("alpha");
   const std::string prec = args.get_choice("precision", {"f32", "f64"});
-  c.budget_text = args.get_string("budget");
-  c.seed = args.get_uint("seed");
-  c.check = args.get_uint("check");
-  c.rss_slack = args.get_string("rss-slack");
-  const std::uint64_t threads = args.get_uint("threads");
-  if (threads > 4096) args.fail("--threads must be at most 4096");
-  c.threads = static_cast<unsigned>(threads);
+  c.run = mx::read_run_options(args);
   if (c.n == 0) args.fail("--n must be positive");
   if (c.d == 0) args.fail("--d must be positive");
   if (c.n > (std::size_t{1} << 30)) args.fail("--n is too large");

@@ -11,7 +11,6 @@
 #include <memsafe/memsafe.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,19 +26,17 @@
 #include "common/json.hpp"
 #include "common/mnist.hpp"
 #include "common/rss.hpp"
+#include "common/run.hpp"
 
 namespace {
 
 namespace mx = memsafe_examples;
 
 struct config {
-  std::string data, metric, budget_text, data_dir;
+  std::string data, metric, data_dir;
   std::size_t n = 0, m = 0, d = 0, k = 0;
   bool n_given = false, m_given = false;
-  std::uint64_t seed = 0;
-  std::size_t check = 0;
-  std::string rss_slack;
-  unsigned threads = 0;
+  mx::run_options run;
 };
 
 template <class T>
@@ -55,8 +52,8 @@ dataset<T> make_data(const config& c) {
     ds.n = c.n;
     ds.m = c.m;
     ds.d = c.d;
-    ds.X = mx::normal_matrix<T>(ds.n, ds.d, c.seed, 0);
-    ds.Q = mx::normal_matrix<T>(ds.m, ds.d, c.seed, 1);
+    ds.X = mx::normal_matrix<T>(ds.n, ds.d, c.run.seed, 0);
+    ds.Q = mx::normal_matrix<T>(ds.m, ds.d, c.run.seed, 1);
     return ds;
   }
   const std::size_t all = std::numeric_limits<std::size_t>::max();
@@ -222,14 +219,9 @@ int run(const config& c) {
 
   auto Xv = memsafe::points(ds.X.data(), n, d);
   auto Qv = memsafe::points(ds.Q.data(), m, d);
-  memsafe::options opts{.budget = memsafe::parse_bytes(c.budget_text), .threads = c.threads};
+  const memsafe::options opts = c.run.eval_options();
 
-  auto timed_eval = [&](const auto& expr) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto r = memsafe::eval(expr, opts);
-    auto t1 = std::chrono::steady_clock::now();
-    return std::make_pair(std::move(r), std::chrono::duration<double>(t1 - t0).count());
-  };
+  auto timed_eval = [&](const auto& expr) { return mx::timed_eval(expr, opts); };
   auto evaluated = [&] {
     if (c.metric == "l2") return timed_eval(memsafe::argkmin(memsafe::sqdist(Qv, Xv), k));
     if (c.metric == "l1") return timed_eval(memsafe::argkmin(memsafe::l1(Qv, Xv), k));
@@ -249,7 +241,7 @@ int run(const config& c) {
   }
 
   // --check R: R queries evenly spaced over [0, m).
-  const std::size_t r = std::min(c.check, m);
+  const std::size_t r = std::min(c.run.check, m);
   std::size_t mismatches = 0;
   if (r > 0) {
     checker<T> chk(c, ds, k);
@@ -273,14 +265,8 @@ int run(const config& c) {
       .add("d", d)
       .add("k", k)
       .add("metric", c.metric)
-      .add("precision", mx::precision_name<T>())
-      .add("budget_bytes", st.budget_bytes)
-      .add("peak_temp_bytes", st.peak_temp_bytes)
-      .add("tile_rows", st.tile_rows)
-      .add("tile_cols", st.tile_cols)
-      .add("num_tiles", st.num_tiles)
-      .add("threads", st.threads)
-      .add("seconds", seconds)
+      .add("precision", mx::precision_name<T>());
+  mx::add_eval_stats(j, st, seconds)
       .add("queries_per_second", static_cast<double>(m) / seconds)
       .add("dense_matrix_bytes", m * n * sizeof(T))
       .add("input_bytes", (n + m) * d * sizeof(T))
@@ -288,7 +274,7 @@ int run(const config& c) {
       .add("check_queries", r)
       .add("check_mismatches", mismatches)
       .add("check", r == 0 ? "skipped" : (mismatches == 0 ? "pass" : "fail"));
-  const auto rss = mx::make_rss_limit(c.rss_slack, (n + m) * d * sizeof(T), st.budget_bytes);
+  const auto rss = mx::make_rss_limit(c.run.rss_slack, (n + m) * d * sizeof(T), st.budget_bytes);
   if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
   j.add("rss_check", rss.verdict(peak_rss));
   j.print();
@@ -305,12 +291,8 @@ int main(int argc, char** argv) {
       .option("d", "3", "dimension (random only; mnist has 784)")
       .option("k", "10", "neighbours per query")
       .option("metric", "l2", "l2|l1|cosine|ip (ip = largest inner product)")
-      .option("precision", "f32", "f32|f64")
-      .option("budget", "64MiB", "temporary-memory budget, e.g. 64MiB, 1GB, 4096")
-      .option("seed", "42", "random seed for random data")
-      .option("check", "0", "verify this many queries (evenly spaced) against a direct scan in double")
-      .option("threads", "0", "worker threads (0 = all cores)")
-      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check")
+      .option("precision", "f32", "f32|f64");
+  mx::add_run_options(args, "random seed for random data", "verify this many queries (evenly spaced) against a direct scan in double")
       .option("data-dir", "", "folder holding the MNIST IDX .gz files (default: $MEMSAFE_DATA_DIR/mnist, "
                               "else the build's shared data folder)");
   args.parse(argc, argv);
@@ -325,13 +307,7 @@ int main(int argc, char** argv) {
   c.m_given = args.given("m");
   c.metric = args.get_choice("metric", {"l2", "l1", "cosine", "ip"});
   const std::string prec = args.get_choice("precision", {"f32", "f64"});
-  c.budget_text = args.get_string("budget");
-  c.seed = args.get_uint("seed");
-  c.check = args.get_uint("check");
-  c.rss_slack = args.get_string("rss-slack");
-  const std::uint64_t threads = args.get_uint("threads");
-  if (threads > 4096) args.fail("--threads must be at most 4096");
-  c.threads = static_cast<unsigned>(threads);
+  c.run = mx::read_run_options(args);
   c.data_dir = args.get_string("data-dir", mx::default_mnist_dir());
   if (c.k == 0) args.fail("--k must be positive");
   if (c.n == 0) args.fail("--n must be positive");

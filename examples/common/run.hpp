@@ -1,0 +1,66 @@
+// What every memsafe example shares: the evaluation options on the command line (budget, seed,
+// check, threads, RSS check), a timed eval, and the JSON fields describing the evaluation.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include <memsafe/memsafe.hpp>
+
+#include "cli.hpp"
+#include "json.hpp"
+
+namespace memsafe_examples {
+
+struct run_options {
+  std::string budget_text, rss_slack;
+  std::uint64_t seed = 0;
+  std::size_t check = 0;
+  unsigned threads = 0;
+  memsafe::options eval_options() const { return {memsafe::parse_bytes(budget_text), threads}; }
+};
+
+/// Declare --budget, --seed, --check, --threads and --rss-slack.
+inline cli& add_run_options(cli& args, const char* seed_help, const char* check_help) {
+  return args.option("budget", "64MiB", "temporary-memory budget, e.g. 64MiB, 1GB, 4096")
+      .option("seed", "42", seed_help)
+      .option("check", "0", check_help)
+      .option("threads", "0", "worker threads (0 = all cores)")
+      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check");
+}
+
+inline run_options read_run_options(cli& args) {
+  run_options r;
+  r.budget_text = args.get_string("budget");
+  r.seed = args.get_uint("seed");
+  r.check = args.get_uint("check");
+  r.rss_slack = args.get_string("rss-slack");
+  const std::uint64_t threads = args.get_uint("threads");
+  if (threads > 4096) args.fail("--threads must be at most 4096");
+  r.threads = static_cast<unsigned>(threads);
+  return r;
+}
+
+/// memsafe::eval timed with a steady clock: {result, seconds}.
+template <class X>
+auto timed_eval(const X& expr, const memsafe::options& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = memsafe::eval(expr, opts);
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::make_pair(std::move(r), std::chrono::duration<double>(t1 - t0).count());
+}
+
+/// budget_bytes, peak_temp_bytes, tile_rows, tile_cols, num_tiles, threads, seconds.
+inline json_line& add_eval_stats(json_line& j, const memsafe::eval_stats& st, double seconds) {
+  return j.add("budget_bytes", st.budget_bytes)
+      .add("peak_temp_bytes", st.peak_temp_bytes)
+      .add("tile_rows", st.tile_rows)
+      .add("tile_cols", st.tile_cols)
+      .add("num_tiles", st.num_tiles)
+      .add("threads", st.threads)
+      .add("seconds", seconds);
+}
+
+}  // namespace memsafe_examples
