@@ -25,10 +25,6 @@ using index_t = std::int64_t;
 template <class T>
 concept real = std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double>;
 
-/// Accumulator type for sums across tiles: double for float inputs as well.
-template <class T>
-using acc_t = double;
-
 namespace detail {
 template <class...>
 inline constexpr bool always_false = false;

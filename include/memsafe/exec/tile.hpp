@@ -67,8 +67,6 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
       host::pairwise_rows<F, 1>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
   }
-  /// A new row block starts: the packed columns stay valid (packing depends on j only).
-  void invalidate() {}
 };
 
 template <class Op, class E>

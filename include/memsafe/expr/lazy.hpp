@@ -153,9 +153,6 @@ auto make_pairwise(const XV& X, const YV& Y, formula_params<pair_value_t<XV, YV>
     throw shape_error(std::string("memsafe: ") + F::name + "(X, Y): X is " + X.shape() + " but Y is " + Y.shape() +
                       ": feature dimensions differ (" + std::to_string(X.cols()) + " vs " +
                       std::to_string(Y.cols()) + ")");
-  if (p.per_dim && p.kind != per_dim_kind::none) {
-    // validated by the caller for size; here for values
-  }
   using P = pairwise<F, T, XV::static_rows, YV::static_rows, D>;
   return P{{}, {X.data(), X.rows(), X.cols(), X.row_stride(), X.col_stride()},
            {Y.data(), Y.rows(), Y.cols(), Y.row_stride(), Y.col_stride()}, p};
