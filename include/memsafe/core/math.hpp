@@ -96,6 +96,16 @@ MEMSAFE_HD inline T select(bool c, T a, T b) noexcept {
   return bitcast<T>(static_cast<U>((bitcast<U>(a) & m) | (bitcast<U>(b) & ~m)));
 }
 
+// log's special cases, shared by the float and double kernels: +inf -> +inf, +-0 -> -inf,
+// negative -> NaN, NaN -> NaN; `r` is the polynomial result, kept for every other x.
+template <class T>
+MEMSAFE_HD inline T log_special_cases(T x, T r) noexcept {
+  r = select(x == inf_v<T>(), inf_v<T>(), r);
+  r = select(x == T(0), -inf_v<T>(), r);
+  r = select(x < T(0), nan_v<T>(), r);
+  return select(x != x, x, r);
+}
+
 // ----------------------------------------------------------------------------------------------
 // exp
 // ----------------------------------------------------------------------------------------------
@@ -188,8 +198,6 @@ MEMSAFE_HD inline double log_impl(double x) noexcept {
   constexpr double ln2_hi = 6.93147180369123816490e-01;  // e*ln2_hi exact for |e| < 2^11
   constexpr double ln2_lo = 1.90821492927058770002e-10;
   constexpr std::uint64_t sqrt_half = 0x3fe6a09e667f3bcdull;  // bits of sqrt(1/2)
-  constexpr double inf = inf_v<double>();
-  constexpr double nan = nan_v<double>();
 
   // Subnormal (and zero / negative, whose result is replaced below): scale into the normal range.
   const bool tiny = x < 0x1p-1022;
@@ -222,19 +230,13 @@ MEMSAFE_HD inline double log_impl(double x) noexcept {
   const double hfsq = 0.5 * f * f;
   double r = e * ln2_hi - ((hfsq - (s * (hfsq + R) + e * ln2_lo)) - f);
 
-  r = select(x == inf, inf, r);
-  r = select(x == 0.0, -inf, r);
-  r = select(x < 0.0, nan, r);
-  r = select(x != x, x, r);
-  return r;
+  return log_special_cases(x, r);
 }
 
 MEMSAFE_HD inline float log_impl(float x) noexcept {
   constexpr float ln2_hi = 0x1.62e4p-1f;                 // e*ln2_hi exact for |e| < 2^8
   constexpr float ln2_lo = 1.42860682030941723212e-6f;
   constexpr std::uint32_t sqrt_half = 0x3f3504f3u;
-  constexpr float inf = inf_v<float>();
-  constexpr float nan = nan_v<float>();
 
   const bool tiny = x < 0x1p-126f;
   const float xs = x * select(tiny, 0x1p24f, 1.0f);
@@ -258,11 +260,7 @@ MEMSAFE_HD inline float log_impl(float x) noexcept {
   const float hfsq = 0.5f * f * f;
   float r = e * ln2_hi - ((hfsq - (s * (hfsq + R) + e * ln2_lo)) - f);
 
-  r = select(x == inf, inf, r);
-  r = select(x == 0.0f, -inf, r);
-  r = select(x < 0.0f, nan, r);
-  r = select(x != x, x, r);
-  return r;
+  return log_special_cases(x, r);
 }
 
 // ----------------------------------------------------------------------------------------------
