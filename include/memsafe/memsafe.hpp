@@ -9,9 +9,19 @@
 #include "core/error.hpp"
 #include "core/math.hpp"
 #include "exec/eval.hpp"
+#include "expr/batched.hpp"
+#include "expr/chain.hpp"
+#include "expr/diag.hpp"
+#include "expr/tensor.hpp"
 #include "expr/formulas.hpp"
 #include "expr/lazy.hpp"
 #include "expr/reductions.hpp"
 #include "expr/view.hpp"
 #include "plan/plan.hpp"
 #include "rewrite/normalize.hpp"
+
+// Dense linear algebra on views (Cholesky, triangular solves, GEMM) through BLAS/LAPACK: only with
+// the CMake target memsafe::lapack, which defines MEMSAFE_HAS_LAPACK.
+#if defined(MEMSAFE_HAS_LAPACK)
+#include "linalg/dense.hpp"
+#endif

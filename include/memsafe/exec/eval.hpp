@@ -6,6 +6,7 @@
 // result; they are not temporaries and do not count against the budget.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -14,9 +15,12 @@
 
 #include "../core/accounting.hpp"
 #include "../core/budget.hpp"
+#include "../expr/batched.hpp"
+#include "../expr/diag.hpp"
 #include "../expr/reductions.hpp"
 #include "../plan/plan.hpp"
 #include "../rewrite/normalize.hpp"
+#include "chain.hpp"
 #include "executor.hpp"
 #include "monoids.hpp"
 
@@ -73,21 +77,84 @@ auto monoid_for(const R& r) {
   else static_assert(always_false<R>, "memsafe: unknown reduction");
 }
 
-/// The normalised lazy matrix, the monoid and the output layout of a row-reduction node.
+/// Linear terms split off a summed or multiplied expression by the rules scalar_hoist and
+/// diag_in_product: result = scale · (inner · M) + Σ coef_k · D_k · M.
+template <class T>
+struct linear_post {
+  double scale = 1;
+  std::vector<std::pair<double, std::function<T(std::size_t)>>> diags;
+  bool trivial() const { return scale == 1 && diags.empty(); }
+};
+
+template <class E>
+inline constexpr bool is_diag_plus = false;
+template <class E, class Dg>
+inline constexpr bool is_diag_plus<diag_plus<E, Dg>> = true;
+
+/// Peel scalar factors (and, where the node allows it, diagonal terms) off the top of a
+/// normalised expression, recording them in `post`.
+template <bool Diags, class E, class T>
+auto peel(const E& e, linear_post<T>& post, rewrite::rule_log& log, const char* where) {
+  using Op = typename unary_op_of<E>::type;
+  if constexpr (std::is_same_v<Op, op::mul_scalar<double>>) {
+    post.scale *= e.op.c;
+    log.add(std::string("scalar_hoist: ") + where + "(c*E) -> c*" + where + "(E)");
+    return peel<Diags>(e.e, post, log, where);
+  } else if constexpr (std::is_same_v<Op, op::div_scalar<double>>) {
+    post.scale /= e.op.c;
+    log.add(std::string("scalar_hoist: ") + where + "(E/c) -> " + where + "(E)/c");
+    return peel<Diags>(e.e, post, log, where);
+  } else if constexpr (std::is_same_v<Op, op::neg>) {
+    post.scale = -post.scale;
+    log.add(std::string("scalar_hoist: ") + where + "(-E) -> -" + where + "(E)");
+    return peel<Diags>(e.e, post, log, where);
+  } else if constexpr (Diags && is_diag_plus<E>) {
+    const auto d = e.d;
+    post.diags.emplace_back(post.scale, [d](std::size_t i) { return d.template at<T>(i); });
+    log.add(std::string("diag_in_product: ") + where + "(E + D) -> " + where + "(E) + " + where + "(D)");
+    return peel<Diags>(e.e, post, log, where);
+  } else {
+    return e;
+  }
+}
+
+/// What a node evaluates: the rewritten lazy matrix, the monoid, the output layout, the
+/// linear post-step, and the rules that fired.
+template <class E, class Mon, class T>
+struct row_plan {
+  E e;
+  Mon mon;
+  linear_post<T> post;
+  matrix_view<const T> rhs{nullptr, 0, 0};  ///< the dense factor for the post-step (none: ones)
+};
+
 template <class X>
 struct row_job;
 
 template <class R, class E>
 struct row_job<reduce_expr<R, E>> {
   using T = typename E::value_type;
-  static auto make(const reduce_expr<R, E>& x) { return std::pair{rewrite::normalize(x.e), monoid_for<R, T>(x.r)}; }
+  static auto make(const reduce_expr<R, E>& x, rewrite::rule_log& log) {
+    auto n = rewrite::normalize(x.e, log);
+    linear_post<T> post;
+    if constexpr (std::is_same_v<R, red::sum>) {
+      auto in = peel<true>(n, post, log, "sum");
+      return row_plan<decltype(in), decltype(monoid_for<R, T>(x.r)), T>{in, monoid_for<R, T>(x.r), post};
+    } else {
+      return row_plan<decltype(n), decltype(monoid_for<R, T>(x.r)), T>{n, monoid_for<R, T>(x.r), post};
+    }
+  }
   static exec::out_spec<T> out(const reduce_expr<R, E>& x, T* v, index_t* ix) { return row_major_out(v, ix, x.cols()); }
 };
-template <class E>
-struct row_job<matmul_expr<E>> {
+template <class E, bool L>
+struct row_job<matmul_expr<E, L>> {
   using T = typename E::value_type;
-  static auto make(const matmul_expr<E>& x) { return std::pair{rewrite::normalize(x.e), exec::matmul_monoid<T>{x.rhs}}; }
-  static exec::out_spec<T> out(const matmul_expr<E>& x, T* v, index_t*) {
+  static auto make(const matmul_expr<E, L>& x, rewrite::rule_log& log) {
+    linear_post<T> post;
+    auto in = peel<true>(rewrite::normalize(x.e, log), post, log, "product");
+    return row_plan<decltype(in), exec::matmul_monoid<T>, T>{in, exec::matmul_monoid<T>{x.rhs}, post, x.rhs};
+  }
+  static exec::out_spec<T> out(const matmul_expr<E, L>& x, T* v, index_t*) {
     if (x.transpose_out)  // the computed (n×c) block is the transpose of the c×n result
       return {v, 1, std::ptrdiff_t(x.e.rows()), nullptr, 0, 0};
     return row_major_out<T>(v, nullptr, x.cols());
@@ -96,57 +163,240 @@ struct row_job<matmul_expr<E>> {
 template <class E>
 struct row_job<softmax_sum_expr<E>> {
   using T = typename E::value_type;
-  static auto make(const softmax_sum_expr<E>& x) {
-    return std::pair{rewrite::normalize(x.e), exec::softmax_sum_monoid<T>{x.values}};
+  static auto make(const softmax_sum_expr<E>& x, rewrite::rule_log& log) {
+    auto n = rewrite::normalize(x.e, log);
+    return row_plan<decltype(n), exec::softmax_sum_monoid<T>, T>{n, exec::softmax_sum_monoid<T>{x.values}, {}};
   }
   static exec::out_spec<T> out(const softmax_sum_expr<E>& x, T* v, index_t*) { return row_major_out<T>(v, nullptr, x.cols()); }
 };
 template <class E>
 struct row_job<dense_expr<E>> {
   using T = typename E::value_type;
-  static auto make(const dense_expr<E>& x) { return std::pair{rewrite::normalize(x.e), exec::dense_monoid<T>{}}; }
+  static auto make(const dense_expr<E>& x, rewrite::rule_log& log) {
+    auto n = rewrite::normalize(x.e, log);
+    return row_plan<decltype(n), exec::dense_monoid<T>, T>{n, exec::dense_monoid<T>{}, {}};
+  }
   static exec::out_spec<T> out(const dense_expr<E>& x, T* v, index_t*) { return row_major_out<T>(v, nullptr, x.cols()); }
 };
 
+/// Apply the linear post-step: out(i, c) = scale·out(i, c) + Σ coef·d(i)·rhs(i, c).
+template <class T>
+void apply_post(const linear_post<T>& post, const matrix_view<const T>& rhs, const exec::out_spec<T>& out,
+                std::size_t n, std::size_t c) {
+  if (post.trivial()) return;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t q = 0; q < c; ++q) {
+      double v = post.scale * static_cast<double>(out.v(i, q));
+      const double r = rhs.data() ? static_cast<double>(rhs(i, q)) : 1.0;
+      for (const auto& [coef, d] : post.diags) v += coef * static_cast<double>(d(i)) * r;
+      out.v(i, q) = static_cast<T>(v);
+    }
+}
+
 template <class X>
-tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads) {
-  if constexpr (requires { x.a; x.b; }) {  // lazy × lazy
-    auto a = rewrite::normalize(x.a);
-    auto b = rewrite::normalize(x.b);
+inline constexpr bool is_lazy_product = requires(const X& x) { x.a; x.b; };
+
+template <class X>
+tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
+  if constexpr (is_lazy_product<X>) {  // lazy × lazy
+    linear_post<typename X::value_type> post;
+    auto a = peel<false>(rewrite::normalize(x.a, log), post, log, "product");
+    auto b = peel<false>(rewrite::normalize(x.b, log), post, log, "product");
     auto p = plan::tiles_3d(
         a.rows(), b.cols(), a.cols(), budget, threads,
         [&](std::size_t tp, std::size_t tq, std::size_t tt) { return exec::product_bytes(a, b, tp, tq, tt); }, x.str());
     p.expression = a.str() + " * " + b.str();
+    if (post.scale != 1) p.expression = std::to_string(post.scale) + " * (" + p.expression + ")";
     p.reduction = "tiled lazy x lazy product (double accumulation)";
     return p;
   } else {
-    auto [e, mon] = row_job<X>::make(x);
+    auto job = row_job<X>::make(x, log);
     auto p = plan::tiles_2d(
-        e.rows(), e.cols(), budget, threads,
-        [&](std::size_t ti, std::size_t tj) { return exec::per_thread_bytes(e, mon, ti, tj); }, x.str());
-    p.expression = e.str();
-    p.reduction = std::string(decltype(mon)::name) + " over j, fused with tile generation";
+        job.e.rows(), job.e.cols(), budget, threads,
+        [&](std::size_t ti, std::size_t tj) { return exec::per_thread_bytes(job.e, job.mon, ti, tj); }, x.str());
+    p.expression = job.e.str();
+    if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
+    for (std::size_t k = 0; k < job.post.diags.size(); ++k) p.expression += " + D" + std::to_string(k) + "·M";
+    p.reduction = std::string(decltype(job.mon)::name) + " over j, fused with tile generation";
     return p;
   }
 }
 
 template <class X, class T = typename X::value_type>
-eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
-  const std::size_t budget = resolve_budget(o.budget);
-  const std::size_t threads = plan::resolve_threads(o.threads);
-  const auto t0 = std::chrono::steady_clock::now();
-  tile_plan p = make_plan(x, budget, threads);  // throws budget_error before any allocation
-  accountant acc(budget);
-  if constexpr (requires { x.a; x.b; }) {
-    auto a = rewrite::normalize(x.a);
-    auto b = rewrite::normalize(x.b);
+tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
+                       accountant& acc, rewrite::rule_log& log) {
+  tile_plan p = make_plan(x, budget, threads, log);  // throws budget_error before any allocation
+  if constexpr (is_lazy_product<X>) {
+    rewrite::rule_log quiet;
+    linear_post<T> post;
+    auto a = peel<false>(rewrite::normalize(x.a, quiet), post, quiet, "product");
+    auto b = peel<false>(rewrite::normalize(x.b, quiet), post, quiet, "product");
     exec::run_product(a, b, values, x.cols(), p, acc);
+    if (post.scale != 1)
+      for (std::size_t q = 0; q < x.rows() * x.cols(); ++q) values[q] = static_cast<T>(post.scale * values[q]);
   } else {
-    auto [e, mon] = row_job<X>::make(x);
-    exec::run_rows(e, mon, row_job<X>::out(x, values, indices), p, acc);
+    rewrite::rule_log quiet;
+    auto job = row_job<X>::make(x, quiet);
+    const auto out = row_job<X>::out(x, values, indices);
+    exec::run_rows(job.e, job.mon, out, p, acc);
+    apply_post(job.post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
   }
+  return p;
+}
+
+// ---- diag(K) and trace(K) ----------------------------------------------------------------------
+
+template <class F>
+inline constexpr bool stationary_kernel =
+    std::is_same_v<F, formula::rbf> || std::is_same_v<F, formula::matern12> || std::is_same_v<F, formula::matern32> ||
+    std::is_same_v<F, formula::matern52> || std::is_same_v<F, formula::rq>;
+template <class F>
+inline constexpr bool zero_diagonal_distance =
+    std::is_same_v<F, formula::sqdist> || std::is_same_v<F, formula::dist> || std::is_same_v<F, formula::l1>;
+
+template <class P>
+bool same_points(const P& e) {
+  return e.x.data() == e.y.data() && e.x.rows() == e.y.rows() && e.x.row_stride() == e.y.row_stride() &&
+         e.x.col_stride() == e.y.col_stride() && e.params.y_sign == 1;
+}
+
+/// Bytes of temporaries the diagonal of a normalised lazy matrix needs.
+template <class E>
+std::size_t diag_bytes(const E& e, rewrite::rule_log& log) {
+  using T = typename E::value_type;
+  if constexpr (requires { typename E::formula_type; }) {
+    using F = typename E::formula_type;
+    if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>)
+      if (same_points(e)) {
+        log.add(std::string("stationary_diagonal: diag(") + F::name + "(X, X)) -> " +
+                (stationary_kernel<F> ? "variance" : "0") + ", no pairs evaluated");
+        return 0;
+      }
+  } else if constexpr (requires { e.use_fast; }) {
+    return e.use_fast ? diag_bytes(e.fast, log) : diag_bytes(e.slow, log);
+  } else if constexpr (is_diag_plus<E>) {
+    log.add("diagonal_of_sum: diag(E + D) -> diag(E) + D");
+    return diag_bytes(e.e, log);
+  } else if constexpr (!std::is_void_v<typename unary_op_of<E>::type>) {
+    log.add("diagonal_of_map: diag(op(E)) -> op(diag(E))");
+    return diag_bytes(e.e, log);
+  }
+  return host::align64(sizeof(T)) + exec::tile_gen<E>::workspace_bytes(e, 1, 1);
+}
+
+/// emit(i, K_ii) for every i, reading pairs only where no rule knows the value.
+template <class E, class Emit>
+void diag_run(const E& e, const Emit& emit, accountant& acc, rewrite::rule_log& log) {
+  using T = typename E::value_type;
+  const std::size_t n = e.rows();
+  if constexpr (requires { typename E::formula_type; }) {
+    using F = typename E::formula_type;
+    if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>) {
+      if (same_points(e)) {
+        const T v = stationary_kernel<F> ? e.params.variance : T(0);
+        for (std::size_t i = 0; i < n; ++i) emit(i, v);
+        return;
+      }
+    }
+  } else if constexpr (requires { e.use_fast; }) {
+    if (e.use_fast) diag_run(e.fast, emit, acc, log);
+    else diag_run(e.slow, emit, acc, log);
+    return;
+  } else if constexpr (is_diag_plus<E>) {
+    const auto d = e.d;
+    diag_run(e.e, [&](std::size_t i, T v) { emit(i, v + d.template at<T>(i)); }, acc, log);
+    return;
+  } else if constexpr (!std::is_void_v<typename unary_op_of<E>::type>) {
+    const auto op = e.op;
+    diag_run(e.e, [&](std::size_t i, T v) { emit(i, op(v)); }, acc, log);
+    return;
+  }
+  // Generic: one 1×1 tile per diagonal entry.
+  temp_buffer<std::byte> ws(acc, diag_bytes(e, log));
+  std::byte* cur = ws.data();
+  T* cell = exec::carve<T>(cur, 1);
+  exec::tile_gen<E> gen(e);
+  gen.bind(cur, 1, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    gen.fill(i, 1, i, 1, cell, 1);
+    emit(i, *cell);
+  }
+}
+
+template <class X>
+inline constexpr bool is_diag_node = false;
+template <class E>
+inline constexpr bool is_diag_node<diag_expr<E>> = true;
+template <class E>
+inline constexpr bool is_diag_node<trace_expr<E>> = true;
+
+template <class X>
+  requires is_diag_node<X>
+tile_plan make_plan(const X& x, std::size_t budget, std::size_t, rewrite::rule_log& log) {
+  auto e = rewrite::normalize(x.e, log);
+  tile_plan p;
+  p.expression = x.str().substr(0, 5) + "(" + e.str() + ")";
+  p.reduction = "diagonal entries only (no pairs off the diagonal)";
+  p.rows = e.rows();
+  p.cols = 1;
+  p.budget = budget;
+  p.threads = 1;
+  p.tile_rows = p.tile_cols = 1;
+  p.per_thread_bytes = p.planned_bytes = p.min_bytes = diag_bytes(e, log);
+  p.row_blocks = p.num_tiles = e.rows();
+  p.col_blocks = 1;
+  if (p.min_bytes > budget) plan::too_small(x.str(), budget, p.min_bytes);
+  return p;
+}
+template <class X, class T = typename X::value_type>
+  requires is_diag_node<X>
+tile_plan plan_and_run(const X& x, T* values, index_t*, std::size_t budget, std::size_t threads, accountant& acc,
+                       rewrite::rule_log& log) {
+  tile_plan p = make_plan(x, budget, threads, log);
+  rewrite::rule_log quiet;
+  auto e = rewrite::normalize(x.e, quiet);
+  if constexpr (std::is_same_v<X, trace_expr<decltype(x.e)>>) {
+    double s = 0;
+    diag_run(e, [&](std::size_t, T v) { s += static_cast<double>(v); }, acc, quiet);
+    values[0] = static_cast<T>(s);
+  } else {
+    diag_run(e, [&](std::size_t i, T v) { values[i] = v; }, acc, quiet);
+  }
+  return p;
+}
+
+// ---- batches of lazy matrices (broadcast tensors with leading batch axes) ------------------------
+
+template <class X>
+inline constexpr bool is_batched_node = false;
+template <class R, class S>
+inline constexpr bool is_batched_node<batched_reduce_expr<R, S>> = true;
+
+template <class X>
+  requires is_batched_node<X>
+tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
+  tile_plan p = make_plan(x.slice_expr(0), budget, threads, log);
+  p.expression = "batch of " + std::to_string(x.s.batch()) + " x [" + p.expression + "]";
+  return p;
+}
+template <class X, class T = typename X::value_type>
+  requires is_batched_node<X>
+tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
+                       accountant& acc, rewrite::rule_log& log) {
+  tile_plan p = make_plan(x, budget, threads, log);
+  const std::size_t B = x.s.batch();
+  for (std::size_t b = 0; b < B; ++b) {
+    const auto sx = x.slice_expr(b);
+    const std::size_t off = b * sx.rows() * sx.cols();
+    rewrite::rule_log quiet;
+    plan_and_run(sx, values + off, indices ? indices + off : nullptr, budget, threads, acc, quiet);
+  }
+  return p;
+}
+
+inline eval_stats make_stats(tile_plan p, const accountant& acc, std::size_t budget, double seconds) {
   eval_stats s;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.seconds = seconds;
   s.budget_bytes = budget;
   s.peak_temp_bytes = acc.peak();
   s.planned_temp_bytes = p.planned_bytes;
@@ -159,6 +409,19 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
   s.threads = p.threads;
   s.plan = std::move(p);
   return s;
+}
+
+template <class X, class T = typename X::value_type>
+eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
+  const std::size_t budget = resolve_budget(o.budget);
+  const std::size_t threads = plan::resolve_threads(o.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  accountant acc(budget);
+  rewrite::rule_log log;
+  tile_plan p = plan_and_run(x, values, indices, budget, threads, acc, log);
+  p.rules = log.fired;
+  return make_stats(std::move(p), acc, budget,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 template <class B>
@@ -216,17 +479,31 @@ result<typename X::value_type> eval(const X& x, budget_bytes b) {
 /// The plan eval would follow (nothing is allocated or computed). Throws budget_error like eval.
 template <evaluable X>
 tile_plan plan_for(const X& x, const options& o = {}) {
-  return detail::make_plan(x, resolve_budget(o.budget), plan::resolve_threads(o.threads));
+  rewrite::rule_log log;
+  auto p = detail::make_plan(x, resolve_budget(o.budget), plan::resolve_threads(o.threads), log);
+  p.rules = log.fired;
+  return p;
 }
 template <evaluable X>
 tile_plan plan_for(const X& x, budget_bytes b) {
   return plan_for(x, options{b.bytes, 0});
 }
 
-/// A human-readable account of an evaluation: the expression and the plan.
+/// A human-readable account of an evaluation: the expression as written, as rewritten, the rules
+/// that fired, and the plan (or why no plan fits and the minimum budget that would).
 template <evaluable X>
 std::string explain(const X& x, const options& o = {}) {
-  return "as written:   " + x.str() + "\n" + plan_for(x, o).describe();
+  std::string s = "as written:   " + x.str() + "\n";
+  try {
+    s += plan_for(x, o).describe();
+  } catch (const budget_error& e) {
+    rewrite::rule_log log;
+    auto p = detail::make_plan(x, unlimited, 1, log);
+    p.rules = log.fired;
+    p.budget = resolve_budget(o.budget);
+    s += p.describe_rewrite() + "plan:         does not fit: " + e.what() + "\n";
+  }
+  return s;
 }
 
 }  // namespace memsafe

@@ -4,10 +4,14 @@
 // (`workspace_bytes`, used by the planner) and carves it from the thread's accounted buffer
 // (`bind`). `fill` writes entries (i0+r, j0+c) to out[r*ld + c].
 #pragma once
+#include <algorithm>
 #include <cstddef>
 
 #include "../backend/host/kernels.hpp"
+#include "../expr/diag.hpp"
 #include "../expr/lazy.hpp"
+#include "../expr/tensor.hpp"
+#include "../rewrite/rules.hpp"
 
 namespace memsafe::exec {
 
@@ -120,4 +124,106 @@ struct tile_gen<binary_expr<Op, A, B>> {
   }
 };
 
+// ---- broadcast tensors (evaluated as written, one entry at a time) ---------------------------
+
+/// Point evaluation of a rank-3 broadcast tensor: value at (a0, a1, a2). Leaves read their data
+/// with stride 0 on inserted and size-1 axes, so broadcasting costs nothing.
+template <class E>
+struct tensor_point;
+template <class T, std::size_t R, std::size_t A, std::size_t D>
+struct tensor_point<tleaf<T, R, A, D>> {
+  const T* p;
+  std::size_t s0, s1, s2;
+  explicit tensor_point(const tleaf<T, R, A, D>& l) : p(l.data) {
+    const auto st = l.eff_strides();
+    s0 = st[0];
+    s1 = st[1];
+    s2 = st[2];
+  }
+  T operator()(std::size_t a0, std::size_t a1, std::size_t a2) const { return p[a0 * s0 + a1 * s1 + a2 * s2]; }
+};
+template <class Op, class E>
+struct tensor_point<tmap<Op, E>> {
+  tensor_point<E> c;
+  Op op;
+  explicit tensor_point(const tmap<Op, E>& m) : c(m.e), op(m.op) {}
+  auto operator()(std::size_t a0, std::size_t a1, std::size_t a2) const { return op(c(a0, a1, a2)); }
+};
+template <class Op, class A, class B>
+struct tensor_point<tzip<Op, A, B>> {
+  tensor_point<A> a;
+  tensor_point<B> b;
+  Op op;
+  explicit tensor_point(const tzip<Op, A, B>& z) : a(z.a), b(z.b), op(z.op) {}
+  auto operator()(std::size_t a0, std::size_t a1, std::size_t a2) const { return op(a(a0, a1, a2), b(a0, a1, a2)); }
+};
+
+template <std::size_t Ax, class E, bool Swap>
+struct tile_gen<tsum<Ax, E, Swap>> {
+  using expr_type = tsum<Ax, E, Swap>;
+  using T = typename expr_type::value_type;
+  const expr_type& e;
+  tensor_point<E> pt;
+  explicit tile_gen(const expr_type& ex) : e(ex), pt(ex.e) {}
+  static std::size_t workspace_bytes(const expr_type&, std::size_t, std::size_t) { return 0; }
+  void bind(std::byte*&, std::size_t, std::size_t) {}
+  void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
+    const std::size_t K = e.reduced();
+    std::size_t idx[3];
+    for (std::size_t r = 0; r < ni; ++r)
+      for (std::size_t c = 0; c < nj; ++c) {
+        idx[expr_type::row_axis] = i0 + r;
+        idx[expr_type::col_axis] = j0 + c;
+        T acc = T(0);
+        for (std::size_t k = 0; k < K; ++k) {
+          idx[Ax] = k;
+          acc += static_cast<T>(pt(idx[0], idx[1], idx[2]));
+        }
+        out[r * ld + c] = acc;
+      }
+  }
+};
+
+// ---- guarded rewrites ----------------------------------------------------------------------------
+template <class Fa, class Sl>
+struct tile_gen<guarded<Fa, Sl>> {
+  using expr_type = guarded<Fa, Sl>;
+  using T = typename expr_type::value_type;
+  const expr_type& e;
+  tile_gen<Fa> gf;
+  tile_gen<Sl> gs;
+  explicit tile_gen(const expr_type& ex) : e(ex), gf(ex.fast), gs(ex.slow) {}
+  static std::size_t workspace_bytes(const expr_type& ex, std::size_t ti, std::size_t tj) {
+    return ex.use_fast ? tile_gen<Fa>::workspace_bytes(ex.fast, ti, tj) : tile_gen<Sl>::workspace_bytes(ex.slow, ti, tj);
+  }
+  void bind(std::byte*& cur, std::size_t ti, std::size_t tj) {
+    if (e.use_fast) gf.bind(cur, ti, tj);
+    else gs.bind(cur, ti, tj);
+  }
+  void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
+    if (e.use_fast) gf.fill(i0, ni, j0, nj, out, ld);
+    else gs.fill(i0, ni, j0, nj, out, ld);
+  }
+};
+
+// ---- diagonal terms: the tile adds the diagonal entries that fall inside it ---------------------
+template <class E, class Dg>
+struct tile_gen<diag_plus<E, Dg>> {
+  using expr_type = diag_plus<E, Dg>;
+  using T = typename expr_type::value_type;
+  const expr_type& e;
+  tile_gen<E> child;
+  explicit tile_gen(const expr_type& ex) : e(ex), child(ex.e) {}
+  static std::size_t workspace_bytes(const expr_type& ex, std::size_t ti, std::size_t tj) {
+    return tile_gen<E>::workspace_bytes(ex.e, ti, tj);
+  }
+  void bind(std::byte*& cur, std::size_t ti, std::size_t tj) { child.bind(cur, ti, tj); }
+  void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
+    child.fill(i0, ni, j0, nj, out, ld);
+    const std::size_t lo = std::max(i0, j0), hi = std::min(i0 + ni, j0 + nj);
+    for (std::size_t i = lo; i < hi; ++i) out[(i - i0) * ld + (i - j0)] += e.d.template at<T>(i);
+  }
+};
+
 }  // namespace memsafe::exec
+

@@ -29,6 +29,7 @@ struct formula_params {
   T variance = 1;
   T alpha = 1;         ///< rational-quadratic shape
   T acc_scale = 1;     ///< multiplies the accumulated base (1/ℓ² for a scalar lengthscale)
+  T y_sign = 1;        ///< −1: the formula sees −y (Σ(x+y)² is sqdist(x, −y)); set by rewrite rules
   const T* per_dim = nullptr;
   per_dim_kind kind = per_dim_kind::none;
   T scale(std::size_t k, T v) const {

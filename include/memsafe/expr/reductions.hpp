@@ -57,7 +57,9 @@ struct reduce_expr : evaluable_tag {
 
 /// E (n×m) · M (m×c): n×c (or n values when `vector_out`). With `transpose_out` the result is
 /// written transposed (c×n): that is how `M * E` and `v * E` are evaluated, as (Eᵀ Mᵀ)ᵀ.
-template <class E>
+/// FromLeft marks products written with the dense operand on the left (M·K, vᵀ·K), captured as
+/// (Kᵀ Mᵀ)ᵀ: E is then transpose(K).
+template <class E, bool FromLeft = false>
 struct matmul_expr : evaluable_tag {
   using value_type = typename E::value_type;
   E e;
@@ -242,7 +244,7 @@ auto operator*(const vector_view<T, N>& v, const E& e) {
     throw shape_error("memsafe: v * K: K is " + detail::shape_str(e.rows(), e.cols()) + " but v has length " +
                       std::to_string(v.size()));
   auto t = transpose(e);
-  return matmul_expr<decltype(t)>{{}, t, matrix_view<const V>(v.as_column()), true, false};
+  return matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(v.as_column()), true, false};
 }
 /// M · K (c×m) for M c×n, evaluated as (Kᵀ Mᵀ)ᵀ.
 template <class T, std::size_t R, std::size_t C, lazy_matrix E>
@@ -255,7 +257,7 @@ auto operator*(const matrix_view<T, R, C>& M, const E& e) {
     throw shape_error("memsafe: M * K: M is " + M.shape() + " but K is " + detail::shape_str(e.rows(), e.cols()) +
                       ": inner extents differ (" + std::to_string(M.cols()) + " vs " + std::to_string(e.rows()) + ")");
   auto t = transpose(e);
-  return matmul_expr<decltype(t)>{{}, t, matrix_view<const V>(M).t(), false, true};
+  return matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(M).t(), false, true};
 }
 /// A · B for two lazy matrices (e.g. Kuf · Kufᵀ), contracting A's columns with B's rows.
 template <lazy_matrix A, lazy_matrix B>

@@ -36,21 +36,33 @@ struct tile_plan {
   std::size_t budget = 0;
   std::size_t row_blocks = 0, col_blocks = 0, inner_blocks = 0, num_tiles = 0;
   bool split_columns = false;  ///< threads share one row block's columns and merge partials
+  std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
+
+  /// "as rewritten" and "rules fired" lines.
+  std::string describe_rewrite() const {
+    std::string s = "as rewritten: " + expression + "\nrules fired:  ";
+    if (rules.empty()) s += "(none)";
+    for (std::size_t k = 0; k < rules.size(); ++k) s += (k ? "\n              " : "") + rules[k];
+    return s + "\n";
+  }
 
   std::string describe() const {
     std::ostringstream o;
-    o << "expression:   " << expression << "\n"
+    o << describe_rewrite()
       << "reduction:    " << reduction << "\n"
       << "index space:  " << rows << " x " << cols;
     if (inner) o << " (contracting " << inner << ")";
-    o << "\n"
-      << "tile:         " << tile_rows << " x " << tile_cols;
-    if (inner) o << " x " << tile_inner;
-    o << " (" << num_tiles << " tiles: " << row_blocks << " row blocks x " << col_blocks << " column blocks";
-    if (inner) o << " x " << inner_blocks << " inner blocks";
-    o << ")\n"
-      << "threads:      " << threads << (split_columns ? " (splitting columns, partials merged)" : " (over row blocks)")
-      << "\n"
+    o << "\n";
+    if (tile_rows) {
+      o << "tile:         " << tile_rows << " x " << tile_cols;
+      if (inner) o << " x " << tile_inner;
+      o << " (" << num_tiles << " tiles: " << row_blocks << " row blocks x " << col_blocks << " column blocks";
+      if (inner) o << " x " << inner_blocks << " inner blocks";
+      o << ")\n"
+        << "threads:      " << threads << (split_columns ? " (splitting columns, partials merged)" : " (over row blocks)")
+        << "\n";
+    }
+    o
       << "temporaries:  " << format_bytes(planned_bytes) << " planned (" << format_bytes(per_thread_bytes)
       << " per thread), budget " << format_bytes(budget) << ", minimum " << format_bytes(min_bytes) << "\n";
     return o.str();

@@ -8,8 +8,14 @@
 #include <cmath>
 #include <cstddef>
 
+#include <limits>
+#include <type_traits>
+
 #include "../../core/config.hpp"
 #include "../../expr/formulas.hpp"
+#if defined(MEMSAFE_HAS_LAPACK)
+#include "../../linalg/fortran.hpp"
+#endif
 
 namespace memsafe::host {
 
@@ -41,6 +47,8 @@ void pack_panels(const YV& Y, const formula_params<T>& p, std::size_t j0, std::s
           for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = y[k * cs];
         else
           for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = p.scale(k, y[k * cs]);
+        if (p.y_sign != T(1))
+          for (std::size_t k = 0; k < d; ++k) dst[k * W + w] *= p.y_sign;
       } else {
         for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = T(0);
       }
@@ -160,9 +168,28 @@ void row_times_matrix(const T* row, std::size_t n, const T* M, std::size_t rs, s
 }
 
 /// C[p×q] += A[p×t] · B[t×q] (all row-major with the given leading dimensions), double C.
+/// With MEMSAFE_HAS_LAPACK and T = double this is one DGEMM (beta = 1): the row-major C is the
+/// column-major Cᵀ, so it computes Cᵀ += Bᵀ·Aᵀ with no transposes. It runs inside memsafe's worker
+/// threads, so the BLAS is kept to one thread (linalg::detail::single_threaded_blas). float tiles
+/// keep the loops below (the accumulator is double, which SGEMM cannot accumulate into).
 template <class T>
 void gemm_acc(std::size_t p, std::size_t q, std::size_t t, const T* A, std::size_t lda, const T* B, std::size_t ldb,
               double* C, std::size_t ldc) {
+#if defined(MEMSAFE_HAS_LAPACK)
+  if constexpr (std::is_same_v<T, double>) {
+    constexpr std::size_t imax = static_cast<std::size_t>(std::numeric_limits<int>::max());
+    if (p == 0 || q == 0 || t == 0) return;
+    if (p <= imax && q <= imax && t <= imax && lda <= imax && ldb <= imax && ldc <= imax) {
+      const int M = static_cast<int>(q), N = static_cast<int>(p), K = static_cast<int>(t);
+      const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
+      const double one = 1.0;
+      const char no = 'N';
+      linalg::detail::single_threaded_blas(
+          [&] { dgemm_(&no, &no, &M, &N, &K, &one, B, &lb, A, &la, &one, C, &lc, 1, 1); });
+      return;
+    }
+  }
+#endif
   for (std::size_t a = 0; a < p; ++a) {
     double* c = C + a * ldc;
     const T* ar = A + a * lda;

@@ -1,0 +1,252 @@
+// memsafe/linalg/dense.hpp — small dense linear algebra through BLAS/LAPACK, on memsafe views.
+//
+// For the m×m matrices that follow a memsafe reduction (Kuu, Kuf·Kufᵀ, …): Cholesky, triangular
+// solves, log-determinant, GEMM and SYRK. Requires MEMSAFE_HAS_LAPACK (link memsafe::lapack).
+// These routines allocate nothing themselves; the BLAS/LAPACK's own internal buffers (OpenBLAS's
+// per-thread GEMM buffers) are outside memsafe's budget accounting (docs/design.md).
+//
+// Layout. memsafe views are row-major by default (element (i, j) at i·row_stride + j·col_stride)
+// and Fortran routines are column-major. A view is passed to BLAS when one of its strides is 1:
+//   * col_stride == 1 (row-major):    the memory, read column-major with ld = row_stride, is Mᵀ;
+//   * row_stride == 1 (column-major): the memory is M itself with ld = col_stride.
+// So a transposed view `v.t()` of a row-major matrix is a column-major view of the same memory and
+// costs nothing. Every routine computes, for each operand, whether BLAS sees M or Mᵀ and flips
+// TRANS / UPLO / SIDE accordingly:
+//   * a row-major lower triangle is a column-major upper triangle ('L' ↔ 'U');
+//   * a symmetric matrix is its own transpose, so only the triangle flips;
+//   * a row-major result C = op(A)·op(B) is computed as the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ;
+//   * a row-major right-hand side B of op(L)·X = B is solved as Xᵀ·op(L)ᵀ = Bᵀ (SIDE = 'R').
+// Views with neither stride 1 are an argument_error. Extents must fit a 32-bit Fortran INTEGER.
+#pragma once
+
+#if !defined(MEMSAFE_HAS_LAPACK)
+#error "memsafe/linalg/dense.hpp needs BLAS/LAPACK: link the CMake target memsafe::lapack (which defines MEMSAFE_HAS_LAPACK=1 and links LAPACK), not only memsafe::memsafe"
+#endif
+
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../expr/view.hpp"
+#include "fortran.hpp"
+
+namespace memsafe::linalg {
+
+namespace detail {
+
+/// How BLAS sees a view: `transposed` when the column-major memory holds Mᵀ (a row-major view).
+struct blas_layout {
+  bool transposed;
+  int ld;
+};
+
+inline int to_int(std::size_t v, const char* fn, const char* what) {
+  if (v > static_cast<std::size_t>(INT_MAX))
+    throw argument_error(std::string("memsafe::linalg::") + fn + ": " + what + " = " + std::to_string(v) +
+                         " does not fit a 32-bit BLAS/LAPACK integer");
+  return static_cast<int>(v);
+}
+
+template <class V>
+blas_layout layout(const V& v, const char* fn, const char* what) {
+  const std::size_t r = v.rows(), c = v.cols();
+  const auto fits = [&](std::size_t ld, std::size_t minimum) { return ld >= (minimum > 0 ? minimum : 1); };
+  // Row-major (memory = Mᵀ, c×r column-major with ld = row_stride); a single row or column is
+  // accepted with any stride along its length-1 direction.
+  if ((v.col_stride() == 1 || c <= 1) && (r <= 1 || fits(v.row_stride(), c)))
+    return {true, to_int(r <= 1 ? (c > 0 ? c : 1) : v.row_stride(), fn, "leading dimension")};
+  if ((v.row_stride() == 1 || r <= 1) && (c <= 1 || fits(v.col_stride(), r)))
+    return {false, to_int(c <= 1 ? (r > 0 ? r : 1) : v.col_stride(), fn, "leading dimension")};
+  throw argument_error(std::string("memsafe::linalg::") + fn + ": " + what + " (" + v.shape() + ", strides " +
+                       std::to_string(v.row_stride()) + ", " + std::to_string(v.col_stride()) +
+                       ") has no unit stride; BLAS needs row- or column-contiguous storage");
+}
+
+template <class V>
+void require_square(const V& v, const char* fn, const char* what) {
+  if (v.rows() != v.cols())
+    throw shape_error(std::string("memsafe::linalg::") + fn + ": " + what + " must be square, got " + v.shape());
+}
+
+inline std::string shapes(std::size_t r1, std::size_t c1, std::size_t r2, std::size_t c2) {
+  return memsafe::detail::shape_str(r1, c1) + " and " + memsafe::detail::shape_str(r2, c2);
+}
+
+template <class T>
+using value_t = std::remove_cv_t<T>;
+
+}  // namespace detail
+
+/// In-place Cholesky factorisation A = L·Lᵀ of a symmetric positive-definite matrix.
+/// Reads only A's lower triangle (in A's own indexing, whatever its layout), overwrites it with L
+/// and sets the strict upper triangle to zero, so A afterwards holds exactly L.
+/// Throws shape_error if A is not square, argument_error naming the first leading minor that is not
+/// positive definite (A is then partly overwritten).
+template <class T, std::size_t R, std::size_t C>
+void cholesky(matrix_view<T, R, C> A) {
+  static_assert(!std::is_const_v<T>, "memsafe::linalg::cholesky factorises in place: pass a writable view");
+  detail::require_square(A, "cholesky", "A");
+  const std::size_t n = A.rows();
+  if (n == 0) return;
+  const auto lay = detail::layout(A, "cholesky", "A");
+  const int N = detail::to_int(n, "cholesky", "n");
+  // Row-major memory holds Aᵀ: A's lower triangle is the column-major upper triangle, and the
+  // factor U with Aᵀ = UᵀU there is L = Uᵀ seen row-major (Aᵀ = A).
+  const char uplo = lay.transposed ? 'U' : 'L';
+  int info = 0;
+  if constexpr (std::is_same_v<T, double>)
+    dpotrf_(&uplo, &N, A.data(), &lay.ld, &info, 1);
+  else
+    spotrf_(&uplo, &N, A.data(), &lay.ld, &info, 1);
+  if (info > 0)
+    throw argument_error("memsafe::linalg::cholesky: the matrix (" + A.shape() + ") is not positive definite: " +
+                         "its leading minor of order " + std::to_string(info) +
+                         " is not positive definite (add jitter to the diagonal?)");
+  if (info < 0)
+    throw argument_error("memsafe::linalg::cholesky: LAPACK rejected argument " + std::to_string(-info));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) A(i, j) = T(0);
+}
+
+/// In place B ← L⁻¹·B (trans = false) or B ← L⁻ᵀ·B (trans = true) for lower-triangular L (n×n,
+/// non-unit diagonal; only the lower triangle is read) and B n×k, through TRSM.
+template <class TL, std::size_t R1, std::size_t C1, class T, std::size_t R2, std::size_t C2>
+void solve_lower(matrix_view<TL, R1, C1> L, matrix_view<T, R2, C2> B, bool trans = false) {
+  static_assert(std::is_same_v<detail::value_t<TL>, T> && !std::is_const_v<T>,
+                "memsafe::linalg::solve_lower: L and a writable B of the same value type");
+  detail::require_square(L, "solve_lower", "L");
+  if (L.rows() != B.rows())
+    throw shape_error("memsafe::linalg::solve_lower: L and B do not fit: " +
+                      detail::shapes(L.rows(), L.cols(), B.rows(), B.cols()));
+  if (B.rows() == 0 || B.cols() == 0) return;
+  const auto ll = detail::layout(L, "solve_lower", "L");
+  const auto bl = detail::layout(B, "solve_lower", "B");
+  // Memory of L (column-major) is L or Lᵀ; a row-major lower L is a column-major upper triangle.
+  const char uplo = ll.transposed ? 'U' : 'L';
+  // Column-major B: solve op(L)·X = B (SIDE 'L'), op(L) = L^trans.
+  // Row-major B (memory = Bᵀ): solve Xᵀ·op(L)ᵀ = Bᵀ (SIDE 'R'), so BLAS needs L^(!trans).
+  const bool want_t = bl.transposed ? !trans : trans;  // the op BLAS must apply, in L's terms
+  const char transa = (ll.transposed != want_t) ? 'T' : 'N';
+  const char side = bl.transposed ? 'R' : 'L';
+  const char diag = 'N';
+  const int M = detail::to_int(bl.transposed ? B.cols() : B.rows(), "solve_lower", "rows");
+  const int N = detail::to_int(bl.transposed ? B.rows() : B.cols(), "solve_lower", "cols");
+  const T one = T(1);
+  if constexpr (std::is_same_v<T, double>)
+    dtrsm_(&side, &uplo, &transa, &diag, &M, &N, &one, L.data(), &ll.ld, B.data(), &bl.ld, 1, 1, 1, 1);
+  else
+    strsm_(&side, &uplo, &transa, &diag, &M, &N, &one, L.data(), &ll.ld, B.data(), &bl.ld, 1, 1, 1, 1);
+}
+
+/// In place b ← L⁻¹·b or L⁻ᵀ·b for a vector (any stride), through TRSV.
+template <class TL, std::size_t R1, std::size_t C1, class T, std::size_t N1>
+void solve_lower(matrix_view<TL, R1, C1> L, vector_view<T, N1> b, bool trans = false) {
+  static_assert(std::is_same_v<detail::value_t<TL>, T> && !std::is_const_v<T>,
+                "memsafe::linalg::solve_lower: L and a writable b of the same value type");
+  detail::require_square(L, "solve_lower", "L");
+  if (L.rows() != b.size())
+    throw shape_error("memsafe::linalg::solve_lower: L (" + L.shape() + ") and b (length " +
+                      std::to_string(b.size()) + ") do not fit");
+  if (b.size() == 0) return;
+  const auto ll = detail::layout(L, "solve_lower", "L");
+  const char uplo = ll.transposed ? 'U' : 'L';
+  const char transa = (ll.transposed != trans) ? 'T' : 'N';
+  const char diag = 'N';
+  const int N = detail::to_int(b.size(), "solve_lower", "n");
+  const int inc = detail::to_int(b.stride(), "solve_lower", "stride");
+  if (inc == 0) throw argument_error("memsafe::linalg::solve_lower: b has stride 0");
+  if constexpr (std::is_same_v<T, double>)
+    dtrsv_(&uplo, &transa, &diag, &N, L.data(), &ll.ld, b.data(), &inc, 1, 1, 1);
+  else
+    strsv_(&uplo, &transa, &diag, &N, L.data(), &ll.ld, b.data(), &inc, 1, 1, 1);
+}
+
+/// log det(A) = 2·Σ log L_ii from A's Cholesky factor L (accumulated in double).
+template <class T, std::size_t R, std::size_t C>
+double logdet_from_cholesky(matrix_view<T, R, C> L) {
+  detail::require_square(L, "logdet_from_cholesky", "L");
+  double s = 0;
+  for (std::size_t i = 0; i < L.rows(); ++i) s += std::log(static_cast<double>(L(i, i)));
+  return 2 * s;
+}
+
+/// C ← alpha·op(A)·op(B) + beta·C with op(X) = Xᵀ when transX, through GEMM.
+/// op(A) is p×k, op(B) k×q, C p×q; beta = 0 ignores C's previous contents (NaN included).
+template <class TA, std::size_t RA, std::size_t CA, class TB, std::size_t RB, std::size_t CB, class T,
+          std::size_t RC, std::size_t CC>
+void gemm(std::type_identity_t<T> alpha, matrix_view<TA, RA, CA> A, bool transA, matrix_view<TB, RB, CB> B,
+          bool transB, std::type_identity_t<T> beta, matrix_view<T, RC, CC> C) {
+  static_assert(std::is_same_v<detail::value_t<TA>, T> && std::is_same_v<detail::value_t<TB>, T> &&
+                    !std::is_const_v<T>,
+                "memsafe::linalg::gemm: A, B and a writable C of the same value type");
+  const std::size_t p = transA ? A.cols() : A.rows(), k = transA ? A.rows() : A.cols();
+  const std::size_t kb = transB ? B.cols() : B.rows(), q = transB ? B.rows() : B.cols();
+  if (k != kb || C.rows() != p || C.cols() != q)
+    throw shape_error("memsafe::linalg::gemm: op(A) " + memsafe::detail::shape_str(p, k) + ", op(B) " +
+                      memsafe::detail::shape_str(kb, q) + " and C " + C.shape() + " do not fit");
+  if (p == 0 || q == 0) return;
+  if (k == 0) {  // BLAS would only scale C; do it here (and honour beta = 0 exactly)
+    for (std::size_t i = 0; i < p; ++i)
+      for (std::size_t j = 0; j < q; ++j) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
+    return;
+  }
+  const auto al = detail::layout(A, "gemm", "A");
+  const auto bl = detail::layout(B, "gemm", "B");
+  const auto cl = detail::layout(C, "gemm", "C");
+  // BLAS applies 'T' to an operand's memory; the memory holds X (column-major) or Xᵀ (row-major),
+  // so 'T' is needed iff the wanted op differs from what the memory holds.
+  const auto op = [](const detail::blas_layout& l, bool want_transposed) { return l.transposed != want_transposed ? 'T' : 'N'; };
+  const int P = detail::to_int(p, "gemm", "rows"), Q = detail::to_int(q, "gemm", "cols"),
+            K = detail::to_int(k, "gemm", "inner");
+  const auto call = [&](const char ta, const char tb, const int m, const int n, const T* a, int lda, const T* b,
+                        int ldb) {
+    if constexpr (std::is_same_v<T, double>)
+      dgemm_(&ta, &tb, &m, &n, &K, &alpha, a, &lda, b, &ldb, &beta, C.data(), &cl.ld, 1, 1);
+    else
+      sgemm_(&ta, &tb, &m, &n, &K, &alpha, a, &lda, b, &ldb, &beta, C.data(), &cl.ld, 1, 1);
+  };
+  if (!cl.transposed)  // column-major C = op(A)·op(B)
+    call(op(al, transA), op(bl, transB), P, Q, A.data(), al.ld, B.data(), bl.ld);
+  else  // row-major C: its memory is Cᵀ = op(B)ᵀ·op(A)ᵀ
+    call(op(bl, !transB), op(al, !transA), Q, P, B.data(), bl.ld, A.data(), al.ld);
+}
+
+/// C ← alpha·op(A)·op(A)ᵀ + beta·C (C symmetric n×n; op(A) = Aᵀ when transA) through SYRK.
+/// SYRK updates one triangle; the other is then filled by symmetry, so all of C is valid.
+template <class TA, std::size_t RA, std::size_t CA, class T, std::size_t RC, std::size_t CC>
+void syrk(std::type_identity_t<T> alpha, matrix_view<TA, RA, CA> A, bool transA, std::type_identity_t<T> beta,
+          matrix_view<T, RC, CC> C) {
+  static_assert(std::is_same_v<detail::value_t<TA>, T> && !std::is_const_v<T>,
+                "memsafe::linalg::syrk: A and a writable C of the same value type");
+  detail::require_square(C, "syrk", "C");
+  const std::size_t n = transA ? A.cols() : A.rows(), k = transA ? A.rows() : A.cols();
+  if (C.rows() != n)
+    throw shape_error("memsafe::linalg::syrk: op(A) " + memsafe::detail::shape_str(n, k) + " and C " + C.shape() +
+                      " do not fit");
+  if (n == 0) return;
+  if (k == 0) {
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
+    return;
+  }
+  const auto al = detail::layout(A, "syrk", "A");
+  const auto cl = detail::layout(C, "syrk", "C");
+  // C is symmetric, so its memory is C whatever the layout; we update C's lower triangle (in C's
+  // own indexing), which is the column-major upper triangle of a row-major C.
+  const char uplo = cl.transposed ? 'U' : 'L';
+  // SYRK 'N' computes M·Mᵀ of the memory M (= A or Aᵀ); we need op(A)·op(A)ᵀ, i.e. M = op(A).
+  const char trans = (al.transposed == transA) ? 'N' : 'T';
+  const int N = detail::to_int(n, "syrk", "n"), K = detail::to_int(k, "syrk", "k");
+  if constexpr (std::is_same_v<T, double>)
+    dsyrk_(&uplo, &trans, &N, &K, &alpha, A.data(), &al.ld, &beta, C.data(), &cl.ld, 1, 1);
+  else
+    ssyrk_(&uplo, &trans, &N, &K, &alpha, A.data(), &al.ld, &beta, C.data(), &cl.ld, 1, 1);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) C(i, j) = C(j, i);
+}
+
+}  // namespace memsafe::linalg
