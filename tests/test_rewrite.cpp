@@ -1,0 +1,281 @@
+// Rewrite rules: type-level results (static_assert), numeric equality with the unrewritten form
+// and with naive references, and the accountant proving the big temporaries never exist.
+#include "reference.hpp"
+
+using namespace ref;
+namespace ms = memsafe;
+
+namespace {
+using X2 = ms::matrix_view<const double>;
+using L1 = ms::tleaf<double, 2, 1, ms::dyn>;  // X[:, None, :]
+using L0 = ms::tleaf<double, 2, 0, ms::dyn>;  // Y[None, :, :]
+template <class E>
+using rw = ms::rewrite::normalized_t<E>;
+using sqd = ms::pairwise<ms::formula::sqdist, double, ms::dyn, ms::dyn, ms::dyn>;
+
+// broadcast_sqdist: each squaring form and both operand orders become guarded sqdist.
+using Dif = ms::tzip<ms::op::sub, L1, L0>;
+static_assert(std::is_same_v<rw<ms::tsum<2, ms::tmap<ms::op::square, Dif>>>,
+                             ms::guarded<sqd, ms::tsum<2, ms::tmap<ms::op::square, Dif>>>>);
+static_assert(std::is_same_v<typename rw<ms::tsum<2, ms::tmap<ms::op::pow_scalar<double>, Dif>>>::fast_type, sqd>);
+static_assert(std::is_same_v<typename rw<ms::tsum<2, ms::tzip<ms::op::mul, Dif, Dif>>>::fast_type, sqd>);
+static_assert(std::is_same_v<typename rw<ms::tsum<2, ms::tmap<ms::op::square, ms::tzip<ms::op::add, L0, L1>>>>::fast_type,
+                             sqd>);
+// Look-alikes are left as written.
+using SqDif = ms::tmap<ms::op::square, Dif>;
+static_assert(std::is_same_v<rw<ms::tsum<0, SqDif>>, ms::tsum<0, SqDif>>);                          // other axis
+static_assert(std::is_same_v<rw<ms::tsum<2, ms::tmap<ms::op::abs, Dif>>>, ms::tsum<2, ms::tmap<ms::op::abs, Dif>>>);  // |·|
+using Mixed = ms::tzip<ms::op::mul, Dif, ms::tzip<ms::op::add, L1, L0>>;
+static_assert(std::is_same_v<rw<ms::tsum<2, Mixed>>, ms::tsum<2, Mixed>>);                          // different factors
+using NotBroadcast = ms::tzip<ms::op::sub, L1, L1>;
+static_assert(std::is_same_v<rw<ms::tsum<2, ms::tmap<ms::op::square, NotBroadcast>>>,
+                             ms::tsum<2, ms::tmap<ms::op::square, NotBroadcast>>>);
+// constant_fold and double_transpose.
+using K = ms::pairwise<ms::formula::rbf, double, ms::dyn, ms::dyn, ms::dyn>;
+using M = ms::op::mul_scalar<double>;
+static_assert(std::is_same_v<rw<ms::unary_expr<M, ms::unary_expr<M, K>>>, ms::unary_expr<M, K>>);
+static_assert(std::is_same_v<rw<ms::unary_expr<ms::op::neg, ms::unary_expr<ms::op::neg, K>>>, K>);
+static_assert(std::is_same_v<rw<ms::transpose_expr<ms::transpose_expr<K>>>, K>);
+// diag_plus survives normalisation around the rewritten child.
+static_assert(std::is_same_v<rw<ms::diag_plus<ms::transpose_expr<K>, ms::scalar_diagonal>>,
+                             ms::diag_plus<K, ms::scalar_diagonal>>);
+
+/// Naive n×m reference of Σ_k f(x_ik, y_jk).
+template <class F>
+std::vector<double> naive_pairs(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,
+                                std::size_t m, std::size_t d, F f) {
+  std::vector<double> r(n * m);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      double s = 0;
+      for (std::size_t k = 0; k < d; ++k) s += f(x[i * d + k], y[j * d + k]);
+      r[i * m + j] = s;
+    }
+  return r;
+}
+std::vector<double> abs_scale(const std::vector<double>& v) {
+  std::vector<double> s(v.size());
+  for (std::size_t q = 0; q < v.size(); ++q) s[q] = std::fabs(v[q]) + 1;
+  return s;
+}
+}  // namespace
+
+TEST_SUITE("rewrite") {
+TEST_CASE("broadcast distance forms equal the pairwise distance and never allocate n x m x d") {
+  const std::size_t n = 157, m = 203, d = 5;
+  auto x = data(n, d, 1), y = data(m, d, 2);
+  auto X = ms::points(x.data(), n, d);
+  auto Y = ms::points(y.data(), m, d);
+  auto Xb = ms::unsqueeze<1>(X);
+  auto Yb = ms::unsqueeze<0>(Y);
+  auto want = naive_pairs(x, y, n, m, d, [](double a, double b) { return (a - b) * (a - b); });
+  auto plus = naive_pairs(x, y, n, m, d, [](double a, double b) { return (a + b) * (a + b); });
+  auto check = [&](const auto& D, const std::vector<double>& w, const char* what) {
+    for (const auto& r : eval_all(ms::dense(D))) expect_close(r.values, w, abs_scale(w), what);
+    // kNN on the naive form: exact indices, identical to the pairwise form.
+    auto a = ms::eval(ms::argkmin(D, 7), ms::budget_bytes(64 * 1024));
+    CHECK(a.stats.peak_temp_bytes <= 64 * 1024);
+    CHECK(a.stats.peak_temp_bytes < n * m * d * sizeof(double) / 10);
+    CHECK(a.stats.temp_allocations <= a.stats.threads);  // one workspace per thread, nothing else
+    return a;
+  };
+  auto ref_knn = ms::eval(ms::argkmin(ms::sqdist(X, Y), 7));
+  auto a1 = check(ms::sum<2>(ms::square(Xb - Yb)), want, "square(X-Y)");
+  auto a2 = check(ms::sum<2>(ms::pow(Yb - Xb, 2)), want, "pow(Y-X,2)");
+  auto dd = Xb - Yb;
+  auto a3 = check(ms::sum<2>(dd * dd), want, "(X-Y)*(X-Y)");
+  CHECK(a1.indices == ref_knn.indices);
+  CHECK(a2.indices == ref_knn.indices);
+  CHECK(a3.indices == ref_knn.indices);
+  check(ms::sum<2>(ms::square(Xb + Yb)), plus, "square(X+Y)");
+  auto ex = ms::explain(ms::argkmin(ms::sum<2>(ms::square(Xb - Yb)), 7));
+  CHECK(ex.find("as written:") != std::string::npos);
+  CHECK(ex.find("as rewritten: sqdist") != std::string::npos);
+  CHECK(ex.find("broadcast_sqdist: sum<2>") != std::string::npos);
+  // The transposed naive form reduces over i.
+  auto tr = ms::eval(ms::argmin(ms::sum<2>(ms::square(Xb - Yb)), ms::over_i));
+  auto trw = ms::eval(ms::argmin(ms::sqdist(Y, X)));
+  CHECK(tr.indices == trw.indices);
+}
+
+TEST_CASE("broadcast look-alikes evaluate as written and match naive references") {
+  const std::size_t n = 31, m = 44, d = 3;
+  auto x = data(n, d, 3), y = data(m, d, 4);
+  auto X = ms::points(x.data(), n, d);
+  auto Y = ms::points(y.data(), m, d);
+  auto Xb = ms::unsqueeze<1>(X);
+  auto Yb = ms::unsqueeze<0>(Y);
+  auto cube = naive_pairs(x, y, n, m, d, [](double a, double b) { return (a - b) * (a - b) * (a - b); });
+  for (const auto& r : eval_all(ms::dense(ms::sum<2>(ms::pow(Xb - Yb, 3))))) expect_close(r.values, cube, abs_scale(cube), "cube");
+  auto ex = ms::explain(ms::sum(ms::sum<2>(ms::pow(Xb - Yb, 3))));
+  CHECK(ex.find("not applied (the exponent is not 2)") != std::string::npos);
+  auto mixed = naive_pairs(x, y, n, m, d, [](double a, double b) { return (a - b) * (a + b); });
+  auto rm = ms::eval(ms::dense(ms::sum<2>((Xb - Yb) * (Xb + Yb))));
+  expect_close(rm.values, mixed, abs_scale(mixed), "(X-Y)*(X+Y)");
+  // Same type, different tensors: (X−Y)·(X−Z) must not be taken for a square.
+  auto z = data(m, d, 5);
+  auto Zb = ms::unsqueeze<0>(ms::points(z.data(), m, d));
+  std::vector<double> xyz(n * m, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t k = 0; k < d; ++k) xyz[i * m + j] += (x[i * d + k] - y[j * d + k]) * (x[i * d + k] - z[j * d + k]);
+  auto rz = ms::eval(ms::dense(ms::sum<2>((Xb - Yb) * (Xb - Zb))));
+  expect_close(rz.values, xyz, abs_scale(xyz), "(X-Y)*(X-Z)");
+  // Sum over axis 0 (over i): an m×d result.
+  std::vector<double> ax0(m * d, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t k = 0; k < d; ++k) ax0[j * d + k] += (x[i * d + k] - y[j * d + k]) * (x[i * d + k] - y[j * d + k]);
+  auto r0 = ms::eval(ms::dense(ms::sum<0>(ms::square(Xb - Yb))));
+  CHECK(r0.rows == m);
+  CHECK(r0.cols == d);
+  expect_close(r0.values, ax0, abs_scale(ax0), "sum<0>");
+  // Broadcasting over the features (X has one coordinate): evaluated as written.
+  auto x1 = data(n, 1, 6);
+  auto X1b = ms::unsqueeze<1>(ms::points(x1.data(), n, 1));
+  auto f1 = naive_pairs(x1, y, n, m, 1, [](double, double) { return 0.0; });
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      double s = 0;
+      for (std::size_t k = 0; k < d; ++k) s += (x1[i] - y[j * d + k]) * (x1[i] - y[j * d + k]);
+      f1[i * m + j] = s;
+    }
+  auto rf = ms::eval(ms::dense(ms::sum<2>(ms::square(X1b - Yb))));
+  expect_close(rf.values, f1, abs_scale(f1), "feature broadcast");
+  CHECK(ms::explain(ms::dense(ms::sum<2>(ms::square(X1b - Yb)))).find("feature extents differ") != std::string::npos);
+  // Shapes that cannot broadcast are a clear error.
+  auto w = data(m, 4, 7);
+  auto Wb = ms::unsqueeze<0>(ms::points(w.data(), m, 4));
+  CHECK_THROWS_AS((void)(Xb - Wb), ms::shape_error);
+}
+
+TEST_CASE("batched broadcast distance equals per-batch pairwise kNN") {
+  const std::size_t B = 3, n = 40, m = 57, d = 4, k = 5;
+  auto x = data(B * n, d, 8), y = data(B * m, d, 9);
+  auto XB = ms::tensor(x.data(), {B, n, d});
+  auto YB = ms::tensor(y.data(), {B, m, d});
+  auto D = ms::sum<3>(ms::square(ms::unsqueeze<2>(XB) - ms::unsqueeze<1>(YB)));
+  auto r = ms::eval(ms::argkmin(D, k), ms::budget_bytes(32 * 1024));
+  CHECK(r.rows == B * n);
+  CHECK(r.stats.peak_temp_bytes <= 32 * 1024);
+  for (std::size_t b = 0; b < B; ++b) {
+    auto one = ms::eval(ms::argkmin(ms::sqdist(ms::points(x.data() + b * n * d, n, d), ms::points(y.data() + b * m * d, m, d)), k));
+    CHECK(std::equal(one.indices.begin(), one.indices.end(), r.indices.begin() + b * n * k));
+  }
+  CHECK(ms::explain(ms::argkmin(D, k)).find("batch of 3") != std::string::npos);
+}
+
+TEST_CASE("diagonal terms never form a dense identity and work inside products") {
+  const std::size_t n = 120, d = 3;
+  auto x = data(n, d, 10), v = data(n, 1, 11), dv = data(n, 1, 12);
+  for (auto& a : dv) a = std::fabs(a);
+  auto X = ms::points(x.data(), n, d);
+  auto Kr = dense(x, x, n, n, d, [](const double* a, const double* b, std::size_t dd) {
+    return 1.5 * std::exp(-0.5 * sq(a, b, dd) / 0.64);
+  });
+  auto K = ms::rbf(X, X, 0.8, 1.5);
+  const double s2 = 0.3;
+  std::vector<double> want(n, 0), wantd(n, 0), scale(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      want[i] += Kr[i * n + j] * v[j];
+      scale[i] += std::fabs(Kr[i * n + j] * v[j]);
+    }
+    wantd[i] = want[i] + dv[i] * v[i];
+    want[i] += s2 * v[i];
+    scale[i] += std::fabs(v[i]) * 2;
+  }
+  auto e = (K + s2 * ms::identity(n)) * ms::vec(v.data(), n);
+  for (const auto& r : eval_all(e)) expect_close(r.values, want, scale, "(K + s2 I) v");
+  auto small = ms::eval(e, ms::budget_bytes(16 * 1024));  // far below one n×n matrix (115 kB)
+  CHECK(small.stats.peak_temp_bytes <= 16 * 1024);
+  expect_close(small.values, want, scale, "(K + s2 I) v small budget");
+  CHECK(ms::explain(e).find("diag_in_product") != std::string::npos);
+  auto ed = (K + ms::diag(ms::vec(static_cast<const double*>(dv.data()), n))) * ms::vec(v.data(), n);
+  expect_close(ms::eval(ed).values, wantd, scale, "(K + diag) v");
+  // The tile path (no product rule): dense(K + s2 I) has s2 added on the diagonal only.
+  auto dk = ms::eval(ms::dense(K + s2 * ms::identity(n)), ms::budget_bytes(8 * 1024));
+  for (std::size_t i = 0; i < n; i += 7)
+    for (std::size_t j = 0; j < n; j += 5)
+      CHECK(dk(i, j) == doctest::Approx(Kr[i * n + j] + (i == j ? s2 : 0.0)).epsilon(1e-12));
+  // Stationary diagonal: no pairs, no temporaries.
+  auto t = ms::eval(ms::trace(K + s2 * ms::identity(n)));
+  CHECK(t[0] == doctest::Approx(n * (1.5 + s2)).epsilon(1e-14));
+  CHECK(t.stats.temp_allocations == 0);
+  CHECK(ms::explain(ms::trace(K)).find("stationary_diagonal") != std::string::npos);
+  auto dg = ms::eval(ms::diag(ms::exp(-ms::sqdist(X, X))));
+  for (std::size_t i = 0; i < n; ++i) CHECK(dg[i] == 1.0);
+  // A non-stationary kernel evaluates its diagonal entries one by one.
+  auto lin = ms::eval(ms::diag(ms::linear(X, X, 2.0)), ms::budget_bytes(4096));
+  for (std::size_t i = 0; i < n; ++i) CHECK(lin[i] == doctest::Approx(2.0 * dotp(&x[i * d], &x[i * d], d)));
+  CHECK_THROWS_AS((void)(ms::rbf(X, ms::points(x.data(), n - 1, d)) + ms::identity(n - 1)), ms::shape_error);
+}
+
+TEST_CASE("scalar factors are folded and hoisted out of sums and products") {
+  const std::size_t n = 90, m = 70, d = 4;
+  auto x = data(n, d, 13), y = data(m, d, 14), v = data(m, 1, 15);
+  auto X = ms::points(x.data(), n, d);
+  auto Y = ms::points(y.data(), m, d);
+  auto K = ms::rbf(X, Y, 1.1, 0.7);
+  auto base = ms::eval(ms::sum(K));
+  auto scaled = ms::eval(ms::sum(3.0 * (K * 2.0)));
+  for (std::size_t i = 0; i < n; ++i) CHECK(scaled[i] == doctest::Approx(6.0 * base[i]).epsilon(1e-13));
+  auto ex = ms::explain(ms::sum(3.0 * (K * 2.0)));
+  CHECK(ex.find("constant_fold") != std::string::npos);
+  CHECK(ex.find("scalar_hoist") != std::string::npos);
+  auto kv = ms::eval(K * ms::vec(v.data(), m));
+  auto nkv = ms::eval((-K / 4.0) * ms::vec(v.data(), m));
+  for (std::size_t i = 0; i < n; ++i) CHECK(nkv[i] == doctest::Approx(-kv[i] / 4.0).epsilon(1e-13));
+}
+
+TEST_CASE("matrix chains take the cheapest order and never form K K^T") {
+  auto a = data(40, 20, 16), b = data(20, 30, 17), c = data(30, 10, 18), e = data(10, 30, 19);
+  auto A = ms::matrix(a.data(), 40, 20);
+  auto B = ms::matrix(b.data(), 20, 30);
+  auto C = ms::matrix(c.data(), 30, 10);
+  auto E = ms::matrix(e.data(), 10, 30);
+  auto ch = A * B * C * E;
+  auto p = ms::plan_for(ch);
+  CHECK(p.expression == "((M[40×20] (M[20×30] M[30×10])) M[10×30])");  // the textbook optimum (26000 mults)
+  std::vector<double> want(40 * 30, 0), scale(40 * 30, 0);
+  for (std::size_t i = 0; i < 40; ++i)
+    for (std::size_t j = 0; j < 30; ++j)
+      for (std::size_t k = 0; k < 20; ++k)
+        for (std::size_t l = 0; l < 30; ++l)
+          for (std::size_t q = 0; q < 10; ++q) {
+            const double t = a[i * 20 + k] * b[k * 30 + l] * c[l * 10 + q] * e[q * 30 + j];
+            want[i * 30 + j] += t;
+            scale[i * 30 + j] += std::fabs(t);
+          }
+  for (const auto& r : eval_all(ch)) expect_close(r.values, want, scale, "A*B*C*E");
+  // (A B) v → A (B v)
+  auto v = data(30, 1, 20);
+  CHECK(ms::plan_for(A * B * ms::vec(v.data(), 30)).expression == "(M[40×20] (M[20×30] M[30×1]))");
+
+  const std::size_t n = 600, d = 3;
+  auto x = data(n, d, 21), w = data(n, 1, 22);
+  auto X = ms::points(x.data(), n, d);
+  auto K = ms::rbf(X, X, 1.0, 1.0);
+  auto W = ms::vec(w.data(), n);
+  auto kkv = (K * ms::transpose(K)) * W;  // written naively: K Kᵀ first
+  CHECK(ms::plan_for(kkv).expression.find("(transpose(") != std::string::npos);  // K (Kᵀ v)
+  auto r1 = ms::eval(kkv, ms::budget_bytes(64 * 1024));
+  CHECK(r1.stats.peak_temp_bytes <= 64 * 1024);
+  CHECK(r1.stats.peak_temp_bytes < n * n * sizeof(double));
+  auto r2 = ms::eval(K * (ms::transpose(K) * W), ms::budget_bytes(64 * 1024));
+  auto kw = ms::eval(K * W);
+  auto kkw = ms::eval(K * ms::vec(kw.values.data(), n));
+  std::vector<double> sc(n);
+  for (std::size_t i = 0; i < n; ++i) sc[i] = std::fabs(kkw[i]) + 1;
+  expect_close(r1.values, kkw.values, sc, "(K K^T) v");
+  expect_close(r2.values, kkw.values, sc, "K (K^T v)");
+  // pin() forces K Kᵀ first: that needs an n×n temporary, so a small budget is a clear error.
+  auto pinned = ms::pin(K * ms::transpose(K)) * W;
+  CHECK_THROWS_AS(ms::eval(pinned, ms::budget_bytes(64 * 1024)), ms::budget_error);
+  auto rp = ms::eval(pinned, ms::budget_bytes(8 << 20));
+  expect_close(rp.values, kkw.values, sc, "pin(K K^T) v");
+  CHECK(rp.stats.peak_temp_bytes >= n * n * sizeof(double));
+  CHECK(rp.stats.peak_temp_bytes <= (8u << 20));
+  CHECK_THROWS_AS((void)(A * C), ms::shape_error);
+}
+}
