@@ -91,7 +91,7 @@ int run(const config& c) {
   auto vv = memsafe::vec(v.data(), n);
   const memsafe::options opts = c.run.eval_options();
 
-  auto timed_eval = [&](const auto& K) { return mx::timed_eval(K * vv, opts); };
+  auto timed_eval = [&](const auto& K) { return mx::timed_eval(K * vv, opts, c.run.explain); };
   auto evaluated = [&] {
     if (c.kernel == "rbf") return timed_eval(memsafe::rbf(Xv, Xv, c.lengthscale, c.variance));
     if (c.kernel == "matern12") return timed_eval(memsafe::matern12(Xv, Xv, c.lengthscale, c.variance));

@@ -33,7 +33,7 @@ namespace {
 namespace mx = memsafe_examples;
 
 struct config {
-  std::string data, metric, data_dir;
+  std::string data, metric, data_dir, form;
   std::size_t n = 0, m = 0, d = 0, k = 0;
   bool n_given = false, m_given = false;
   mx::run_options run;
@@ -221,8 +221,10 @@ int run(const config& c) {
   auto Qv = memsafe::points(ds.Q.data(), m, d);
   const memsafe::options opts = c.run.eval_options();
 
-  auto timed_eval = [&](const auto& expr) { return mx::timed_eval(expr, opts); };
+  auto timed_eval = [&](const auto& expr) { return mx::timed_eval(expr, opts, c.run.explain); };
   auto evaluated = [&] {
+    if (c.form == "naive")  // NumPy style: ((Q[:, None, :] - X[None, :, :])**2).sum(-1), rewritten by memsafe
+      return timed_eval(memsafe::argkmin(memsafe::sum<2>(memsafe::square(memsafe::unsqueeze<1>(Qv) - memsafe::unsqueeze<0>(Xv))), k));
     if (c.metric == "l2") return timed_eval(memsafe::argkmin(memsafe::sqdist(Qv, Xv), k));
     if (c.metric == "l1") return timed_eval(memsafe::argkmin(memsafe::l1(Qv, Xv), k));
     if (c.metric == "cosine") return timed_eval(memsafe::argkmin(memsafe::cosine(Qv, Xv), k));
@@ -265,6 +267,7 @@ int run(const config& c) {
       .add("d", d)
       .add("k", k)
       .add("metric", c.metric)
+      .add("form", c.form)
       .add("precision", mx::precision_name<T>());
   mx::add_eval_stats(j, st, seconds)
       .add("queries_per_second", static_cast<double>(m) / seconds)
@@ -291,7 +294,8 @@ int main(int argc, char** argv) {
       .option("d", "3", "dimension (random only; mnist has 784)")
       .option("k", "10", "neighbours per query")
       .option("metric", "l2", "l2|l1|cosine|ip (ip = largest inner product)")
-      .option("precision", "f32", "f32|f64");
+      .option("precision", "f32", "f32|f64")
+      .option("form", "pairwise", "pairwise|naive (naive: l2 written as the n x m x d broadcast, rewritten by memsafe)");
   mx::add_run_options(args, "random seed for random data", "verify this many queries (evenly spaced) against a direct scan in double")
       .option("data-dir", "", "folder holding the MNIST IDX .gz files (default: $MEMSAFE_DATA_DIR/mnist, "
                               "else the build's shared data folder)");
@@ -306,6 +310,8 @@ int main(int argc, char** argv) {
   c.n_given = args.given("n");
   c.m_given = args.given("m");
   c.metric = args.get_choice("metric", {"l2", "l1", "cosine", "ip"});
+  c.form = args.get_choice("form", {"pairwise", "naive"});
+  if (c.form == "naive" && c.metric != "l2") args.fail("--form naive writes the l2 distance: use --metric l2");
   const std::string prec = args.get_choice("precision", {"f32", "f64"});
   c.run = mx::read_run_options(args);
   c.data_dir = args.get_string("data-dir", mx::default_mnist_dir());

@@ -2,6 +2,7 @@
 // check, threads, RSS check), a timed eval, and the JSON fields describing the evaluation.
 #pragma once
 #include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,6 +20,7 @@ struct run_options {
   std::uint64_t seed = 0;
   std::size_t check = 0;
   unsigned threads = 0;
+  bool explain = false;
   memsafe::options eval_options() const { return {memsafe::parse_bytes(budget_text), threads}; }
 };
 
@@ -28,7 +30,8 @@ inline cli& add_run_options(cli& args, const char* seed_help, const char* check_
       .option("seed", "42", seed_help)
       .option("check", "0", check_help)
       .option("threads", "0", "worker threads (0 = all cores)")
-      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check");
+      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check")
+      .flag("explain", "print the expression as written and rewritten, the rules fired and the plan (stderr)");
 }
 
 inline run_options read_run_options(cli& args) {
@@ -37,15 +40,18 @@ inline run_options read_run_options(cli& args) {
   r.seed = args.get_uint("seed");
   r.check = args.get_uint("check");
   r.rss_slack = args.get_string("rss-slack");
+  r.explain = args.get_flag("explain");
   const std::uint64_t threads = args.get_uint("threads");
   if (threads > 4096) args.fail("--threads must be at most 4096");
   r.threads = static_cast<unsigned>(threads);
   return r;
 }
 
-/// memsafe::eval timed with a steady clock: {result, seconds}.
+/// memsafe::eval timed with a steady clock: {result, seconds}. With `explain`, memsafe::explain
+/// goes to stderr first (so the JSON line on stdout stays the only stdout output).
 template <class X>
-auto timed_eval(const X& expr, const memsafe::options& opts) {
+auto timed_eval(const X& expr, const memsafe::options& opts, bool explain = false) {
+  if (explain) std::fprintf(stderr, "%s", memsafe::explain(expr, opts).c_str());
   const auto t0 = std::chrono::steady_clock::now();
   auto r = memsafe::eval(expr, opts);
   const auto t1 = std::chrono::steady_clock::now();

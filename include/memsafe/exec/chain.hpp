@@ -19,6 +19,8 @@
 #include <string>
 #include <utility>
 
+#include "../core/budget.hpp"
+
 #include "../core/accounting.hpp"
 #include "../expr/chain.hpp"
 #include "../plan/plan.hpp"
@@ -126,6 +128,10 @@ struct chain_order {
 };
 
 // Declared here, defined in exec/eval.hpp (the default template argument is given there).
+template <class X>
+tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log);
+template <class... Fs>
+tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log);
 template <class X, class T>
 tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
                        accountant& acc, rewrite::rule_log& log);
@@ -143,8 +149,12 @@ struct chain_eval {
   std::array<std::string, N> names;
   std::size_t threads = 1;
   accountant* acc = nullptr;
+  // Dry run: walk the chosen order without data, adding each step's minimum workspace to the
+  // intermediates alive at that point; the result is the smallest budget the order can run in.
+  bool dry = false;
+  double dry_cur = 0, dry_peak = 0;
 
-  chain_eval(const C& ch, double budget) : c(ch) {
+  explicit chain_eval(const C& ch) : c(ch) {
     ord.elem = sizeof(T);
     ord.dims[0] = c.rows();
     std::size_t k = 0;
@@ -155,7 +165,6 @@ struct chain_eval {
            ...);
         },
         c.f);
-    ord.solve(budget);
   }
   template <class F>
   static int kind_of(const F&) {
@@ -171,7 +180,30 @@ struct chain_eval {
   struct dense_operand {
     temp_buffer<T> buf;
     matrix_view<const T> m{nullptr, 0, 0};
+    chain_eval* dry_owner = nullptr;
+    double dry_bytes = 0;
+    dense_operand() = default;
+    dense_operand(dense_operand&& o) noexcept
+        : buf(std::move(o.buf)), m(o.m), dry_owner(std::exchange(o.dry_owner, nullptr)), dry_bytes(o.dry_bytes) {}
+    dense_operand& operator=(dense_operand&& o) noexcept {
+      release();
+      buf = std::move(o.buf);
+      m = o.m;
+      dry_owner = std::exchange(o.dry_owner, nullptr);
+      dry_bytes = o.dry_bytes;
+      return *this;
+    }
+    void release() {
+      if (dry_owner) dry_owner->dry_cur -= dry_bytes;
+      dry_owner = nullptr;
+    }
+    ~dense_operand() { release(); }
   };
+  static const T* dummy() {
+    static const T z[1] = {T(0)};
+    return z;
+  }
+  void dry_step(std::size_t min_bytes) { dry_peak = std::max(dry_peak, dry_cur + double(min_bytes)); }
 
   std::size_t left() const { return acc->limit() - acc->current(); }
 
@@ -180,6 +212,22 @@ struct chain_eval {
   dense_operand materialise(T* out) {
     dense_operand d;
     const std::size_t r = ord.dims[I], q = ord.dims[J + 1];
+    if (dry) {
+      if (!out) {
+        d.dry_owner = this;
+        d.dry_bytes = double(host::align64(r * q * sizeof(T)));
+        dry_cur += d.dry_bytes;
+        dry_peak = std::max(dry_peak, dry_cur);
+      }
+      if constexpr (I == J) {
+        rewrite::rule_log quiet;
+        dry_step(make_plan(std::get<I>(c.f).x, unlimited, 1, quiet).min_bytes);
+      } else {
+        dispatch<I, J, I>(ord.split[I * N + J], nullptr);
+      }
+      d.m = matrix_view<const T>(dummy(), r, q, 0, 0);
+      return d;
+    }
     if (!out) {
       d.buf = temp_buffer<T>(*acc, r * q);
       out = d.buf.data();
@@ -229,19 +277,44 @@ struct chain_eval {
   void multiply(const A& a, const B& b, T* out) {
     constexpr bool ad = is_view(static_cast<const A*>(nullptr)), bd = is_view(static_cast<const B*>(nullptr));
     rewrite::rule_log quiet;
+    auto step = [&](const auto& x) {
+      if (dry) dry_step(make_plan(x, unlimited, 1, quiet).min_bytes);
+      else plan_and_run(x, out, nullptr, left(), threads, *acc, quiet);
+    };
     if constexpr (ad && bd) {
-      dense_product(a, b, out);
+      if (dry) dry_step(dense_product_bytes(a, b));
+      else dense_product(a, b, out);
     } else if constexpr (!ad && bd) {
-      matmul_expr<A> x{{}, a, b, false, false};
-      plan_and_run(x, out, nullptr, left(), threads, *acc, quiet);
+      step(matmul_expr<A>{{}, a, b, false, false});
     } else if constexpr (ad && !bd) {
       using Tt = transpose_expr<B>;
-      matmul_expr<Tt, true> x{{}, Tt{{}, b}, a.t(), false, true};
-      plan_and_run(x, out, nullptr, left(), threads, *acc, quiet);
+      step(matmul_expr<Tt, true>{{}, Tt{{}, b}, a.t(), false, true});
     } else {
-      lazy_product_expr<A, B> x{{}, a, b};
-      plan_and_run(x, out, nullptr, left(), threads, *acc, quiet);
+      step(lazy_product_expr<A, B>{{}, a, b});
     }
+  }
+  static std::size_t dense_product_bytes(const matrix_view<const T>& A, const matrix_view<const T>& B) {
+    if (std::is_same_v<T, double> && A.col_stride() == 1 && B.col_stride() == 1) return 0;
+    return host::align64(B.cols() * sizeof(double));
+  }
+  /// Minimum bytes of the order in `ord` (intermediates plus each step's smallest workspace).
+  double dry_run() {
+    dry = true;
+    dry_cur = dry_peak = 0;
+    materialise<0, N - 1>(const_cast<T*>(dummy()));
+    dry = false;
+    return dry_peak;
+  }
+  /// Pick the order: the cheapest whose held intermediates fit; if its steps do not fit beside
+  /// them, the leanest order. Returns the minimum budget of the chosen order.
+  double choose(double budget) {
+    ord.solve(budget);
+    double need = dry_run();
+    if (need > budget) {
+      ord.solve(0.0);
+      need = dry_run();
+    }
+    return need;
   }
   /// out (p×r) = A (p×q) · B (q×r), double accumulation; contiguous operands go to gemm_acc
   /// (BLAS where linked), others through a strided loop.
@@ -266,10 +339,11 @@ struct chain_eval {
   }
 };
 
-template <class... Fs, class T = typename chain_expr<Fs...>::value_type>
+template <class... Fs>
 tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
-  chain_eval<Fs...> ce(x, double(budget));
+  chain_eval<Fs...> ce(x);
   constexpr std::size_t N = sizeof...(Fs);
+  const double need = ce.choose(double(budget));
   tile_plan p;
   p.expression = ce.ord.order(0, N - 1, ce.names);
   char buf[160];
@@ -281,14 +355,10 @@ tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t 
   p.cols = x.cols();
   p.budget = budget;
   p.threads = threads;
-  const double pk = ce.ord.peak[N - 1];
-  p.planned_bytes = p.per_thread_bytes = static_cast<std::size_t>(pk);
-  // The smallest peak over all orders bounds the minimum budget from below; the tiled steps
-  // need a little more, which their own planners check before they run.
-  chain_order<N> lean = ce.ord;
-  lean.solve(0.0);
-  p.min_bytes = static_cast<std::size_t>(lean.peak[N - 1]);
-  if (pk > double(budget)) plan::too_small(x.str(), budget, p.min_bytes);
+  p.min_bytes = static_cast<std::size_t>(need);
+  // Each step may use whatever the intermediates alive beside it leave of the budget.
+  p.planned_bytes = p.per_thread_bytes = budget;
+  if (need > double(budget)) plan::too_small(x.str(), budget, p.min_bytes);
   return p;
 }
 
@@ -296,7 +366,8 @@ template <class... Fs, class T>
 tile_plan plan_and_run(const chain_expr<Fs...>& x, T* values, index_t*, std::size_t budget, std::size_t threads,
                        accountant& acc, rewrite::rule_log& log) {
   tile_plan p = make_plan(x, budget, threads, log);
-  chain_eval<Fs...> ce(x, double(budget));
+  chain_eval<Fs...> ce(x);
+  ce.choose(double(budget));
   ce.threads = threads;
   ce.acc = &acc;
   ce.template materialise<0, sizeof...(Fs) - 1>(values);
