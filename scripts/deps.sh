@@ -10,6 +10,7 @@ for tool in cmake g++ make; do
 done
 [[ -f /usr/include/doctest/doctest.h ]] || missing+=("doctest.h")
 [[ -f /usr/include/zlib.h ]] || missing+=("zlib.h")
+compgen -G "/usr/lib/*/libopenblas.so" >/dev/null || missing+=("libopenblas.so")
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
@@ -28,4 +29,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends \
-  cmake g++ make doctest-dev zlib1g-dev ca-certificates
+  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev ca-certificates
