@@ -283,6 +283,7 @@ TEST_CASE_TEMPLATE("linalg errors: not positive definite and shape mismatches", 
 TEST_CASE("linalg lazy times lazy in double through DGEMM matches a naive product") {
   // Large enough that the tiled product calls DGEMM on many tiles, with 2 threads and a tight budget.
   const std::size_t mu = 70, n = 2500, d = 5;
+  const int threads_before = memsafe::linalg::blas_threads();
   const auto u = randn(mu * d, 40), x = randn(n * d, 41);
   auto U = memsafe::points(u.data(), mu, d);
   auto X = memsafe::points(x.data(), n, d);
@@ -312,9 +313,15 @@ TEST_CASE("linalg lazy times lazy in double through DGEMM matches a naive produc
       CHECK(e <= 1e-12 * scale);
     }
   }
-  // memsafe keeps OpenBLAS to one thread inside its workers (see linalg/fortran.hpp).
-  if (memsafe::linalg::blas_is_openblas() && &openblas_set_num_threads_local == nullptr)
+#if !defined(MEMSAFE_BLAS_KEEP_THREADS)
+  // memsafe keeps OpenBLAS to one thread inside its workers; an OpenBLAS without the thread-local
+  // setting keeps the process-wide setting afterwards (linalg/fortran.hpp); set_blas_threads
+  // gives the previous count back.
+  if (memsafe::linalg::blas_is_openblas() && &openblas_set_num_threads_local == nullptr) {
     CHECK(memsafe::linalg::blas_threads() == 1);
+    memsafe::linalg::set_blas_threads(threads_before);
+  }
+#endif
 }
 }
 #endif  // MEMSAFE_HAS_LAPACK

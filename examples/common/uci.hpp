@@ -1,0 +1,225 @@
+// UCI regression data sets as gzip-compressed CSV, read with zlib (link with -lz).
+//
+//   auto dir = memsafe_examples::default_uci_dir();            // or --data-dir
+//   auto ds  = memsafe_examples::load_uci(dir, "kin40k");
+//   auto sp  = memsafe_examples::make_split(ds, /*split=*/0);   // train/test, standardised
+//
+// Layout of <dir>/<name>/:
+//   data.csv.gz       N rows, comma-separated numbers, no header; the target is the LAST column.
+//   test_mask.csv.gz  N rows × S columns of 0/1; column s marks the test points of split s.
+// Every problem (missing file, a field that is not a number, ragged rows, a mask that does not
+// match the data) throws std::runtime_error naming the file and line.
+#pragma once
+
+#include <zlib.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+namespace memsafe_examples {
+
+// $MEMSAFE_DATA_DIR/uci if set and non-empty, else MEMSAFE_DEFAULT_DATA_DIR/uci (set by the
+// build), else "../shared/data/uci" relative to the working directory.
+inline std::string default_uci_dir() {
+  if (const char* env = std::getenv("MEMSAFE_DATA_DIR"); env != nullptr && *env != '\0')
+    return std::string(env) + "/uci";
+#ifdef MEMSAFE_DEFAULT_DATA_DIR
+  return std::string(MEMSAFE_DEFAULT_DATA_DIR) + "/uci";
+#else
+  return "../shared/data/uci";
+#endif
+}
+
+/// A numeric table: rows × cols, row-major, in double.
+struct csv_table {
+  std::vector<double> values;
+  std::size_t rows = 0, cols = 0;
+};
+
+namespace detail {
+
+struct uci_gz_closer {
+  void operator()(gzFile f) const noexcept {
+    if (f != nullptr) gzclose(f);
+  }
+};
+
+[[noreturn]] inline void csv_fail(const std::string& path, std::size_t line, const std::string& what) {
+  throw std::runtime_error("CSV file " + path + (line ? ", line " + std::to_string(line) : std::string()) + ": " +
+                           what);
+}
+
+/// Parses one line of comma-separated numbers (spaces around fields allowed) into `out`.
+inline std::size_t csv_parse_line(std::string_view s, std::vector<double>& out, const std::string& path,
+                                  std::size_t line) {
+  std::size_t count = 0, pos = 0;
+  while (true) {
+    std::size_t end = s.find(',', pos);
+    std::string_view f = s.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+    while (!f.empty() && (f.front() == ' ' || f.front() == '\t')) f.remove_prefix(1);
+    while (!f.empty() && (f.back() == ' ' || f.back() == '\t')) f.remove_suffix(1);
+    if (!f.empty() && f.front() == '+') f.remove_prefix(1);
+    double v = 0;
+    auto [p, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+    if (f.empty() || ec != std::errc() || p != f.data() + f.size())
+      csv_fail(path, line, "field " + std::to_string(count + 1) + " '" + std::string(f) + "' is not a number");
+    out.push_back(v);
+    ++count;
+    if (end == std::string_view::npos) break;
+    pos = end + 1;
+  }
+  return count;
+}
+
+}  // namespace detail
+
+/// Reads a gzip-compressed (or plain: zlib reads both) CSV of numbers; blank lines are skipped.
+inline csv_table load_csv_gz(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw std::runtime_error("UCI file not found: " + path +
+                             " (pass --data-dir DIR pointing at the folder holding <dataset>/data.csv.gz,"
+                             " or set MEMSAFE_DATA_DIR to the folder containing uci/)");
+  std::unique_ptr<std::remove_pointer_t<gzFile>, detail::uci_gz_closer> f(gzopen(path.c_str(), "rb"));
+  if (!f) detail::csv_fail(path, 0, "cannot open");
+  gzbuffer(f.get(), 1u << 17);
+
+  csv_table t;
+  std::string line;
+  std::size_t lineno = 0;
+  char buf[1 << 14];
+  bool eof = false;
+  while (!eof) {
+    line.clear();
+    // One line, however long: gzgets stops at a newline or when the buffer is full.
+    while (true) {
+      if (gzgets(f.get(), buf, sizeof buf) == nullptr) {
+        int errnum = 0;
+        const char* msg = gzerror(f.get(), &errnum);
+        if (errnum != Z_OK && errnum != Z_STREAM_END)
+          detail::csv_fail(path, lineno + 1, std::string("corrupt gzip data (") + (msg ? msg : "zlib error") + ")");
+        eof = true;
+        break;
+      }
+      line += buf;
+      if (!line.empty() && line.back() == '\n') break;
+    }
+    if (eof && line.empty()) break;
+    ++lineno;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::size_t c = detail::csv_parse_line(line, t.values, path, lineno);
+    if (t.rows == 0)
+      t.cols = c;
+    else if (c != t.cols)
+      detail::csv_fail(path, lineno, std::to_string(c) + " fields, but the first row has " + std::to_string(t.cols));
+    ++t.rows;
+  }
+  if (t.rows == 0) detail::csv_fail(path, 0, "no data");
+  return t;
+}
+
+/// A UCI regression data set: inputs X (n×d), target y (n), test masks (n×splits, 0/1).
+struct uci_dataset {
+  std::string name;
+  std::size_t n = 0, d = 0, splits = 0;
+  std::vector<double> X, y;
+  std::vector<std::uint8_t> test_mask;
+};
+
+inline uci_dataset load_uci(const std::string& dir, const std::string& name) {
+  const auto base = std::filesystem::path(dir) / name;
+  const std::string data_path = (base / "data.csv.gz").string(), mask_path = (base / "test_mask.csv.gz").string();
+  csv_table data = load_csv_gz(data_path);
+  if (data.cols < 2) detail::csv_fail(data_path, 0, "needs at least one input column and the target column");
+  csv_table mask = load_csv_gz(mask_path);
+  if (mask.rows != data.rows)
+    detail::csv_fail(mask_path, 0, std::to_string(mask.rows) + " rows, but " + data_path + " has " +
+                                       std::to_string(data.rows));
+  uci_dataset ds;
+  ds.name = name;
+  ds.n = data.rows;
+  ds.d = data.cols - 1;
+  ds.splits = mask.cols;
+  ds.X.resize(ds.n * ds.d);
+  ds.y.resize(ds.n);
+  for (std::size_t i = 0; i < ds.n; ++i) {
+    for (std::size_t k = 0; k < ds.d; ++k) ds.X[i * ds.d + k] = data.values[i * data.cols + k];
+    ds.y[i] = data.values[i * data.cols + ds.d];
+  }
+  ds.test_mask.resize(mask.values.size());
+  for (std::size_t q = 0; q < mask.values.size(); ++q) {
+    const double v = mask.values[q];
+    if (v != 0.0 && v != 1.0)
+      detail::csv_fail(mask_path, q / mask.cols + 1, "mask values must be 0 or 1, got " + std::to_string(v));
+    ds.test_mask[q] = static_cast<std::uint8_t>(v);
+  }
+  return ds;
+}
+
+/// One train/test split, standardised with the training split's mean and (population) standard
+/// deviation, per input column and for the target. A constant column gets std 1.
+struct uci_split {
+  std::size_t n_train = 0, n_test = 0, d = 0;
+  std::vector<double> X_train, y_train, X_test, y_test;  // standardised
+  std::vector<double> x_mean, x_std;
+  double y_mean = 0, y_std = 1;
+};
+
+inline uci_split make_split(const uci_dataset& ds, std::size_t split) {
+  if (split >= ds.splits)
+    throw std::runtime_error("split " + std::to_string(split) + " does not exist: " + ds.name + " has " +
+                             std::to_string(ds.splits) + " splits");
+  uci_split s;
+  s.d = ds.d;
+  for (std::size_t i = 0; i < ds.n; ++i) {
+    const bool test = ds.test_mask[i * ds.splits + split] != 0;
+    auto& X = test ? s.X_test : s.X_train;
+    auto& y = test ? s.y_test : s.y_train;
+    X.insert(X.end(), ds.X.begin() + static_cast<std::ptrdiff_t>(i * ds.d),
+             ds.X.begin() + static_cast<std::ptrdiff_t>((i + 1) * ds.d));
+    y.push_back(ds.y[i]);
+  }
+  s.n_train = s.y_train.size();
+  s.n_test = s.y_test.size();
+  if (s.n_train < 2) throw std::runtime_error(ds.name + " split " + std::to_string(split) + " has fewer than 2 training points");
+  const double nt = static_cast<double>(s.n_train);
+  s.x_mean.assign(ds.d, 0);
+  s.x_std.assign(ds.d, 0);
+  for (std::size_t i = 0; i < s.n_train; ++i)
+    for (std::size_t k = 0; k < ds.d; ++k) s.x_mean[k] += s.X_train[i * ds.d + k];
+  for (auto& m : s.x_mean) m /= nt;
+  for (std::size_t i = 0; i < s.n_train; ++i)
+    for (std::size_t k = 0; k < ds.d; ++k) {
+      const double t = s.X_train[i * ds.d + k] - s.x_mean[k];
+      s.x_std[k] += t * t;
+    }
+  for (auto& v : s.x_std) v = v > 0 ? std::sqrt(v / nt) : 1.0;
+  for (double v : s.y_train) s.y_mean += v;
+  s.y_mean /= nt;
+  double yv = 0;
+  for (double v : s.y_train) yv += (v - s.y_mean) * (v - s.y_mean);
+  s.y_std = yv > 0 ? std::sqrt(yv / nt) : 1.0;
+  auto standardise = [&](std::vector<double>& X, std::vector<double>& y) {
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      for (std::size_t k = 0; k < ds.d; ++k) X[i * ds.d + k] = (X[i * ds.d + k] - s.x_mean[k]) / s.x_std[k];
+      y[i] = (y[i] - s.y_mean) / s.y_std;
+    }
+  };
+  standardise(s.X_train, s.y_train);
+  standardise(s.X_test, s.y_test);
+  return s;
+}
+
+}  // namespace memsafe_examples
