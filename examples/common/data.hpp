@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,19 @@
 #include <vector>
 
 namespace memsafe_examples {
+
+/// $MEMSAFE_DATA_DIR/<sub> if that variable is set and non-empty, otherwise
+/// MEMSAFE_DEFAULT_DATA_DIR/<sub> (a compile-time macro set by the build), otherwise
+/// "../shared/data/<sub>" relative to the working directory.
+inline std::string default_data_subdir(const char* sub) {
+  if (const char* env = std::getenv("MEMSAFE_DATA_DIR"); env != nullptr && *env != '\0')
+    return std::string(env) + "/" + sub;
+#ifdef MEMSAFE_DEFAULT_DATA_DIR
+  return std::string(MEMSAFE_DEFAULT_DATA_DIR) + "/" + sub;
+#else
+  return std::string("../shared/data/") + sub;
+#endif
+}
 
 inline std::mt19937_64 make_engine(std::uint64_t seed, std::uint64_t stream) {
   std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),

@@ -26,6 +26,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "data.hpp"
+
 namespace memsafe_examples {
 
 inline constexpr const char* mnist_train_images = "train-images-idx3-ubyte.gz";
@@ -36,18 +38,8 @@ inline constexpr const char* mnist_test_labels = "t10k-labels-idx1-ubyte.gz";
 inline constexpr std::uint32_t idx_images_magic = 2051;  // 0x00000803: ubyte, 3 dims
 inline constexpr std::uint32_t idx_labels_magic = 2049;  // 0x00000801: ubyte, 1 dim
 
-// $MEMSAFE_DATA_DIR/mnist if that variable is set and non-empty, otherwise
-// MEMSAFE_DEFAULT_DATA_DIR/mnist (a compile-time macro set by the build),
-// otherwise "../shared/data/mnist" relative to the working directory.
-inline std::string default_mnist_dir() {
-  if (const char* env = std::getenv("MEMSAFE_DATA_DIR"); env != nullptr && *env != '\0')
-    return std::string(env) + "/mnist";
-#ifdef MEMSAFE_DEFAULT_DATA_DIR
-  return std::string(MEMSAFE_DEFAULT_DATA_DIR) + "/mnist";
-#else
-  return "../shared/data/mnist";
-#endif
-}
+/// The MNIST folder under the shared data folder (see default_data_subdir).
+inline std::string default_mnist_dir() { return default_data_subdir("mnist"); }
 
 inline std::string mnist_file(const std::string& dir, const char* name) {
   return (std::filesystem::path(dir) / name).string();

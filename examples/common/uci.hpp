@@ -27,19 +27,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "data.hpp"
+
 namespace memsafe_examples {
 
-// $MEMSAFE_DATA_DIR/uci if set and non-empty, else MEMSAFE_DEFAULT_DATA_DIR/uci (set by the
-// build), else "../shared/data/uci" relative to the working directory.
-inline std::string default_uci_dir() {
-  if (const char* env = std::getenv("MEMSAFE_DATA_DIR"); env != nullptr && *env != '\0')
-    return std::string(env) + "/uci";
-#ifdef MEMSAFE_DEFAULT_DATA_DIR
-  return std::string(MEMSAFE_DEFAULT_DATA_DIR) + "/uci";
-#else
-  return "../shared/data/uci";
-#endif
-}
+/// The UCI folder under the shared data folder (see default_data_subdir).
+inline std::string default_uci_dir() { return default_data_subdir("uci"); }
 
 /// A numeric table: rows × cols, row-major, in double.
 struct csv_table {

@@ -73,17 +73,27 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
   }
 };
 
-template <class Op, class E>
-struct tile_gen<unary_expr<Op, E>> {
-  using expr_type = unary_expr<Op, E>;
-  using T = typename expr_type::value_type;
-  const expr_type& e;
+/// A node that post-processes its one child's tile in place (its workspace is the child's).
+template <class Expr, class E>
+struct child_gen {
+  using expr_type = Expr;
+  using T = typename Expr::value_type;
+  const Expr& e;
   tile_gen<E> child;
-  explicit tile_gen(const expr_type& ex) : e(ex), child(ex.e) {}
-  static std::size_t workspace_bytes(const expr_type& ex, std::size_t ti, std::size_t tj) {
+  explicit child_gen(const Expr& ex) : e(ex), child(ex.e) {}
+  static std::size_t workspace_bytes(const Expr& ex, std::size_t ti, std::size_t tj) {
     return tile_gen<E>::workspace_bytes(ex.e, ti, tj);
   }
   void bind(std::byte*& cur, std::size_t ti, std::size_t tj) { child.bind(cur, ti, tj); }
+};
+
+template <class Op, class E>
+struct tile_gen<unary_expr<Op, E>> : child_gen<unary_expr<Op, E>, E> {
+  using base = child_gen<unary_expr<Op, E>, E>;
+  using typename base::T;
+  using base::base;
+  using base::child;
+  using base::e;
   void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
     child.fill(i0, ni, j0, nj, out, ld);
     const Op op = e.op;
@@ -208,16 +218,12 @@ struct tile_gen<guarded<Fa, Sl>> {
 
 // ---- diagonal terms: the tile adds the diagonal entries that fall inside it ---------------------
 template <class E, class Dg>
-struct tile_gen<diag_plus<E, Dg>> {
-  using expr_type = diag_plus<E, Dg>;
-  using T = typename expr_type::value_type;
-  const expr_type& e;
-  tile_gen<E> child;
-  explicit tile_gen(const expr_type& ex) : e(ex), child(ex.e) {}
-  static std::size_t workspace_bytes(const expr_type& ex, std::size_t ti, std::size_t tj) {
-    return tile_gen<E>::workspace_bytes(ex.e, ti, tj);
-  }
-  void bind(std::byte*& cur, std::size_t ti, std::size_t tj) { child.bind(cur, ti, tj); }
+struct tile_gen<diag_plus<E, Dg>> : child_gen<diag_plus<E, Dg>, E> {
+  using base = child_gen<diag_plus<E, Dg>, E>;
+  using typename base::T;
+  using base::base;
+  using base::child;
+  using base::e;
   void fill(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj, T* out, std::size_t ld) {
     child.fill(i0, ni, j0, nj, out, ld);
     const std::size_t lo = std::max(i0, j0), hi = std::min(i0 + ni, j0 + nj);

@@ -89,6 +89,15 @@ MEMSAFE_BINARY_OP(max, "max", (b > a ? b : a))
 #undef MEMSAFE_BINARY_OP
 }  // namespace op
 
+namespace detail {
+/// "name(inner)" or "name(inner, c)" for ops that carry a scalar.
+template <class Op>
+std::string op_str(const Op& op, const std::string& inner) {
+  if constexpr (requires { op.c; }) return std::string(Op::name) + "(" + inner + ", " + std::to_string(op.c) + ")";
+  else return std::string(Op::name) + "(" + inner + ")";
+}
+}  // namespace detail
+
 /// op(e_ij)
 template <class Op, class E>
 struct unary_expr : lazy_tag {
@@ -98,12 +107,7 @@ struct unary_expr : lazy_tag {
   Op op;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return e.cols(); }
-  std::string str() const {
-    if constexpr (requires { op.c; })
-      return std::string(Op::name) + "(" + e.str() + ", " + std::to_string(op.c) + ")";
-    else
-      return std::string(Op::name) + "(" + e.str() + ")";
-  }
+  std::string str() const { return detail::op_str(op, e.str()); }
 };
 
 /// op(a_ij, b_ij) for two lazy matrices of the same shape.

@@ -108,12 +108,7 @@ struct tmap : tensor_tag {
   E e;
   Op op;
   auto shape() const { return e.shape(); }
-  std::string str() const {
-    if constexpr (requires { op.c; })
-      return std::string(Op::name) + "(" + e.str() + ", " + std::to_string(op.c) + ")";
-    else
-      return std::string(Op::name) + "(" + e.str() + ")";
-  }
+  std::string str() const { return detail::op_str(op, e.str()); }
 };
 
 /// op(a, b) with NumPy broadcasting (equal ranks; each axis equal or 1).
