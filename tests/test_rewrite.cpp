@@ -278,4 +278,36 @@ TEST_CASE("matrix chains take the cheapest order and never form K K^T") {
   CHECK(rp.stats.peak_temp_bytes <= (8u << 20));
   CHECK_THROWS_AS((void)(A * C), ms::shape_error);
 }
+
+TEST_CASE("symmetric_product computes A A^T from the lower block triangle") {
+  const std::size_t mu = 150, n = 700, d = 3;
+  auto u = data(mu, d, 23), x = data(n, d, 24);
+  auto U = ms::points(u.data(), mu, d);
+  auto X = ms::points(x.data(), n, d);
+  auto Kuf = ms::matern32(U, X, 0.7, 1.3);
+  auto gram = Kuf * ms::transpose(Kuf);
+  CHECK(ms::explain(gram).find("symmetric_product") != std::string::npos);
+  auto Kr = dense(u, x, mu, n, d, [](const double* a, const double* b, std::size_t dd) {
+    const double r = std::sqrt(3.0 * sq(a, b, dd)) / 0.7;
+    return 1.3 * (1 + r) * std::exp(-r);
+  });
+  std::vector<double> want(mu * mu, 0), scale(mu * mu, 0);
+  for (std::size_t a = 0; a < mu; ++a)
+    for (std::size_t c = 0; c < mu; ++c)
+      for (std::size_t j = 0; j < n; ++j) {
+        want[a * mu + c] += Kr[a * n + j] * Kr[c * n + j];
+        scale[a * mu + c] += std::fabs(Kr[a * n + j] * Kr[c * n + j]);
+      }
+  for (const auto& r : eval_all(gram)) {
+    expect_close(r.values, want, scale, "Kuf Kuf^T (symmetric)");
+    bool sym = true;
+    for (std::size_t a = 0; a < mu; ++a)
+      for (std::size_t c = 0; c < a; ++c) sym = sym && r(a, c) == r(c, a);
+    CHECK(sym);
+  }
+  // A product of two different lazy matrices is not taken for a Gram matrix.
+  auto y = data(n, d, 25);
+  auto other = Kuf * ms::transpose(ms::matern32(U, ms::points(y.data(), n, d), 0.7, 1.3));
+  CHECK(ms::explain(other).find("symmetric_product") == std::string::npos);
+}
 }

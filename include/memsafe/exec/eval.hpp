@@ -196,15 +196,36 @@ void apply_post(const linear_post<T>& post, const matrix_view<const T>& rhs, con
 template <class X>
 inline constexpr bool is_lazy_product = requires(const X& x) { x.a; x.b; };
 
+/// Rule `symmetric_product`: B is Aᵀ for pairwise leaves over the same points and parameters
+/// (A·Aᵀ, e.g. Kuf·Kufᵀ), so only the blocks on and below the diagonal are computed.
+template <class A, class B>
+bool is_gram(const A& a, const B& b) {
+  if constexpr (requires { typename A::formula_type; typename B::formula_type; } &&
+                std::is_same_v<typename A::formula_type, typename B::formula_type>) {
+    auto same = [](const auto& u, const auto& v) {
+      return u.data() == v.data() && u.rows() == v.rows() && u.cols() == v.cols() &&
+             u.row_stride() == v.row_stride() && u.col_stride() == v.col_stride();
+    };
+    const auto &pa = a.params, &pb = b.params;
+    return same(a.x, b.y) && same(a.y, b.x) && pa.variance == pb.variance && pa.alpha == pb.alpha &&
+           pa.acc_scale == pb.acc_scale && pa.per_dim == pb.per_dim && pa.kind == pb.kind && pa.y_sign == pb.y_sign;
+  } else {
+    return false;
+  }
+}
+
 template <class X>
 tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
   if constexpr (is_lazy_product<X>) {  // lazy × lazy
     linear_post<typename X::value_type> post;
     auto a = peel<false>(rewrite::normalize(x.a, log), post, log, "product");
     auto b = peel<false>(rewrite::normalize(x.b, log), post, log, "product");
+    const bool gram = is_gram(a, b);
+    if (gram) log.add("symmetric_product: A * transpose(A) -> lower block triangle, mirrored");
     auto p = plan::tiles_3d(
         a.rows(), b.cols(), a.cols(), budget, threads,
-        [&](std::size_t tp, std::size_t tq, std::size_t tt) { return exec::product_bytes(a, b, tp, tq, tt); }, x.str());
+        [&](std::size_t tp, std::size_t tq, std::size_t tt) { return exec::product_bytes(a, b, tp, tq, tt); }, x.str(),
+        gram);
     p.expression = a.str() + " * " + b.str();
     if (post.scale != 1) p.expression = std::to_string(post.scale) + " * (" + p.expression + ")";
     p.reduction = "tiled lazy x lazy product (double accumulation)";

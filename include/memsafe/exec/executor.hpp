@@ -184,22 +184,30 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
     q0 = (blk % p.col_blocks) * tq;
     np = std::min(tp, P - p0);
     nq = std::min(tq, Q - q0);
+    return !(p.symmetric && q0 > p0);  // A·Aᵀ: blocks above the diagonal are mirrored afterwards
+  };
+  auto mirror = [&] {
+    if (!p.symmetric) return;
+    for (std::size_t i = 0; i < P; ++i)
+      for (std::size_t j = i + 1; j < Q; ++j)
+        if (j / tq > i / tp) C[i * ldc + j] = C[j * ldc + i];
   };
   if (!p.split_columns) {
     std::atomic<std::size_t> next{0};
     parallel(nthreads, [&](std::size_t t) {
       for (std::size_t blk; (blk = next.fetch_add(1)) < nb;) {
         std::size_t p0, np, q0, nq;
-        block(blk, p0, np, q0, nq);
+        if (!block(blk, p0, np, q0, nq)) continue;
         workers[t].accumulate(p0, np, q0, nq, 0, nib, tt, N);
         store(workers[t], p0, np, q0, nq);
       }
     });
+    mirror();
     return;
   }
   for (std::size_t blk = 0; blk < nb; ++blk) {
     std::size_t p0, np, q0, nq;
-    block(blk, p0, np, q0, nq);
+    if (!block(blk, p0, np, q0, nq)) continue;
     parallel(nthreads, [&](std::size_t t) {
       workers[t].accumulate(p0, np, q0, nq, nib * t / nthreads, nib * (t + 1) / nthreads, tt, N);
     });
@@ -207,6 +215,7 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
       for (std::size_t q = 0; q < np * nq; ++q) workers[0].cacc[q] += workers[t].cacc[q];
     store(workers[0], p0, np, q0, nq);
   }
+  mirror();
 }
 
 }  // namespace memsafe::exec

@@ -36,6 +36,7 @@ struct tile_plan {
   std::size_t budget = 0;
   std::size_t row_blocks = 0, col_blocks = 0, inner_blocks = 0, num_tiles = 0;
   bool split_columns = false;  ///< threads share one row block's columns and merge partials
+  bool symmetric = false;      ///< lazy × lazy A·Aᵀ: only blocks on and below the diagonal, mirrored
   std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
 
   /// "as rewritten" and "rules fired" lines.
@@ -151,7 +152,7 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
 /// contraction of one block (each with its own accumulator, merged) when blocks are fewer.
 template <class Cost>
 tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t budget, std::size_t max_threads, Cost cost,
-                   const std::string& what) {
+                   const std::string& what, bool symmetric = false) {
   tile_plan p;
   p.rows = P;
   p.cols = Q;
@@ -172,6 +173,7 @@ tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t bud
     for (std::size_t tp : tps)
       for (std::size_t tq : tqs)
         for (std::size_t tt : tts) {
+          if (symmetric && tq != tp) continue;  // square blocks, so the diagonal blocks mirror
           if (cost(tp, tq, tt) > budget / T) continue;
           // Work per generated entry grows with tp·tq/(tp+tq); favour wide contraction tiles too.
           const double score = double(tp) * double(tq) / double(tp + tq) * std::min<double>(double(tt), 64.0);
@@ -187,9 +189,11 @@ tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t bud
       p.row_blocks = (P + bp - 1) / bp;
       p.col_blocks = (Q + bq - 1) / bq;
       p.inner_blocks = (Tn + bt - 1) / bt;
-      p.num_tiles = p.row_blocks * p.col_blocks * p.inner_blocks;
+      p.symmetric = symmetric;
+      const std::size_t blocks = symmetric ? p.row_blocks * (p.row_blocks + 1) / 2 : p.row_blocks * p.col_blocks;
+      p.num_tiles = blocks * p.inner_blocks;
       p.threads = std::min<std::size_t>(T, p.num_tiles);
-      p.split_columns = p.row_blocks * p.col_blocks < p.threads;  // threads share the contraction
+      p.split_columns = blocks < p.threads;  // threads share the contraction
       p.per_thread_bytes = cost(bp, bq, bt);
       p.planned_bytes = p.threads * p.per_thread_bytes;
       return p;

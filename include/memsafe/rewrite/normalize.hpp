@@ -12,6 +12,8 @@
 //   scalar_hoist         sum(c·E) → c·sum(E);  (c·E)·M → c·(E·M)   (applied by the evaluator)
 //   diag_in_product      (E + D)·M → E·M + D·M                     (applied by the evaluator)
 //   stationary_diagonal  diag(k(X, X)) → variance                  (applied by the evaluator)
+//   symmetric_product    A·Aᵀ → lower block triangle, mirrored     (applied by the evaluator)
+//   chain_order          cheapest order of a product chain          (exec/chain.hpp)
 //
 // After normalisation no transpose node is left: every reduction runs over the column index j
 // of a tree of pairwise leaves, guarded rewrites, diagonal terms and elementwise maps.
