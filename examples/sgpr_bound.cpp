@@ -34,6 +34,7 @@
 #include "common/cli.hpp"
 #include "common/json.hpp"
 #include "common/rss.hpp"
+#include "common/run.hpp"
 #include "common/uci.hpp"
 
 namespace {
@@ -49,11 +50,11 @@ struct hyper {
 };
 
 struct config {
-  std::string data_dir, dataset, budget_text, rss_slack;
+  std::string data_dir, dataset;
   std::size_t split = 0, m = 1000, check_n = 2000;
-  unsigned threads = 0;
   std::uint64_t seed = 0;
-  bool check = false, explain = false;
+  bool check = false;
+  mx::run_options run;  // --budget, --threads, --rss-slack, --explain
   hyper h;
 };
 
@@ -289,8 +290,8 @@ int run(const config& cfg, const Kern& kern) {
   const double seconds_load = since(t0);
 
   evaluator ev;
-  ev.opts = memsafe::options{memsafe::parse_bytes(cfg.budget_text), cfg.threads};
-  ev.explain = cfg.explain;
+  ev.opts = cfg.run.eval_options();
+  ev.explain = cfg.run.explain;
   ev.initial_blas_threads = la::blas_threads();
 
   const sgpr_fit fit = fit_memsafe(kern, sp.X_train, sp.y_train, n, Z, m, d, cfg.h, ev);
@@ -342,7 +343,7 @@ int run(const config& cfg, const Kern& kern) {
                                                     sp.X_test.size() + sp.y_test.size() + Z.size() + 2 * m * m +
                                                     m * batch + 3 * ns + 2 * m) +
                                   ds.test_mask.size() + n * sizeof(std::size_t);
-  const auto rss = mx::make_rss_limit(cfg.rss_slack, input_bytes, *ev.opts.budget);
+  const auto rss = mx::make_rss_limit(cfg.run.rss_slack, input_bytes, *ev.opts.budget);
 
   mx::json_line j;
   j.add("example", "sgpr_bound")
@@ -366,7 +367,7 @@ int run(const config& cfg, const Kern& kern) {
       .add("planned_temp_bytes", ev.planned)
       .add("budget_bytes", *ev.opts.budget)
       .add("evaluations", ev.evaluations)
-      .add("threads", memsafe::plan::resolve_threads(cfg.threads))
+      .add("threads", memsafe::plan::resolve_threads(cfg.run.threads))
       .add("blas_threads", ev.initial_blas_threads)
       .add("seconds_load", seconds_load)
       .add("seconds_kuu", fit.seconds_kuu)
@@ -405,13 +406,10 @@ int main(int argc, char** argv) {
       .option("variance", "1", "kernel variance (standardised target)")
       .option("noise", "0.1", "noise variance sigma^2 (standardised target)")
       .option("jitter", "1e-6", "added to the diagonal of Kuu")
-      .option("budget", "64MiB", "temporary-memory budget of every memsafe evaluation, e.g. 64MiB")
-      .option("threads", "0", "worker threads (0 = all cores)")
       .option("seed", "0", "seed of the shuffle that picks the inducing points")
       .flag("check", "also compute the bound on a training subset with an independent dense implementation")
-      .option("check-n", "2000", "size of the --check subset (the first training points)")
-      .flag("explain", "print memsafe's plan of every evaluation to stderr")
-      .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check");
+      .option("check-n", "2000", "size of the --check subset (the first training points)");
+  mx::add_eval_options(args);  // the budget applies to every memsafe evaluation
   args.parse(argc, argv);
 
   config cfg;
@@ -424,15 +422,10 @@ int main(int argc, char** argv) {
   cfg.h.variance = args.get_double("variance");
   cfg.h.noise = args.get_double("noise");
   cfg.h.jitter = args.get_double("jitter");
-  cfg.budget_text = args.get_string("budget");
-  const std::uint64_t threads = args.get_uint("threads");
-  if (threads > 4096) args.fail("--threads must be at most 4096");
-  cfg.threads = static_cast<unsigned>(threads);
+  cfg.run = mx::read_eval_options(args);
   cfg.seed = args.get_uint("seed");
   cfg.check = args.get_flag("check");
   cfg.check_n = args.get_uint("check-n");
-  cfg.explain = args.get_flag("explain");
-  cfg.rss_slack = args.get_string("rss-slack");
   if (cfg.m == 0) args.fail("--m must be positive");
   if (!(cfg.h.lengthscale > 0)) args.fail("--lengthscale must be positive");
   if (!(cfg.h.variance > 0)) args.fail("--variance must be positive");
@@ -441,7 +434,7 @@ int main(int argc, char** argv) {
   if (cfg.check && cfg.check_n == 0) args.fail("--check-n must be positive");
 
   try {
-    memsafe::parse_bytes(cfg.budget_text);  // a bad --budget is a command-line error
+    memsafe::parse_bytes(cfg.run.budget_text);  // a bad --budget is a command-line error
   } catch (const std::exception& e) {
     args.fail(e.what());
   }

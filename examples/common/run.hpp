@@ -24,26 +24,35 @@ struct run_options {
   memsafe::options eval_options() const { return {memsafe::parse_bytes(budget_text), threads}; }
 };
 
-/// Declare --budget, --seed, --check, --threads and --rss-slack.
-inline cli& add_run_options(cli& args, const char* seed_help, const char* check_help) {
+/// Declare how memsafe evaluates: --budget, --threads, --rss-slack and --explain.
+inline cli& add_eval_options(cli& args) {
   return args.option("budget", "64MiB", "temporary-memory budget, e.g. 64MiB, 1GB, 4096")
-      .option("seed", "42", seed_help)
-      .option("check", "0", check_help)
       .option("threads", "0", "worker threads (0 = all cores)")
       .option("rss-slack", "", "fail unless peak RSS <= inputs + budget + this (e.g. 40MiB); empty: no check")
       .flag("explain", "print the expression as written and rewritten, the rules fired and the plan (stderr)");
 }
 
-inline run_options read_run_options(cli& args) {
+/// Declare the evaluation options plus --seed and a counted --check.
+inline cli& add_run_options(cli& args, const char* seed_help, const char* check_help) {
+  return add_eval_options(args.option("seed", "42", seed_help).option("check", "0", check_help));
+}
+
+/// Read what add_eval_options declared (seed and check stay 0).
+inline run_options read_eval_options(cli& args) {
   run_options r;
   r.budget_text = args.get_string("budget");
-  r.seed = args.get_uint("seed");
-  r.check = args.get_uint("check");
   r.rss_slack = args.get_string("rss-slack");
   r.explain = args.get_flag("explain");
   const std::uint64_t threads = args.get_uint("threads");
   if (threads > 4096) args.fail("--threads must be at most 4096");
   r.threads = static_cast<unsigned>(threads);
+  return r;
+}
+
+inline run_options read_run_options(cli& args) {
+  run_options r = read_eval_options(args);
+  r.seed = args.get_uint("seed");
+  r.check = args.get_uint("check");
   return r;
 }
 
