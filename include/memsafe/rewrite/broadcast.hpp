@@ -18,26 +18,26 @@ namespace memsafe::rewrite {
 
 namespace detail {
 
-/// X[:, None, :] ∓ Y[None, :, :] or Y[None, :, :] ∓ X[:, None, :].
+/// X[:, None, :] ∓ Y[None, :, :] or Y[None, :, :] ∓ X[:, None, :]: one leaf with the new axis at 1
+/// (it gives the rows, i), the other with the new axis at 0 (the columns, j).
 template <class Dif>
 struct diff_pattern : std::false_type {};
-template <class Op, class T, std::size_t D1, std::size_t D2>
-  requires(std::is_same_v<Op, op::sub> || std::is_same_v<Op, op::add>)
-struct diff_pattern<tzip<Op, tleaf<T, 2, 1, D1>, tleaf<T, 2, 0, D2>>> : std::true_type {
-  using X = tleaf<T, 2, 1, D1>;
-  using Y = tleaf<T, 2, 0, D2>;
+template <class Op, class T, std::size_t A1, std::size_t D1, std::size_t A2, std::size_t D2>
+  requires(std::is_same_v<Op, op::sub> || std::is_same_v<Op, op::add>) && ((A1 == 1 && A2 == 0) || (A1 == 0 && A2 == 1))
+struct diff_pattern<tzip<Op, tleaf<T, 2, A1, D1>, tleaf<T, 2, A2, D2>>> : std::true_type {
+  using Z = tzip<Op, tleaf<T, 2, A1, D1>, tleaf<T, 2, A2, D2>>;
+  static constexpr bool x_first = A1 == 1;
+  using X = std::conditional_t<x_first, tleaf<T, 2, A1, D1>, tleaf<T, 2, A2, D2>>;
+  using Y = std::conditional_t<x_first, tleaf<T, 2, A2, D2>, tleaf<T, 2, A1, D1>>;
   static constexpr bool add = std::is_same_v<Op, op::add>;
-  static const X& x(const tzip<Op, X, Y>& z) { return z.a; }
-  static const Y& y(const tzip<Op, X, Y>& z) { return z.b; }
-};
-template <class Op, class T, std::size_t D1, std::size_t D2>
-  requires(std::is_same_v<Op, op::sub> || std::is_same_v<Op, op::add>)
-struct diff_pattern<tzip<Op, tleaf<T, 2, 0, D1>, tleaf<T, 2, 1, D2>>> : std::true_type {
-  using X = tleaf<T, 2, 1, D2>;
-  using Y = tleaf<T, 2, 0, D1>;
-  static constexpr bool add = std::is_same_v<Op, op::add>;
-  static const X& x(const tzip<Op, Y, X>& z) { return z.b; }
-  static const Y& y(const tzip<Op, Y, X>& z) { return z.a; }
+  static const X& x(const Z& z) {
+    if constexpr (x_first) return z.a;
+    else return z.b;
+  }
+  static const Y& y(const Z& z) {
+    if constexpr (x_first) return z.b;
+    else return z.a;
+  }
 };
 
 /// Two tensor expressions over the same memory with the same shapes, strides and operations.
