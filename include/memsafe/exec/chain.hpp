@@ -339,9 +339,10 @@ struct chain_eval {
   }
 };
 
+/// Choose the order for `ce` and describe it as a plan; budget_error if even the leanest order
+/// does not fit.
 template <class... Fs>
-tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
-  chain_eval<Fs...> ce(x);
+tile_plan chain_plan(chain_eval<Fs...>& ce, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
   constexpr std::size_t N = sizeof...(Fs);
   const double need = ce.choose(double(budget));
   tile_plan p;
@@ -351,23 +352,28 @@ tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t 
   p.reduction = "matrix chain of " + std::to_string(N) + " factors, order by dynamic programming over flops and " +
                 "temporary bytes: " + buf + "; each step planned and tiled on its own";
   log.add("chain_order: " + p.expression);
-  p.rows = x.rows();
-  p.cols = x.cols();
+  p.rows = ce.c.rows();
+  p.cols = ce.c.cols();
   p.budget = budget;
   p.threads = threads;
   p.min_bytes = static_cast<std::size_t>(need);
   // Each step may use whatever the intermediates alive beside it leave of the budget.
   p.planned_bytes = p.per_thread_bytes = budget;
-  if (need > double(budget)) plan::too_small(x.str(), budget, p.min_bytes);
+  if (need > double(budget)) plan::too_small(ce.c.str(), budget, p.min_bytes);
   return p;
+}
+
+template <class... Fs>
+tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
+  chain_eval<Fs...> ce(x);
+  return chain_plan(ce, budget, threads, log);
 }
 
 template <class... Fs, class T>
 tile_plan plan_and_run(const chain_expr<Fs...>& x, T* values, index_t*, std::size_t budget, std::size_t threads,
                        accountant& acc, rewrite::rule_log& log) {
-  tile_plan p = make_plan(x, budget, threads, log);
   chain_eval<Fs...> ce(x);
-  ce.choose(double(budget));
+  tile_plan p = chain_plan(ce, budget, threads, log);  // the order is chosen once, here
   ce.threads = threads;
   ce.acc = &acc;
   ce.template materialise<0, sizeof...(Fs) - 1>(values);
