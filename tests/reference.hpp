@@ -46,6 +46,21 @@ inline std::vector<double> dense(const std::vector<double>& x, const std::vector
     for (std::size_t j = 0; j < m; ++j) K[i * m + j] = f(&x[i * d], &y[j * d], d);
   return K;
 }
+/// C = A·B for row-major A (p×n) and B (n×q), with scale Σ|a·b| per entry for the tolerance.
+struct product {
+  std::vector<double> want, scale;
+};
+inline product matmul(const std::vector<double>& A, const std::vector<double>& B, std::size_t p, std::size_t n,
+                      std::size_t q) {
+  product r{std::vector<double>(p * q, 0), std::vector<double>(p * q, 0)};
+  for (std::size_t i = 0; i < p; ++i)
+    for (std::size_t j = 0; j < q; ++j)
+      for (std::size_t s = 0; s < n; ++s) {
+        r.want[i * q + j] += A[i * n + s] * B[s * q + j];
+        r.scale[i * q + j] += std::fabs(A[i * n + s] * B[s * q + j]);
+      }
+  return r;
+}
 inline std::vector<double> transpose(const std::vector<double>& K, std::size_t n, std::size_t m) {
   std::vector<double> t(n * m);
   for (std::size_t i = 0; i < n; ++i)

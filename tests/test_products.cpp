@@ -15,13 +15,7 @@ TEST_CASE_TEMPLATE("lazy times lazy Kuf Kuf^T against the dense reference", T, f
   auto Kr = dense(ud, xd, mu, n, d, [](const double* a, const double* b, std::size_t dd) {
     return 1.2 * std::exp(-0.5 * sq(a, b, dd) / 0.81);
   });
-  std::vector<double> want(mu * mu, 0), scale(mu * mu, 0);
-  for (std::size_t a = 0; a < mu; ++a)
-    for (std::size_t b = 0; b < mu; ++b)
-      for (std::size_t j = 0; j < n; ++j) {
-        want[a * mu + b] += Kr[a * n + j] * Kr[b * n + j];
-        scale[a * mu + b] += std::fabs(Kr[a * n + j] * Kr[b * n + j]);
-      }
+  const auto [want, scale] = matmul(Kr, transpose(Kr, mu, n), mu, n, mu);
   auto rs = eval_all(Kuf * memsafe::transpose(Kuf));
   for (const auto& r : rs) {
     CHECK(r.rows == mu);
@@ -46,13 +40,7 @@ TEST_CASE("lazy times lazy with different formulas and shapes") {
     const double r = std::sqrt(3.0 * sq(s, t, dd)) / 1.1;
     return 0.7 * (1 + r) * std::exp(-r);
   });
-  std::vector<double> want(p * q, 0), scale(p * q, 0);
-  for (std::size_t i = 0; i < p; ++i)
-    for (std::size_t j = 0; j < q; ++j)
-      for (std::size_t s = 0; s < n; ++s) {
-        want[i * q + j] += K1[i * n + s] * K2[s * q + j];
-        scale[i * q + j] += std::fabs(K1[i * n + s] * K2[s * q + j]);
-      }
+  const auto [want, scale] = matmul(K1, K2, p, n, q);
   for (const auto& r : eval_all(e)) expect_close(r.values, want, scale, "sqdist*matern32");
 }
 

@@ -291,13 +291,7 @@ TEST_CASE("symmetric_product computes A A^T from the lower block triangle") {
     const double r = std::sqrt(3.0 * sq(a, b, dd)) / 0.7;
     return 1.3 * (1 + r) * std::exp(-r);
   });
-  std::vector<double> want(mu * mu, 0), scale(mu * mu, 0);
-  for (std::size_t a = 0; a < mu; ++a)
-    for (std::size_t c = 0; c < mu; ++c)
-      for (std::size_t j = 0; j < n; ++j) {
-        want[a * mu + c] += Kr[a * n + j] * Kr[c * n + j];
-        scale[a * mu + c] += std::fabs(Kr[a * n + j] * Kr[c * n + j]);
-      }
+  const auto [want, scale] = matmul(Kr, transpose(Kr, mu, n), mu, n, mu);
   for (const auto& r : eval_all(gram)) {
     expect_close(r.values, want, scale, "Kuf Kuf^T (symmetric)");
     bool sym = true;
