@@ -23,6 +23,7 @@
 #include "chain.hpp"
 #include "executor.hpp"
 #include "monoids.hpp"
+#include "select.hpp"
 
 namespace memsafe {
 
@@ -232,13 +233,19 @@ tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite
     return p;
   } else {
     auto job = row_job<X>::make(x, log);
-    auto p = plan::tiles_2d(
-        job.e.rows(), job.e.cols(), budget, threads,
-        [&](std::size_t ti, std::size_t tj) { return exec::per_thread_bytes(job.e, job.mon, ti, tj); }, x.str());
+    auto p = exec::dispatch_select(
+        job.e, job.mon,
+        [&](const auto& leaf) { return exec::plan_select(leaf, job.mon, budget, threads, x.str()); },
+        [&](const auto& e) {
+          auto q = plan::tiles_2d(
+              e.rows(), e.cols(), budget, threads,
+              [&](std::size_t ti, std::size_t tj) { return exec::per_thread_bytes(e, job.mon, ti, tj); }, x.str());
+          q.reduction = std::string(decltype(job.mon)::name) + " over j, fused with tile generation";
+          return q;
+        });
     p.expression = job.e.str();
     if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
     for (std::size_t k = 0; k < job.post.diags.size(); ++k) p.expression += " + D" + std::to_string(k) + "·M";
-    p.reduction = std::string(decltype(job.mon)::name) + " over j, fused with tile generation";
     return p;
   }
 }
@@ -259,7 +266,9 @@ tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budg
     rewrite::rule_log quiet;
     auto job = row_job<X>::make(x, quiet);
     const auto out = row_job<X>::out(x, values, indices);
-    exec::run_rows(job.e, job.mon, out, p, acc);
+    exec::dispatch_select(
+        job.e, job.mon, [&](const auto& leaf) { exec::run_select(leaf, job.mon, out, p, acc); },
+        [&](const auto& e) { exec::run_rows(e, job.mon, out, p, acc); });
     apply_post(job.post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
   }
   return p;

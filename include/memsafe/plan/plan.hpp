@@ -101,9 +101,10 @@ inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_
 }
 
 /// Plan a 2-D tiling of an n×m index space. `cost(ti, tj)` gives the per-thread bytes.
+/// `tis`/`tjs` are the tile extents to try (each ≤ the extent; the largest area that fits wins).
 template <class Cost>
 tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, Cost cost,
-                   const std::string& what) {
+                   const std::string& what, const std::vector<std::size_t>& tis, const std::vector<std::size_t>& tjs) {
   tile_plan p;
   p.rows = n;
   p.cols = m;
@@ -114,8 +115,6 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
   }
   p.min_bytes = cost(1, 1);
   if (p.min_bytes > budget) too_small(what, budget, p.min_bytes);
-  const auto tis = candidates(n, {64, 32, 16, 8, 4, 2, 1});
-  const auto tjs = candidates(m, {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
   const std::size_t reasonable = std::min<std::size_t>(n, 16) * std::min<std::size_t>(m, 256);
   for (std::size_t T = max_threads; T >= 1; --T) {
     std::size_t best_area = 0, bi = 0, bj = 0;
@@ -145,6 +144,13 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
     if (T == 1) break;
   }
   too_small(what, budget, p.min_bytes);  // unreachable: 1×1 with one thread fits
+}
+
+template <class Cost>
+tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, Cost cost,
+                   const std::string& what) {
+  return tiles_2d(n, m, budget, max_threads, cost, what, candidates(n, {64, 32, 16, 8, 4, 2, 1}),
+                  candidates(m, {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1}));
 }
 
 /// Plan a 3-D tiling (p×q output blocks, contracting over t) for lazy × lazy products.

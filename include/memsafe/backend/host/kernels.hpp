@@ -22,6 +22,19 @@ namespace memsafe::host {
 template <class T>
 inline constexpr std::size_t lanes = 64 / sizeof(T);
 
+/// a·b + c with one rounding where the target has FMA, two where it has none — spelled out so
+/// that every kernel computing a pairwise value (the tile path here, the fused selection's exact
+/// re-evaluation in select.hpp, vectorised or not) rounds identically, whatever the compiler's
+/// contraction choices.
+template <class T>
+inline T madd(T a, T b, T c) {
+#if defined(__FMA__) || defined(__AVX512F__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 inline constexpr std::size_t align64(std::size_t b) { return (b + 63) & ~std::size_t{63}; }
 
 /// Number of W-wide panels covering `nj` points.
@@ -96,19 +109,19 @@ void pairwise_rows(const T* xs, const T* xinv, const T* pack, const T* yinv, std
         for (std::size_t w = 0; w < W; ++w) {
           if constexpr (B == base_kind::sqeuclid) {
             const T t = xv - yk[w];
-            acc[r][w] += t * t;
+            acc[r][w] = madd(t, t, acc[r][w]);
           } else if constexpr (B == base_kind::l1) {
             const T t = xv - yk[w];
             acc[r][w] += t < T(0) ? -t : t;
           } else {
-            acc[r][w] += xv * yk[w];
+            acc[r][w] = madd(xv, yk[w], acc[r][w]);
           }
         }
       }
     }
     if constexpr (B == base_kind::cosine) {
       for (int r = 0; r < R; ++r)
-        for (std::size_t w = 0; w < W; ++w) acc[r][w] = T(1) - acc[r][w] * xinv[r] * yinv[pnl * W + w];
+        for (std::size_t w = 0; w < W; ++w) acc[r][w] = madd(-(acc[r][w] * xinv[r]), yinv[pnl * W + w], T(1));
     }
     if constexpr (F::has_finalise)
       for (int r = 0; r < R; ++r) F::finalise(acc[r], W, params);
