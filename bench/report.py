@@ -1,0 +1,742 @@
+#!/usr/bin/env python3
+"""Writes docs/benchmarks.md and the plots docs/bench_fig2.png, docs/bench_sweep.png from the
+JSON lines in bench/results/*.jsonl (written by bench/run.py).
+
+  python3 bench/report.py [--results bench/results] [--doc docs/benchmarks.md] [--fig-dir docs]
+                          [--peak-gflops G]
+
+For every measurement key (suite, bench, impl, data, metric, n, m requested, d, k, precision,
+budget, threads) the latest row wins.  Nothing is typed in by hand: a cell without a row says
+"not measured", a failed run shows its status (oom, timeout, unsupported, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+NM = "not measured"
+KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
+FIG2_BUDGETS = [16 * MIB, 64 * MIB, 256 * MIB, GIB]
+BUDGET_64 = 64 * MIB
+UNLIMITED = TIB
+
+
+# ---- loading -----------------------------------------------------------------------------------
+
+def row_key(r: dict) -> tuple:
+    if r.get("bench") == "compile":
+        return ("compile", r.get("tu"), r.get("compiler"))
+    return (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
+            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
+            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
+
+
+def load(results: str) -> list[dict]:
+    latest: dict[tuple, tuple] = {}
+    order = 0
+    for path in sorted(glob.glob(os.path.join(results, "*.jsonl"))):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    print(f"report: skipping a malformed line in {path}", file=sys.stderr)
+                    continue
+                order += 1
+                k = row_key(r)
+                stamp = (r.get("timestamp") or "", order)
+                if k not in latest or stamp >= latest[k][0]:
+                    latest[k] = (stamp, r)
+    return [v[1] for v in latest.values()]
+
+
+def find(rows, **want) -> dict | None:
+    """The single latest row matching every field; n/m match the requested sizes."""
+    best = None
+    for r in rows:
+        ok = True
+        for key, val in want.items():
+            have = r.get(key)
+            if key == "n":
+                have = r.get("n_requested", r.get("n"))
+            elif key == "m":
+                have = r.get("m_requested", r.get("m"))
+            if have != val:
+                ok = False
+                break
+        if ok and (best is None or (r.get("timestamp") or "") >= (best.get("timestamp") or "")):
+            best = r
+    return best
+
+
+def ok(r) -> bool:
+    return r is not None and r.get("status") == "ok" and r.get("median_s") is not None
+
+
+# ---- formatting --------------------------------------------------------------------------------
+
+def sig(x: float, digits: int = 3) -> str:
+    if x is None:
+        return NM
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** digits:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def fsec(x) -> str:
+    return NM if x is None else sig(x) + " s"
+
+
+def fbytes(b) -> str:
+    if b is None:
+        return "n/a"
+    b = float(b)
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if b >= size:
+            return f"{sig(b / size)} {unit}"
+    return f"{int(b)} B"
+
+
+def fbudget(b) -> str:
+    if b is None:
+        return "—"
+    if b >= TIB:
+        return "1 TiB (unlimited)" if b == TIB else fbytes(b)
+    return fbytes(b)
+
+
+def fqps(x) -> str:
+    return NM if x is None else sig(x)
+
+
+def status_cell(r, value: str) -> str:
+    if r is None:
+        return NM
+    if r.get("status") != "ok":
+        st = r.get("status") or "error"
+        return {"oom": "out of memory", "budget_too_small": "budget too small"}.get(st, st)
+    return value
+
+
+def ratio_cell(num, den, mark="") -> str:
+    if num is None or den is None or den == 0:
+        return NM
+    return f"{num / den:.2f}×{mark}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+# ---- machine and peak --------------------------------------------------------------------------
+
+def proc_cpu_mhz() -> float | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":")[1])
+    except OSError:
+        pass
+    return None
+
+
+def machine(rows) -> dict:
+    bench_rows = [r for r in rows if r.get("bench") != "compile"] or rows
+
+    def most(key):
+        vals = [r.get(key) for r in bench_rows if r.get(key) is not None]
+        return max(set(vals), key=vals.count) if vals else None
+
+    cpu = most("host_cpu") or most("cpu")
+    return {"cpu": cpu, "cores": most("host_cores") or most("cores"), "mhz": most("host_cpu_mhz"),
+            "mem": most("host_mem_bytes"), "threads": most("threads")}
+
+
+def peak(args, mach) -> tuple[float | None, str]:
+    fpc = args.flops_per_cycle
+    if args.peak_gflops:
+        return args.peak_gflops, f"{args.peak_gflops:g} GFLOP/s, given with `--peak-gflops`"
+    measured = [r for r in getattr(args, "_rows", []) if r.get("bench") == "fma_peak" and r.get("fp32_gflops")]
+    if measured:
+        r = max(measured, key=lambda q: q.get("timestamp") or "")
+        return r["fp32_gflops"], (f"**{r['fp32_gflops']:.1f} GFLOP/s**, measured by `build/bench/fma_peak` "
+                                  f"({r['threads']} threads, each running 12 independent chains of "
+                                  f"{r['lanes']}-lane FP32 FMAs; 2 flops per lane) in the `peak` suite")
+    cores = mach["cores"]
+    mhz, src = mach["mhz"], "the `cpu MHz` line of /proc/cpuinfo recorded with the results"
+    if mhz is None:
+        mhz, src = proc_cpu_mhz(), "the `cpu MHz` line of this machine's /proc/cpuinfo"
+    if not cores or not mhz:
+        return None, "unknown (no core count or clock recorded; pass `--peak-gflops`)"
+    g = cores * mhz / 1000 * fpc
+    return g, (f"{cores} cores × {mhz / 1000:.3f} GHz × {fpc} FP32 flops/cycle = **{g:.1f} GFLOP/s** "
+               f"(clock from {src})")
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+def plt_module():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        print("report: matplotlib is not installed (pip install -r bench/requirements.txt); no plots",
+              file=sys.stderr)
+        return None
+
+
+def plot_fig2(rows, path, mach) -> bool:
+    fig2 = [r for r in rows if r.get("suite") == "fig2"]
+    if not any(ok(r) for r in fig2):
+        return False
+    plt = plt_module()
+    if plt is None:
+        return False
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    budgets = sorted({r["budget_bytes"] for r in fig2 if r.get("impl") == "memsafe" and r.get("budget_bytes")})
+    for i, b in enumerate(budgets):
+        pts = sorted((r["n"], r) for r in fig2 if r.get("impl") == "memsafe" and r.get("budget_bytes") == b and ok(r))
+        if not pts:
+            continue
+        c = colors[i % len(colors)]
+        ns = [p[0] for p in pts]
+        ax_t.plot(ns, [p[1]["median_s"] for p in pts], "o-", color=c, label=f"memsafe, budget {fbytes(b)}")
+        mem = [(p[0], p[1].get("peak_temp_bytes")) for p in pts if p[1].get("peak_temp_bytes")]
+        if mem:
+            ax_m.plot([x for x, _ in mem], [y for _, y in mem], "o-", color=c, label=f"memsafe, budget {fbytes(b)}")
+        ax_m.axhline(b, color=c, linestyle=":", linewidth=0.8)
+    naive = sorted((r["n"], r) for r in fig2 if r.get("impl") == "naive")
+    good = [(n, r) for n, r in naive if ok(r)]
+    if good:
+        ax_t.plot([n for n, _ in good], [r["median_s"] for _, r in good], "s--", color="black", label="naive dense")
+        mem = [(n, r.get("peak_temp_bytes") or r.get("max_rss_bytes")) for n, r in good]
+        mem = [(n, b) for n, b in mem if b]
+        if mem:
+            ax_m.plot([n for n, _ in mem], [b for _, b in mem], "s--", color="black", label="naive dense (matrix)")
+    failed = [(n, r) for n, r in naive if r.get("status") in ("oom", "timeout")]
+    if failed:
+        n_fail, r_fail = failed[0]
+        what = "out of memory" if r_fail["status"] == "oom" else "timed out"
+        for ax in (ax_t, ax_m):
+            ax.axvline(n_fail, color="black", linestyle="--", linewidth=0.8)
+        ax_t.text(n_fail, ax_t.get_ylim()[1] if good else 1, f"naive: {what} \nat n = {n_fail:,} ", va="top", ha="right",
+                  fontsize=8)
+    for ax, ylabel in ((ax_t, "time per matvec, median (s)"), (ax_m, "peak temporary memory (bytes)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("n")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_m.set_title("dotted: the budgets", fontsize=9)
+    fig.suptitle(f"Kernel matvec K(X,X)·v, RBF, d = 1, f64 — {mach['cpu']}, {mach['threads']} threads", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_sweep(rows, path, mach) -> bool:
+    sw = [r for r in rows if r.get("suite") == "sweep"]
+    pts = sorted((r["budget_bytes"], r) for r in sw if r.get("impl") == "memsafe" and ok(r) and r.get("budget_bytes"))
+    if not pts:
+        return False
+    plt = plt_module()
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    xs = [b for b, _ in pts]
+    ax.plot(xs, [r["median_s"] for _, r in pts], "o-", color="tab:blue", label="memsafe (median)")
+    ax.plot(xs, [r["min_s"] for _, r in pts], "v", color="tab:blue", alpha=0.5, label="memsafe (min)")
+    fa = next((r for r in sw if r.get("impl") == "faiss" and ok(r)), None)
+    if fa is not None:
+        # per-query rate scaled to the memsafe query count, so the line is comparable
+        m = pts[0][1]["m"]
+        t = m / fa["qps_median"] if fa.get("qps_median") else fa["median_s"]
+        ax.axhline(t, color="tab:red", linestyle="--", label=f"FAISS IndexFlatL2 ({t:.3g} s)")
+    minb = next((r.get("min_budget_bytes") for r in sorted(sw, key=lambda r: r.get("timestamp") or "")
+                 if r.get("impl") == "memsafe" and r.get("min_budget_bytes")), None)
+    if minb:
+        ax.axvline(minb, color="gray", linestyle=":", label=f"smallest budget ({fbytes(minb)})")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([fbytes(x) for x in xs], rotation=45, ha="right", fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("budget for temporaries")
+    ax.set_ylabel("time per search (s)")
+    r0 = pts[0][1]
+    ax.set_title(f"kNN L2, n = {r0['n']:,}, m = {r0['m']:,}, d = {r0['d']}, k = {r0['k']}, {r0['precision']} — "
+                 f"{mach['threads']} threads", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# ---- sections ----------------------------------------------------------------------------------
+
+SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+class Notes:
+    """Footnotes shared by the tables: mark(text) returns a superscript number."""
+
+    def __init__(self):
+        self.items: list[str] = []
+
+    def mark(self, text: str) -> str:
+        if text not in self.items:
+            self.items.append(text)
+        return str(self.items.index(text) + 1).translate(SUPERSCRIPT)
+
+    def render(self) -> str:
+        return "\n".join(f"{str(i + 1).translate(SUPERSCRIPT)} {t}  " for i, t in enumerate(self.items))
+
+
+def peer_qps_cell(r, ms, notes: Notes) -> str:
+    if r is None:
+        return NM
+    if not ok(r):
+        return status_cell(r, "")
+    cell = fqps(r.get("qps_median"))
+    if r.get("queries_reduced") or (r.get("m") != r.get("m_requested") and r.get("m_requested")):
+        cell += notes.mark(f"measured on {r['m']:,} of the {r.get('m_requested'):,} queries "
+                           f"(a call on all would exceed the driver's time limit); queries/s is comparable")
+    if ms is not None and r.get("run_id") and ms.get("run_id") and r["run_id"] != ms["run_id"]:
+        cell += notes.mark("from a different invocation of bench/run.py than the memsafe row")
+    return cell
+
+
+def check_cell(ms) -> str:
+    c = (ms or {}).get("check") or {}
+    parts = []
+    for peer in ("faiss", "keops", "naive"):
+        v = c.get("vs_" + peer)
+        if v:
+            parts.append(f"{peer}: {v['recall_at_k']:.4f} ({v['exact_sets'] * 100:.1f}% exact, {v['queries']} q)")
+    return "; ".join(parts) if parts else "—"
+
+
+def knn_rows(rows, suite, workloads, notes):
+    out = []
+    for w in workloads:
+        ms = find(rows, suite=suite, impl="memsafe", budget_bytes=BUDGET_64, **w)
+        peers = {p: find(rows, suite=suite, impl=p, **w) for p in ("faiss", "keops", "naive")}
+        ms_q = ms.get("qps_median") if ok(ms) else None
+        def rq(p):
+            r = peers[p]
+            return r.get("qps_median") if ok(r) else None
+        n_label = f"{w['n']:,}"
+        out.append([
+            w.get("data"), w.get("metric"), n_label, str(w.get("d")), f"{w['m']:,}",
+            status_cell(ms, fqps(ms_q)),
+            peer_qps_cell(peers["faiss"], ms, notes), peer_qps_cell(peers["keops"], ms, notes),
+            peer_qps_cell(peers["naive"], ms, notes),
+            ratio_cell(ms_q, rq("faiss")), ratio_cell(ms_q, rq("keops")),
+            fbytes(ms.get("peak_temp_bytes")) if ok(ms) else "—",
+            " / ".join(rss_cell(r) for r in (ms, peers["faiss"], peers["keops"], peers["naive"])),
+            check_cell(ms),
+        ])
+    return out
+
+
+KNN_HEADER = ["data", "metric", "n", "d", "m", "memsafe q/s", "FAISS q/s", "KeOps q/s", "naive q/s",
+              "memsafe / FAISS", "memsafe / KeOps", "memsafe peak temp",
+              "peak RSS, MiB (memsafe / FAISS / KeOps / naive)", "recall@k vs peers"]
+
+
+def rss_cell(r) -> str:
+    if r is None:
+        return "–"
+    if r.get("status") == "oom":
+        return "oom"
+    if r.get("status") != "ok" or not r.get("max_rss_bytes"):
+        return "–"
+    return f"{r['max_rss_bytes'] / MIB:,.0f}"
+
+
+def workloads_of(rows, suite):
+    seen = []
+    for r in rows:
+        if r.get("suite") != suite or r.get("bench") != "knn":
+            continue
+        w = {"data": r.get("data"), "metric": r.get("metric"), "n": r.get("n_requested", r.get("n")),
+             "m": r.get("m_requested", r.get("m")), "d": r.get("d"), "k": r.get("k"), "precision": r.get("precision")}
+        if w not in seen:
+            seen.append(w)
+    order = {"l2": 0, "l1": 1, "cosine": 2}
+    return sorted(seen, key=lambda w: (w["data"] != "random", order.get(w["metric"], 9), w["n"], w["d"]))
+
+
+def expected_knn_workloads():
+    out = []
+    for n in (10**4, 10**5, 10**6):
+        for d in (3, 10, 100):
+            out.append({"data": "random", "metric": "l2", "n": n, "m": 10**4, "d": d, "k": 10, "precision": "f32"})
+    for metric in ("l1", "cosine"):
+        for n in (10**5, 10**6):
+            for d in (10, 100):
+                out.append({"data": "random", "metric": metric, "n": n, "m": 10**4, "d": d, "k": 10, "precision": "f32"})
+    return out
+
+
+def merge_workloads(expected, measured):
+    out = list(expected)
+    for w in measured:
+        if w not in out:
+            out.append(w)
+    return out
+
+
+def section_fig2(rows, img) -> str:
+    fig2 = [r for r in rows if r.get("suite") == "fig2"]
+    s = ["## Kernel matvec against n (the eXLA paper's Fig. 2)", "",
+         "`python3 bench/run.py fig2` — K(X,X)·v with the RBF kernel (ℓ = 1), X and v ~ N(0,1), d = 1, f64; "
+         "n grows 1e3, 3e3, 1e4, … and a line stops after a run slower than about a minute. "
+         "Each cell: median time of the repetitions / peak temporary bytes (memsafe) or the dense matrix (naive).", ""]
+    if not fig2:
+        return "\n".join(s + [NM + ".", ""])
+    if img:
+        s += [f"![Kernel matvec: time and peak memory against n]({img})", ""]
+    budgets = sorted({r["budget_bytes"] for r in fig2 if r.get("impl") == "memsafe" and r.get("budget_bytes")}
+                     | set(FIG2_BUDGETS))
+    ns = sorted({r.get("n_requested", r.get("n")) for r in fig2})
+    header = ["n"] + [f"memsafe {fbytes(b)}" for b in budgets] + ["naive dense", "max abs error vs naive (relative to max output)"]
+    body = []
+    for n in ns:
+        row = [f"{n:,}"]
+        errs = []
+        for b in budgets:
+            r = find(fig2, impl="memsafe", n=n, budget_bytes=b)
+            row.append(status_cell(r, f"{fsec(r.get('median_s'))} / {fbytes(r.get('peak_temp_bytes'))}" if r else ""))
+            v = ((r or {}).get("check") or {}).get("vs_naive")
+            if v:
+                errs.append(v["max_rel_diff"])
+        r = find(fig2, impl="naive", n=n)
+        row.append(status_cell(r, f"{fsec(r.get('median_s'))} / {fbytes(r.get('peak_temp_bytes'))}" if r else ""))
+        row.append(f"{max(errs):.1e}" if errs else "—")
+        body.append(row)
+    return "\n".join(s + [table(header, body), ""])
+
+
+def section_knn(rows, notes) -> str:
+    s = ["## kNN (the eXLA paper's Table 1 at CPU scale)", "",
+         "`python3 bench/run.py knn` — m = 10⁴ queries, k = 10, f32, random N(0,1) data; memsafe with a 64 MiB "
+         "budget. Queries per second from the median of the repetitions (higher is better); ratios are "
+         "memsafe's queries/s over the peer's. FAISS: its exact flat indexes (IndexFlatL2/IP) as run by memsafe_bench; "
+         "KeOps: `LazyTensor.argKmin`; naive: the full m×n distance matrix, then the top k. "
+         "Recall@k compares memsafe's indices with the peer's on the first ≤ 2000 queries (KeOps only on MNIST: "
+         "its random numbers differ).", ""]
+    ws = merge_workloads(expected_knn_workloads(), workloads_of(rows, "knn"))
+    return "\n".join(s + [table(KNN_HEADER, knn_rows(rows, "knn", ws, notes)), ""])
+
+
+def section_mnist(rows, notes) -> str:
+    s = ["## MNIST kNN", "",
+         "`python3 bench/run.py mnist` — database: the 60000 training images, queries: the 10000 test images, "
+         "d = 784, pixels / 255, k = 10, f32; memsafe with a 64 MiB budget.", ""]
+    exp = [{"data": "mnist", "metric": mt, "n": 60000, "m": 10000, "d": 784, "k": 10, "precision": "f32"}
+           for mt in ("l2", "l1")]
+    ws = merge_workloads(exp, workloads_of(rows, "mnist"))
+    return "\n".join(s + [table(KNN_HEADER, knn_rows(rows, "mnist", ws, notes)), ""])
+
+
+def section_sweep(rows, img) -> str:
+    sw = [r for r in rows if r.get("suite") == "sweep"]
+    s = ["## Budget sweep", "",
+         "`python3 bench/run.py sweep` — kNN L2, n = 10⁶, m = 10⁴, d = 100, k = 10, f32: time against the budget, "
+         "from 1 GiB down to the smallest budget memsafe accepts (going down stops after a run slower than "
+         "about two minutes: tiny budgets mean tiny tiles).", ""]
+    if not sw:
+        return "\n".join(s + [NM + ".", ""])
+    if img:
+        s += [f"![kNN time against budget]({img})", ""]
+    minb = next((r.get("min_budget_bytes") for r in sw if r.get("min_budget_bytes")), None)
+    if minb:
+        s += [f"Smallest budget reported by memsafe: {fbytes(minb)} ({minb:,} bytes).", ""]
+    body = []
+    for r in sorted((r for r in sw if r.get("impl") == "memsafe"), key=lambda r: r.get("budget_bytes") or 0):
+        tiles = f"{r.get('tile_rows')} × {r.get('tile_cols')}" if r.get("tile_rows") else "—"
+        body.append([fbudget(r.get("budget_bytes")), status_cell(r, fsec(r.get("median_s"))),
+                     status_cell(r, fsec(r.get("min_s"))), status_cell(r, fqps(r.get("qps_median"))),
+                     fbytes(r.get("peak_temp_bytes")) if ok(r) else "—", tiles])
+    fa = next((r for r in sw if r.get("impl") == "faiss"), None)
+    if fa is not None:
+        extra = f" on {fa['m']:,} queries" if fa.get("queries_reduced") else ""
+        body.append([f"FAISS (no budget){extra}", status_cell(fa, fsec(fa.get("median_s"))),
+                     status_cell(fa, fsec(fa.get("min_s"))), status_cell(fa, fqps(fa.get("qps_median"))), "—", "—"])
+    return "\n".join(s + [table(["budget", "median", "min", "queries/s", "peak temp", "tile (rows × cols)"], body), ""])
+
+
+def section_matvec3(rows) -> str:
+    mv = [r for r in rows if r.get("suite") == "matvec3"]
+    s = ["## Kernel matvec, d = 3, f32", "",
+         "`python3 bench/run.py matvec3` — K(X,X)·v, RBF (ℓ = 1), n = 10⁵, d = 3, f32; memsafe with a 64 MiB budget, "
+         "KeOps `(-D_ij/2).exp() @ v`, naive dense.", ""]
+    if not mv:
+        return "\n".join(s + [NM + ".", ""])
+    body = []
+    for impl in ("memsafe", "keops", "naive"):
+        for r in sorted((r for r in mv if r.get("impl") == impl), key=lambda r: r.get("n") or 0):
+            body.append([impl, f"{r.get('n_requested', r.get('n')):,}", str(r.get("d")), r.get("precision"),
+                         status_cell(r, fsec(r.get("median_s"))), status_cell(r, fsec(r.get("min_s"))),
+                         status_cell(r, sig(r.get("pairs_per_s")) if r.get("pairs_per_s") else NM),
+                         fbytes(r.get("peak_temp_bytes")) if ok(r) else "—",
+                         fbytes(r.get("max_rss_bytes")) if r.get("max_rss_bytes") else "—"])
+    return "\n".join(s + [table(["impl", "n", "d", "precision", "median", "min", "pairs/s", "peak temp", "max RSS"],
+                                body), ""])
+
+
+def section_overhead(rows) -> str:
+    ov = [r for r in rows if r.get("suite") == "overhead"]
+    s = ["## Tiling overhead", "",
+         "`python3 bench/run.py overhead` — the same memsafe run with a 64 MiB budget and with an unlimited one "
+         "(1 TiB): the ratio is the cost of working in tiles.", ""]
+    if not ov:
+        return "\n".join(s + [NM + ".", ""])
+    body = []
+    for w in overhead_workloads(ov):
+        a = find(ov, budget_bytes=BUDGET_64, **w)
+        b = find(ov, budget_bytes=UNLIMITED, **w)
+        ra = a.get("median_s") if ok(a) else None
+        rb = b.get("median_s") if ok(b) else None
+        name = f"{w['bench']} {w['metric']} n={w['n']:,} m={w['m']:,} d={w['d']} {w['precision']}"
+        body.append([name, status_cell(a, fsec(ra)), status_cell(b, fsec(rb)), ratio_cell(ra, rb),
+                     fbytes(a.get("peak_temp_bytes")) if ok(a) else "—",
+                     fbytes(b.get("peak_temp_bytes")) if ok(b) else "—"])
+    return "\n".join(s + [table(["workload", "64 MiB (median)", "unlimited (median)", "64 MiB / unlimited",
+                                 "peak temp 64 MiB", "peak temp unlimited"], body), ""])
+
+
+def overhead_workloads(ov):
+    seen = []
+    for r in ov:
+        w = {"bench": r.get("bench"), "impl": "memsafe", "metric": r.get("metric"), "n": r.get("n_requested", r.get("n")),
+             "m": r.get("m_requested", r.get("m")), "d": r.get("d"), "precision": r.get("precision")}
+        if w not in seen:
+            seen.append(w)
+    return seen
+
+
+def section_compile(rows) -> str:
+    cr = [r for r in rows if r.get("bench") == "compile"]
+    s = ["## Compile time", "", "`python3 bench/run.py compile` (runs `bash bench/compile_time.sh R`).", ""]
+    if not cr:
+        return "\n".join(s + [NM + ".", ""])
+    body = [[r.get("tu"), r.get("compiler"), status_cell(r, fsec(r.get("min_s"))) if "error" not in r else "compile failed",
+             fsec(r.get("median_s")) if "error" not in r else "—", str(r.get("runs", "—"))]
+            for r in sorted(cr, key=lambda r: (r.get("compiler") or "", r.get("tu") or ""))]
+    return "\n".join(s + [table(["translation unit", "compiler", "min", "median", "runs"], body), ""])
+
+
+# ---- goals -------------------------------------------------------------------------------------
+
+def goals(rows, peak_gflops) -> str:
+    out = []
+
+    def verdict(value, target, higher=True):
+        if value is None:
+            return NM
+        return "**pass**" if (value >= target if higher else value <= target) else "**FAIL**"
+
+    def knn_pair(d, suite="knn", data="random", metric="l2", n=10**6, m=10**4, peer="faiss"):
+        w = dict(suite=suite, data=data, metric=metric, n=n, m=m, d=d, k=10, precision="f32")
+        ms = find(rows, impl="memsafe", budget_bytes=BUDGET_64, **w)
+        pr = find(rows, impl=peer, **w)
+        a = ms.get("qps_median") if ok(ms) else None
+        b = pr.get("qps_median") if ok(pr) else None
+        return ms, pr, a, b
+
+    def same_run(x, y):
+        return "" if not (x and y) or x.get("run_id") == y.get("run_id") else " (different invocations)"
+
+    def ratio_goal(name, target, ms, pr, a, b, peer_name):
+        r = a / b if a is not None and b else None
+        if r is None:
+            why = "no memsafe row" if ms is None else ("memsafe " + ms.get("status", "?") if a is None else
+                                                      (peer_name + ": " + (pr.get("status") if pr else NM)))
+            out.append([name, f"≥ {target:g}×", f"{NM} ({why})", NM])
+        else:
+            out.append([name, f"≥ {target:g}×", f"{r:.2f}× ({sig(a)} vs {sig(b)} q/s){same_run(ms, pr)}",
+                        verdict(r, target)])
+
+    ms, pr, a, b = knn_pair(3)
+    ratio_goal("kNN L2 n=10⁶ m=10⁴ k=10 f32 d=3, 64 MiB: memsafe vs FAISS", 10, ms, pr, a, b, "FAISS")
+    ms, pr, a, b = knn_pair(100)
+    ratio_goal("kNN L2 n=10⁶ m=10⁴ k=10 f32 d=100, 64 MiB: memsafe vs FAISS", 2, ms, pr, a, b, "FAISS")
+    if ok(ms) and peak_gflops:
+        g = 2.0 * ms["n"] * ms["m"] * ms["d"] / ms["median_s"] / 1e9
+        frac = g / peak_gflops
+        out.append(["kNN L2 n=10⁶ d=100: share of the FP32 FMA peak (2·n·m·d flops per search)", "≥ 50%",
+                    f"{frac * 100:.1f}% ({g:.1f} of {peak_gflops:.1f} GFLOP/s)", verdict(frac, 0.5)])
+    else:
+        out.append(["kNN L2 n=10⁶ d=100: share of the FP32 FMA peak (2·n·m·d flops per search)", "≥ 50%", NM, NM])
+
+    mv_ms = find(rows, suite="matvec3", impl="memsafe", n=10**5, d=3, precision="f32", budget_bytes=BUDGET_64)
+    mv_ko = find(rows, suite="matvec3", impl="keops", n=10**5, d=3, precision="f32")
+    if ok(mv_ms) and ok(mv_ko):
+        r = mv_ko["median_s"] / mv_ms["median_s"]
+        out.append(["matvec RBF d=3 f32 n=10⁵: memsafe vs KeOps (time ratio)", "≥ 3×",
+                    f"{r:.2f}× ({sig(mv_ms['median_s'])} s vs {sig(mv_ko['median_s'])} s){same_run(mv_ms, mv_ko)}",
+                    verdict(r, 3)])
+    else:
+        out.append(["matvec RBF d=3 f32 n=10⁵: memsafe vs KeOps (time ratio)", "≥ 3×", NM, NM])
+
+    for metric, peers in (("l2", ("faiss", "keops")), ("l1", ("keops",))):
+        for peer in peers:
+            ms, pr, a, b = knn_pair(784, suite="mnist", data="mnist", metric=metric, n=60000, m=10000, peer=peer)
+            name = f"MNIST {metric.upper()}: memsafe faster than {'FAISS' if peer == 'faiss' else 'KeOps'}"
+            r = a / b if a is not None and b else None
+            out.append([name, "> 1×", NM if r is None else f"{r:.2f}× ({sig(a)} vs {sig(b)} q/s){same_run(ms, pr)}",
+                        NM if r is None else ("**pass**" if r > 1 else "**FAIL**")])
+
+    ov = [r for r in rows if r.get("suite") == "overhead"]
+    ws = overhead_workloads(ov) or [{"bench": "knn", "metric": "l2"}, {"bench": "matvec", "metric": "rbf"}]
+    for w in ws:
+        a = find(ov, budget_bytes=BUDGET_64, **w) if ov else None
+        b = find(ov, budget_bytes=UNLIMITED, **w) if ov else None
+        name = f"tiling overhead, {w['bench']}" + (f" n={w['n']:,} d={w['d']} {w['precision']}" if "n" in w else "") + \
+               ": 64 MiB vs unlimited"
+        if ok(a) and ok(b):
+            r = a["median_s"] / b["median_s"]
+            out.append([name, "≤ 1.05×", f"{r:.3f}×{same_run(a, b)}", verdict(r, 1.05, higher=False)])
+        else:
+            out.append([name, "≤ 1.05×", NM, NM])
+
+    checked = bad = unknown = 0
+    worst = None
+    for r in rows:
+        if r.get("impl") != "memsafe" or not ok(r) or not r.get("budget_bytes"):
+            continue
+        if r.get("peak_temp_bytes") is None:
+            unknown += 1
+            continue
+        checked += 1
+        if r["peak_temp_bytes"] > r["budget_bytes"]:
+            bad += 1
+            worst = r
+    if checked == 0:
+        out.append(["peak temporary bytes ≤ budget in every memsafe row", "all rows", NM, NM])
+    else:
+        text = f"{checked - bad} of {checked} rows"
+        if unknown:
+            text += f" ({unknown} rows did not report it)"
+        if worst is not None:
+            text += f"; e.g. {worst['suite']} n={worst['n']:,}: {worst['peak_temp_bytes']:,} > {worst['budget_bytes']:,}"
+        out.append(["peak temporary bytes ≤ budget in every memsafe row", "all rows", text,
+                    "**pass**" if bad == 0 and unknown == 0 else "**FAIL**"])
+    return "\n".join(["## Goals", "", "Each ratio is computed from the rows above (the same invocation of "
+                      "bench/run.py unless marked).", "",
+                      table(["goal", "target", "measured", "verdict"], out), ""])
+
+
+# ---- main --------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Generate docs/benchmarks.md and its plots from bench/results.")
+    p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--doc", default=os.path.join(REPO, "docs", "benchmarks.md"))
+    p.add_argument("--fig-dir", default=None, help="where the PNGs go (default: the doc's folder)")
+    p.add_argument("--peak-gflops", type=float, default=None,
+                   help="FP32 peak in GFLOP/s (default: cores × cpu MHz × --flops-per-cycle)")
+    p.add_argument("--flops-per-cycle", type=float, default=32,
+                   help="FP32 flops per cycle per core (32: Zen 4, AVX-512 FMA on two 256-bit pipes)")
+    a = p.parse_args(argv)
+    fig_dir = a.fig_dir or os.path.dirname(os.path.abspath(a.doc))
+    os.makedirs(fig_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(a.doc)), exist_ok=True)
+
+    rows = load(a.results)
+    mach = machine(rows)
+    a._rows = rows
+    pk, pk_text = peak(a, mach)
+    doc_dir = os.path.dirname(os.path.abspath(a.doc))
+
+    def img(name, fn):
+        path = os.path.join(fig_dir, name)
+        return os.path.relpath(path, doc_dir) if fn(rows, path, mach) else None
+
+    fig2_img = img("bench_fig2.png", plot_fig2)
+    sweep_img = img("bench_sweep.png", plot_sweep)
+    notes = Notes()
+
+    stamps = sorted(r["timestamp"] for r in rows if r.get("timestamp"))
+    revs = sorted({r.get("git_rev") for r in rows if r.get("git_rev")})
+    keops = next((r for r in rows if r.get("impl") == "keops" and r.get("keops_version")), None)
+    results_rel = os.path.relpath(os.path.abspath(a.results), REPO)
+    parts = [
+        "# Benchmarks", "",
+        "<!-- Generated by `python3 bench/report.py`; do not edit: rerun the benchmarks and the report instead. -->",
+        "",
+        f"This page is generated by `python3 bench/report.py` from the JSON lines in `{results_rel}/` "
+        "(written by `python3 bench/run.py SUITE`, see `bench/README.md`); no number here is typed by hand. "
+        f"For each measurement the latest row is shown; a cell without one says “{NM}”, and a run that failed "
+        "shows why (out of memory, timeout, unsupported, unavailable, error).", "",
+        "## Machine", "",
+        table(["", ""], [
+            ["CPU", str(mach["cpu"] or "unknown")],
+            ["cores", str(mach["cores"] or "unknown")],
+            ["clock (`cpu MHz` in /proc/cpuinfo)", f"{mach['mhz']:.0f} MHz" if mach["mhz"] else "unknown"],
+            ["memory", fbytes(mach["mem"]) if mach["mem"] else "unknown"],
+            ["threads used", str(mach["threads"] or "unknown")],
+            ["results taken", f"{stamps[0]} … {stamps[-1]}" if stamps else NM],
+            ["git revisions", ", ".join(f"`{r}`" for r in revs) if revs else "unknown"],
+            ["KeOps", (f"pykeops {keops.get('keops_version')}, CPU backend, g++ flags `{keops.get('keops_cpp_flags')}`"
+                       if keops else NM)],
+        ]), "",
+        "Timings are wall-clock seconds of the computation only (data generation, index building and "
+        "KeOps' compilation excluded: KeOps' first, untimed call is reported as its setup), min and median of the "
+        "repetitions, each implementation in its own process, peers of one workload back to back. "
+        "Peak temp is memsafe's own count of temporary bytes (for naive: its dense matrix); "
+        "`max_rss_bytes` in the results is the process's peak resident memory.", "",
+        "**FP32 peak.** " + pk_text + ". 32 flops/cycle/core: Zen 4 executes an AVX-512 FMA (16 lanes × 2 flops) "
+        "on two 256-bit pipes, i.e. 2 × 8 lanes × 2 flops per cycle. In a virtual machine `cpu MHz` is the nominal "
+        "clock; if the core boosts above it the measured share of peak is overstated.", "",
+        section_fig2(rows, fig2_img),
+        section_knn(rows, notes),
+        section_mnist(rows, notes),
+        section_sweep(rows, sweep_img),
+        section_matvec3(rows),
+        section_overhead(rows),
+        section_compile(rows),
+        goals(rows, pk),
+    ]
+    if notes.items:
+        parts += ["### Notes to the tables", "", notes.render(), ""]
+    parts += ["## About the peers", "",
+              "- Random data: memsafe_bench draws N(0,1) numbers with `std::mt19937_64` (libstdc++), the KeOps peer "
+              "with numpy's `default_rng`: the same distribution, not the same numbers — so KeOps' answers are "
+              "checked against memsafe's only on MNIST.",
+              "- KeOps compiles each formula with g++ on its first call; the flags (`-march=native` first) are shown "
+              "above and are part of KeOps' cache key, so a module compiled without them is never reused.",
+              "- A FAISS or KeOps kNN run that would take longer than about a minute per call runs on fewer queries "
+              "(marked); queries per second is what is compared.", ""]
+    text = "\n".join(parts)
+    with open(a.doc, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    print(f"report: wrote {a.doc} ({len(rows)} rows)" +
+          "".join(f", {x}" for x in (fig2_img, sweep_img) if x), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

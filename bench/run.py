@@ -1,0 +1,669 @@
+#!/usr/bin/env python3
+"""Runs the memsafe benchmark suites and appends one JSON line per measurement to
+bench/results/<suite>.jsonl (bench/results/quick/<suite>.jsonl with --quick).
+
+  python3 bench/run.py SUITE [--quick] [--reps R] [--threads T] [--out bench/results]
+                             [--bin build/bench/memsafe_bench] [--data-dir ../shared/data]
+
+SUITE: fig2 | knn | mnist | sweep | matvec3 | overhead | compile | all.
+Then `python3 bench/report.py` turns the results into docs/benchmarks.md and the plots.
+
+Every measurement is its own subprocess (so max_rss_bytes is per run) with a wall-clock
+timeout (--timeout, recorded as status "timeout"); naive runs also get an address-space
+limit (--mem-limit, RLIMIT_AS) so that an out-of-memory is recorded as "oom" instead of
+taking the machine down.  For each workload the implementations run back to back
+(memsafe, faiss, keops, naive) so they see the same machine conditions.
+
+Slow peers.  A FAISS or KeOps kNN run whose full query set would take longer than
+--peer-max-call-s per call is measured on fewer queries: a pilot call on 200 queries
+gives the rate, and the run uses the largest round number of queries that fits (the
+row's "m" is what was run, "m_requested" what the workload asks for, and
+"queries_reduced" is true).  Queries per second is what the tables compare.
+
+Answer checks.  knn runs dump the indices of their first min(m, 2000) queries; the
+memsafe row gets a "check" field comparing them with FAISS's and naive's (same data:
+the same program and generator) and, on MNIST only, KeOps's (KeOps's random data have
+the same distribution but other numbers): for each peer, the fraction of queries whose
+index sets agree exactly and the mean recall@k.  matvec memsafe rows are compared with
+naive's outputs (largest absolute difference relative to the largest output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+KEOPS_SCRIPT = os.path.join(HERE, "peers", "keops_bench.py")
+SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile"]
+IMPLS = ["memsafe", "faiss", "keops", "naive"]
+KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
+UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine can hold
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB}
+
+
+def parse_bytes(text: str) -> int:
+    s = str(text).strip().lower().replace(" ", "")
+    i = 0
+    while i < len(s) and (s[i].isdigit() or s[i] == "."):
+        i += 1
+    if i == 0 or s[i:] not in _UNITS:
+        raise ValueError(f"not a byte count: {text!r} (e.g. 64MiB, 1GiB, 4096)")
+    return int(float(s[:i]) * _UNITS[s[i:]])
+
+
+def fmt_bytes(b: int) -> str:
+    for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if b >= size and b % size == 0:
+            return f"{b // size}{unit}"
+    return str(int(b))
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---- machine and revision ----------------------------------------------------------------------
+
+def host_info() -> dict:
+    info = {"host_cpu": None, "host_cpu_mhz": None, "host_cores": None, "host_mem_bytes": None}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key == "model name" and info["host_cpu"] is None:
+                    info["host_cpu"] = val.strip()
+                elif key == "cpu MHz" and info["host_cpu_mhz"] is None:
+                    info["host_cpu_mhz"] = float(val)
+    except OSError:
+        pass
+    try:
+        info["host_cores"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        info["host_cores"] = os.cpu_count()
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    info["host_mem_bytes"] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return info
+
+
+def git_rev() -> str | None:
+    try:
+        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--",
+                                "include", "bench", "examples", ":(exclude)bench/results"],
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+# ---- answer checks -----------------------------------------------------------------------------
+
+def read_array(path: str, code: str) -> array | None:
+    try:
+        a = array(code)
+        with open(path, "rb") as f:
+            a.frombytes(f.read())
+        return a if len(a) else None
+    except (OSError, ValueError):
+        return None
+
+
+def compare_knn(mine: str, theirs: str, k: int) -> dict | None:
+    a, b = read_array(mine, "q"), read_array(theirs, "q")
+    if a is None or b is None or len(a) % k or len(b) % k:
+        return None
+    q = min(len(a), len(b)) // k
+    if q == 0:
+        return None
+    exact = hits = 0
+    for i in range(q):
+        sa, sb = set(a[i * k:(i + 1) * k]), set(b[i * k:(i + 1) * k])
+        exact += sa == sb
+        hits += len(sa & sb)
+    return {"queries": q, "exact_sets": exact / q, "recall_at_k": hits / (q * k)}
+
+
+def compare_vectors(mine: str, theirs: str) -> dict | None:
+    a, b = read_array(mine, "d"), read_array(theirs, "d")
+    if a is None or b is None:
+        return None
+    q = min(len(a), len(b))
+    diff = max(abs(a[i] - b[i]) for i in range(q))
+    scale = max(abs(b[i]) for i in range(q)) or 1.0
+    return {"outputs": q, "max_abs_diff": diff, "max_rel_diff": diff / scale}
+
+
+# ---- one measurement ---------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, args):
+        self.a = args
+        self.run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.rev = git_rev()
+        self.host = host_info()
+        self.tmp = tempfile.mkdtemp(prefix="memsafe-bench-")
+        self.counter = 0
+        self.mnist_dir = self._mnist_dir(args.data_dir)
+
+    @staticmethod
+    def _mnist_dir(data_dir: str) -> str:
+        sub = os.path.join(data_dir, "mnist")
+        if os.path.isfile(os.path.join(sub, "train-images-idx3-ubyte.gz")):
+            return sub
+        return data_dir
+
+    def wants(self, impl: str) -> bool:
+        return impl in self.a.impls
+
+    def command(self, req: dict) -> list[str]:
+        a = self.a
+        if req["impl"] == "keops":
+            cmd = [a.python, KEOPS_SCRIPT, req["bench"]]
+        else:
+            cmd = [a.bin, req["bench"], "--impl", req["impl"]]
+        opt = lambda name, val: cmd.extend([f"--{name}", str(val)])  # noqa: E731
+        if req["bench"] == "knn":
+            opt("data", req["data"])
+            opt("n", req["n"])
+            opt("m", req["m"])
+            if req["data"] == "random":
+                opt("d", req["d"])
+            opt("k", req["k"])
+            opt("metric", req["metric"])
+        else:
+            opt("n", req["n"])
+            opt("d", req["d"])
+        opt("precision", req["precision"])
+        if req["impl"] == "memsafe":
+            opt("budget", req["budget"])
+        opt("threads", a.threads)
+        opt("reps", req.get("reps", a.reps))
+        opt("seed", a.seed)
+        if req["bench"] == "matvec":
+            opt("lengthscale", req.get("lengthscale", 1))
+        if req["bench"] == "knn" and req["data"] == "mnist":
+            opt("data-dir", self.mnist_dir)
+        if req["impl"] == "naive":
+            opt("mem-limit", fmt_bytes(a.mem_limit))
+        if req["impl"] != "keops":  # KeOps always warms up (its first call compiles)
+            opt("warmup", a.warmup)
+        if req.get("dump"):
+            opt("dump", req["dump"])
+        return cmd
+
+    def dump_path(self, tag: str) -> str:
+        self.counter += 1
+        return os.path.join(self.tmp, f"{self.counter:05d}-{tag}.bin")
+
+    def measure(self, suite: str, req: dict) -> dict:
+        """Runs one measurement; returns its row (not yet written)."""
+        a = self.a
+        req = dict(req)
+        req.setdefault("k", 10 if req["bench"] == "knn" else None)
+        req.setdefault("m", req["n"])
+        req.setdefault("reps", a.reps)
+        if a.check and req["bench"] in ("knn", "matvec") and "dump" not in req:
+            req["dump"] = self.dump_path(req["impl"])
+        cmd = self.command(req)
+        limit = a.mem_limit if req["impl"] == "naive" else None
+
+        def preexec():
+            os.setsid()
+            if limit:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        row = {
+            "suite": suite, "bench": req["bench"], "impl": req["impl"], "data": req.get("data", "random"),
+            "metric": req.get("metric", "rbf"), "n": req["n"], "m": req["m"], "d": req["d"], "k": req["k"],
+            "precision": req["precision"], "threads": a.threads, "reps": req["reps"],
+            "budget_bytes": parse_bytes(req["budget"]) if req["impl"] == "memsafe" else None,
+        }
+        load_before = os.getloadavg()[0]  # other work on the machine shows here
+        t0 = time.perf_counter()
+        timeout = req.get("timeout", a.timeout)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=preexec, cwd=REPO)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            rc = proc.returncode
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: KeOps' g++ children too
+            out, err = proc.communicate()
+            rc = proc.returncode
+            timed_out = True
+        wall = time.perf_counter() - t0
+
+        parsed = None
+        for line in reversed(out.splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    parsed = json.loads(line)
+                    break
+                except json.JSONDecodeError:
+                    continue
+        err_tail = " | ".join(err.strip().splitlines()[-5:])[-800:]
+        if parsed is not None:
+            for key, val in parsed.items():
+                if val is not None or key not in row:
+                    row[key] = val
+            row["suite"] = suite
+            if "status" not in parsed:
+                row["status"] = "error" if "error" in parsed else ("ok" if rc == 0 else "error")
+                if "error" in parsed:
+                    row["message"] = parsed["error"]
+        if timed_out:
+            row["status"] = "timeout"
+            row["message"] = f"killed after {timeout} s"
+        elif parsed is None:
+            text = (err + out).lower()
+            oomish = any(s in text for s in ("bad_alloc", "memoryerror", "cannot allocate", "out of memory"))
+            if oomish or (limit and rc == -signal.SIGKILL):
+                row["status"] = "oom"
+            elif rc == -signal.SIGKILL:
+                row["status"] = "oom"
+                err_tail = "killed by SIGKILL (most likely the kernel's out-of-memory killer) " + err_tail
+            else:
+                row["status"] = "error"
+            row["message"] = f"exit status {rc}, no JSON line; stderr: {err_tail}"
+        if row.get("status") not in ("ok",) and not row.get("message") and err_tail:
+            row["message"] = err_tail
+        row.update({
+            "m_requested": req.get("m_requested", req["m"]), "n_requested": req["n"],
+            "budget": req.get("budget") if req["impl"] == "memsafe" else None,
+            "rc": rc, "wall_s": round(wall, 3), "cmd": shlex.join(cmd).replace(REPO + os.sep, ""),
+            "loadavg_before": round(load_before, 2),
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_rev": self.rev, "run_id": self.run_id, "quick": bool(a.quick),
+        })
+        if row.get("cpu") is None:
+            row["cpu"] = self.host["host_cpu"]
+        if row.get("cores") is None:
+            row["cores"] = self.host["host_cores"]
+        for key, val in self.host.items():
+            row.setdefault(key, val)
+        if req.get("dump"):
+            row["_dump"] = req["dump"]
+        self.report(row)
+        return row
+
+    def report(self, row: dict) -> None:
+        what = f"{row['bench']} {row['impl']:7s} {row.get('data', '')} {row.get('metric', '')} n={row['n']} " \
+               f"m={row['m']} d={row['d']} {row['precision']}"
+        if row.get("budget"):
+            what += f" budget={row['budget']}"
+        res = row.get("status")
+        if res == "ok" and row.get("median_s") is not None:
+            res += f" median {row['median_s']:.4g} s"
+            if row.get("qps_median"):
+                res += f", {row['qps_median']:.4g} q/s"
+        elif row.get("message"):
+            res += f" ({str(row['message'])[:160]})"
+        log(f"[{row['suite']}] {what}: {res} [wall {row['wall_s']:.1f} s]")
+
+    def write(self, suite: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        os.makedirs(self.a.out, exist_ok=True)
+        path = os.path.join(self.a.out, f"{suite}.jsonl")
+        with open(path, "a") as f:
+            for r in rows:
+                r = {k: v for k, v in r.items() if not k.startswith("_")}
+                f.write(json.dumps(r, sort_keys=False) + "\n")
+        for r in rows:
+            if r.get("_dump"):
+                try:
+                    os.remove(r["_dump"])
+                except OSError:
+                    pass
+
+    # ---- groups of peers ----------------------------------------------------------------------
+
+    def knn_peer(self, suite: str, req: dict) -> dict:
+        """FAISS or KeOps: full query set, or fewer queries when a pilot says it would be too slow."""
+        a = self.a
+        m = req["m"]
+        work = req["n"] * m * req["d"]
+        pilot_m = min(m, a.pilot_queries)
+        if work < a.pilot_work or pilot_m >= m:
+            return self.measure(suite, req)
+        pilot = self.measure(suite, {**req, "m": pilot_m, "reps": 1, "m_requested": m})
+        if pilot.get("status") != "ok" or not pilot.get("median_s"):
+            pilot["queries_reduced"] = True  # a failed pilot is the record (unsupported, unavailable, ...)
+            return pilot
+        per_query = pilot["median_s"] / pilot_m
+        if per_query * m <= a.peer_max_call_s:
+            return self.measure(suite, req)
+        target = a.peer_max_call_s / per_query
+        mag = 10 ** int(math.floor(math.log10(target)))
+        m2 = int(target // mag * mag)  # one significant digit, rounded down
+        if m2 <= pilot_m:
+            pilot["queries_reduced"] = True
+            pilot["message"] = (pilot.get("message") or "") + \
+                f" measured on {pilot_m} of {m} queries (one call would take ~{per_query * m:.0f} s)"
+            return pilot
+        row = self.measure(suite, {**req, "m": m2, "m_requested": m})
+        row["queries_reduced"] = True
+        row["message"] = (row.get("message") or "") + \
+            f" measured on {m2} of {m} queries (one call on all would take ~{per_query * m:.0f} s)"
+        return row
+
+    def knn_group(self, suite: str, req: dict, impls=None) -> list[dict]:
+        impls = [i for i in (impls or IMPLS) if self.wants(i)]
+        rows = {}
+        for impl in impls:
+            r = {**req, "impl": impl}
+            if impl in ("faiss", "keops"):
+                rows[impl] = self.knn_peer(suite, r)
+            else:
+                rows[impl] = self.measure(suite, r)
+        ms = rows.get("memsafe")
+        if ms is not None and ms.get("_dump") and ms.get("status") == "ok":
+            check = {}
+            for peer in ("faiss", "naive", "keops"):
+                pr = rows.get(peer)
+                if pr is None or pr.get("status") != "ok" or not pr.get("_dump"):
+                    continue
+                if peer == "keops" and req.get("data") != "mnist":
+                    continue  # different random numbers: nothing to compare
+                c = compare_knn(ms["_dump"], pr["_dump"], req.get("k", 10))
+                if c is not None:
+                    check["vs_" + peer] = c
+            ms["check"] = check or None
+        return list(rows.values())
+
+    def check_matvec(self, ms: dict, naive: dict) -> None:
+        if ms.get("status") == "ok" and naive.get("status") == "ok" and ms.get("_dump") and naive.get("_dump"):
+            c = compare_vectors(ms["_dump"], naive["_dump"])
+            if c is not None:
+                ms["check"] = {"vs_naive": c}
+
+
+# ---- suites ------------------------------------------------------------------------------------
+
+def suite_fig2(R: Runner) -> None:
+    a = R.a
+    budgets = ["16MiB", "64MiB"] if a.quick else ["16MiB", "64MiB", "256MiB", "1GiB"]
+    grid = [1000, 3000, 10000] if a.quick else [1000, 3000, 10000, 30000, 100000, 300000, 1000000, 3000000,
+                                                 10000000]
+    max_s = a.fig2_max_s
+    lines = {b: None for b in budgets + ["naive"]}  # None: not started; (n, median) last; False: stopped
+
+    def allowed(line, n):
+        last = lines[line]
+        if last is False:
+            return False
+        if last is None:
+            return True
+        n0, t0 = last
+        return t0 * (n / n0) ** 2 <= 1.5 * max_s  # predicted from n^2 scaling
+
+    for n in grid:
+        rows = []
+        for b in budgets:
+            if not R.wants("memsafe") or not allowed(b, n):
+                lines[b] = False
+                continue
+            r = R.measure("fig2", {"bench": "matvec", "impl": "memsafe", "n": n, "d": 1, "precision": "f64",
+                                   "budget": b})
+            rows.append(r)
+            ok = r.get("status") == "ok" and r.get("median_s") is not None
+            lines[b] = (n, r["median_s"]) if ok and r["median_s"] <= max_s else False
+        if R.wants("naive") and allowed("naive", n):
+            r = R.measure("fig2", {"bench": "matvec", "impl": "naive", "n": n, "d": 1, "precision": "f64"})
+            rows.append(r)
+            ok = r.get("status") == "ok" and r.get("median_s") is not None
+            lines["naive"] = (n, r["median_s"]) if ok and r["median_s"] <= max_s else False
+            for ms in rows:
+                if ms["impl"] == "memsafe":
+                    R.check_matvec(ms, r)
+        else:
+            lines["naive"] = False
+        R.write("fig2", rows)
+        if all(v is False for v in lines.values()):
+            break
+
+
+def knn_workloads(quick: bool) -> list[dict]:
+    base = {"bench": "knn", "data": "random", "k": 10, "precision": "f32", "budget": "64MiB"}
+    out = []
+    if quick:
+        for d in (3, 100):
+            out.append({**base, "metric": "l2", "n": 10000, "m": 500, "d": d})
+        for metric in ("l1", "cosine"):
+            out.append({**base, "metric": metric, "n": 10000, "m": 500, "d": 10})
+        return out
+    for n in (10**4, 10**5, 10**6):
+        for d in (3, 10, 100):
+            out.append({**base, "metric": "l2", "n": n, "m": 10**4, "d": d})
+    for metric in ("l1", "cosine"):
+        for n in (10**5, 10**6):
+            for d in (10, 100):
+                out.append({**base, "metric": metric, "n": n, "m": 10**4, "d": d})
+    return out
+
+
+def suite_knn(R: Runner) -> None:
+    for w in knn_workloads(R.a.quick):
+        R.write("knn", R.knn_group("knn", w))
+
+
+def suite_mnist(R: Runner) -> None:
+    n, m = (2000, 200) if R.a.quick else (60000, 10000)
+    for metric in ("l2", "l1"):
+        w = {"bench": "knn", "data": "mnist", "metric": metric, "n": n, "m": m, "d": 784, "k": 10,
+             "precision": "f32", "budget": "64MiB"}
+        R.write("mnist", R.knn_group("mnist", w))
+
+
+def suite_sweep(R: Runner) -> None:
+    """Time against budget, from 1 GiB down to the smallest budget memsafe accepts; the line stops
+    going down after a run slower than --sweep-max-s (tiny budgets mean tiny tiles: very slow)."""
+    a = R.a
+    n, m, d = (20000, 500, 100) if a.quick else (10**6, 10**4, 100)
+    top = 64 * MIB if a.quick else GIB
+    w = {"bench": "knn", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10, "precision": "f32"}
+    if not R.wants("memsafe"):
+        return
+    # The smallest budget memsafe accepts: ask with a budget far too small (it refuses at once).
+    probe = R.measure("sweep", {**w, "impl": "memsafe", "budget": "1KiB", "reps": 1, "timeout": 120})
+    minb = probe.get("min_budget_bytes")
+    R.write("sweep", [probe])
+    budgets = []
+    b = 16 * KIB
+    while b <= top:
+        if not minb or b > 1.25 * minb:
+            budgets.append(b)
+        b *= 4
+    if minb and minb < top:
+        budgets.append(int(minb))
+    for b in sorted(set(budgets), reverse=True):
+        r = R.measure("sweep", {**w, "impl": "memsafe", "budget": fmt_bytes(b)})
+        R.write("sweep", [r])
+        if r.get("status") != "ok" or (r.get("median_s") or 0) > a.sweep_max_s:
+            log(f"[sweep] stopping at budget {fmt_bytes(b)} (status {r.get('status')}, "
+                f"median {r.get('median_s')} s; --sweep-max-s {a.sweep_max_s})")
+            break
+    if R.wants("faiss"):  # the budget-free reference line
+        R.write("sweep", [R.knn_peer("sweep", {**w, "impl": "faiss"})])
+
+
+def suite_matvec3(R: Runner) -> None:
+    n = 10000 if R.a.quick else 100000
+    w = {"bench": "matvec", "n": n, "d": 3, "precision": "f32", "lengthscale": 1}
+    rows = []
+    for impl in ("memsafe", "keops", "naive"):
+        if R.wants(impl):
+            req = {**w, "impl": impl, "budget": "64MiB"}
+            if impl == "keops":  # about a minute per call here, warm-up included: give it room
+                req["timeout"] = max(R.a.timeout, 1200)
+            rows.append(R.measure("matvec3", req))
+    ms = next((r for r in rows if r["impl"] == "memsafe"), None)
+    nv = next((r for r in rows if r["impl"] == "naive"), None)
+    if ms and nv:
+        R.check_matvec(ms, nv)
+    R.write("matvec3", rows)
+
+
+def suite_overhead(R: Runner) -> None:
+    a = R.a
+    if not R.wants("memsafe"):
+        return
+    reps = max(a.reps, 5) if not a.quick else a.reps
+    kn = {"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "d": 10, "k": 10,
+          "precision": "f32", "reps": reps}
+    kn.update({"n": 10000, "m": 1000} if a.quick else {"n": 10**5, "m": 10**4})
+    mv = {"bench": "matvec", "impl": "memsafe", "n": 2000 if a.quick else 20000, "d": 1, "precision": "f64",
+          "reps": reps}
+    for w in (kn, mv):
+        rows = [R.measure("overhead", {**w, "budget": b}) for b in ("64MiB", UNLIMITED)]
+        R.write("overhead", rows)
+
+
+def suite_compile(R: Runner) -> None:
+    a = R.a
+    cmd = ["bash", os.path.join("bench", "compile_time.sh"), str(1 if a.quick else a.reps)]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=a.timeout * 3)
+        out, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), None
+    rows = []
+    for line in out.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        r.update({"suite": "compile", "bench": "compile", "impl": r.get("compiler"),
+                  "status": "error" if "error" in r else "ok", "cmd": shlex.join(cmd), "rc": rc,
+                  "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "git_rev": R.rev, "run_id": R.run_id, "quick": bool(a.quick), **R.host})
+        rows.append(r)
+        log(f"[compile] {r.get('compiler')} {r.get('tu')}: median {r.get('median_s')} s")
+    if not rows:
+        log(f"[compile] no JSON lines from {shlex.join(cmd)} (exit status {rc})")
+    log(f"[compile] {time.perf_counter() - t0:.0f} s")
+    R.write("compile", rows)
+
+
+def suite_peak(R: Runner) -> None:
+    """The measured FP32 FMA peak (build/bench/fma_peak), which "% of peak" divides by."""
+    a = R.a
+    exe = os.path.join(os.path.dirname(a.bin), "fma_peak")
+    p = subprocess.run([exe, str(a.threads)], capture_output=True, text=True, timeout=120)
+    rows = []
+    for line in p.stdout.splitlines():
+        if line.strip().startswith("{"):
+            r = json.loads(line)
+            r.update({"suite": "peak", "impl": "fma_peak", "status": "ok",
+                      "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      "git_rev": R.rev, "run_id": R.run_id, "quick": bool(a.quick), **R.host})
+            rows.append(r)
+            log(f"[peak] {r['threads']} threads: {r['fp32_gflops']} GFLOP/s FP32")
+    R.write("peak", rows)
+
+
+SUITE_FUNCS = {"peak": suite_peak, "fig2": suite_fig2, "knn": suite_knn, "mnist": suite_mnist, "sweep": suite_sweep,
+               "matvec3": suite_matvec3, "overhead": suite_overhead, "compile": suite_compile}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Run memsafe benchmark suites; results go to bench/results/<suite>.jsonl.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("suite", choices=SUITES + ["all"])
+    p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test; results go to OUT/quick/")
+    p.add_argument("--reps", type=int, default=None, help="timed repetitions per run (default 3, --quick 1)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--bin", default=os.path.join(REPO, "build", "bench", "memsafe_bench"))
+    p.add_argument("--data-dir", default=os.path.join(REPO, "..", "shared", "data"),
+                   help="shared data folder (holding mnist/) or the MNIST folder itself")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the KeOps peer")
+    p.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per measurement (then status timeout)")
+    p.add_argument("--mem-limit", default="20GiB", help="address-space limit of naive runs (RLIMIT_AS)")
+    p.add_argument("--fig2-max-s", type=float, default=60,
+                   help="fig2: a line stops growing after a run whose median exceeds this")
+    p.add_argument("--sweep-max-s", type=float, default=120,
+                   help="sweep: stop lowering the budget after a run whose median exceeds this")
+    p.add_argument("--peer-max-call-s", type=float, default=60,
+                   help="FAISS/KeOps kNN calls predicted longer than this run on fewer queries")
+    p.add_argument("--pilot-queries", type=int, default=200, help="queries in the pilot call of a slow peer")
+    p.add_argument("--pilot-work", type=float, default=1e11,
+                   help="n*m*d from which a peer's kNN run is piloted first")
+    p.add_argument("--warmup", type=int, choices=[0, 1], default=1,
+                   help="memsafe_bench --warmup: one untimed run before the timed ones")
+    p.add_argument("--no-check", dest="check", action="store_false", help="no dumps, no answer checks")
+    a = p.parse_args(argv)
+
+    a.impls = [s.strip() for s in a.impls.split(",") if s.strip()]
+    bad = [s for s in a.impls if s not in IMPLS]
+    if bad:
+        p.error(f"unknown --impls {bad}; choose from {IMPLS}")
+    if a.reps is None:
+        a.reps = 1 if a.quick else 3
+    a.mem_limit = parse_bytes(a.mem_limit)
+    a.out = os.path.abspath(a.out)
+    if a.quick:
+        a.out = os.path.join(a.out, "quick")
+        a.fig2_max_s = min(a.fig2_max_s, 5)
+        a.sweep_max_s = min(a.sweep_max_s, 5)
+        a.peer_max_call_s = min(a.peer_max_call_s, 10)
+        a.pilot_work = min(a.pilot_work, 1e9)
+    a.bin = os.path.abspath(a.bin)
+    a.data_dir = os.path.abspath(a.data_dir)
+    needs_bin = a.suite != "compile" and any(i != "keops" for i in a.impls)
+    if needs_bin and not os.access(a.bin, os.X_OK):
+        p.error(f"{a.bin} not found or not executable: build it first "
+                "(cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build --target memsafe_bench)")
+
+    R = Runner(a)
+    log(f"run {R.run_id} at git {R.rev}; results in {a.out}; threads {a.threads}, reps {a.reps}")
+    suites = SUITES if a.suite == "all" else [a.suite]
+    t0 = time.perf_counter()
+    try:
+        for s in suites:
+            ts = time.perf_counter()
+            SUITE_FUNCS[s](R)
+            log(f"suite {s} done in {time.perf_counter() - ts:.0f} s")
+    finally:
+        try:
+            for f in os.listdir(R.tmp):
+                os.remove(os.path.join(R.tmp, f))
+            os.rmdir(R.tmp)
+        except OSError:
+            pass
+    log(f"all done in {time.perf_counter() - t0:.0f} s; now: python3 bench/report.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
