@@ -68,7 +68,8 @@
 #include "common/data.hpp"
 #include "common/mnist.hpp"
 #include "common/rss.hpp"
-#include "json_extra.hpp"
+#include "common/json.hpp"
+#include "common/knn_data.hpp"
 
 #if defined(MEMSAFE_HAS_LAPACK)
 // Level-2 BLAS for the naive matvec (Fortran-77 ABI as in memsafe/linalg/fortran.hpp).
@@ -143,7 +144,7 @@ double median_of(std::vector<double> v) {
 }
 
 void print_row(const config& c, const row& r) {
-  memsafe_bench::json_record j;
+  memsafe_examples::json_line j;
   j.add("bench", c.bench).add("impl", c.impl).add("data", c.data).add("metric", c.metric);
   if (r.n) j.add("n", *r.n);
   if (r.m) j.add("m", *r.m);
@@ -246,38 +247,25 @@ void write_binary(const std::string& path, const void* data, std::size_t bytes) 
 }
 
 
+// The plan fields of a memsafe row; `peak` is the largest peak over the repetitions.
+void record_plan(row& r, const memsafe::eval_stats& st, std::size_t peak) {
+  r.budget_bytes = st.budget_bytes;
+  r.peak_temp_bytes = peak;
+  r.min_budget_bytes = st.min_budget_bytes;
+  r.tile_rows = st.tile_rows;
+  r.tile_cols = st.tile_cols;
+  r.threads = st.threads;
+}
+
 // ---- knn data ----------------------------------------------------------------------------------
 
 template <class T>
-struct knn_data {
-  std::vector<T> X, Q;  // n×d database, m×d queries, row-major
-  std::size_t n = 0, m = 0, d = 0;
-};
+using knn_data = mx::knn_data<T>;
 
 // The same data as examples/knn.cpp for the same options.
 template <class T>
 knn_data<T> make_knn_data(const config& c) {
-  knn_data<T> ds;
-  if (c.data == "random") {
-    ds.n = c.n;
-    ds.m = c.m;
-    ds.d = c.d;
-    ds.X = mx::normal_matrix<T>(ds.n, ds.d, c.seed, 0);
-    ds.Q = mx::normal_matrix<T>(ds.m, ds.d, c.seed, 1);
-    return ds;
-  }
-  const std::size_t all = std::numeric_limits<std::size_t>::max();
-  auto train = mx::load_mnist_images<T>(mx::mnist_file(c.data_dir, mx::mnist_train_images), c.n_given ? c.n : all);
-  auto test = mx::load_mnist_images<T>(mx::mnist_file(c.data_dir, mx::mnist_test_images), c.m_given ? c.m : all);
-  if (train.dim() != test.dim())
-    throw std::runtime_error("MNIST training images have " + std::to_string(train.dim()) +
-                             " pixels but test images have " + std::to_string(test.dim()));
-  ds.n = train.n;
-  ds.m = test.n;
-  ds.d = train.dim();
-  ds.X = std::move(train.pixels);
-  ds.Q = std::move(test.pixels);
-  return ds;
+  return mx::load_knn_data<T>(c.data, c.n, c.m, c.d, c.n_given, c.m_given, c.seed, c.data_dir);
 }
 
 // n, m, d of a knn run without loading the data (for rows that stop before loading it).
@@ -326,13 +314,7 @@ std::vector<memsafe::index_t> knn_memsafe(const config& c, const knn_data<T>& ds
     throw std::runtime_error("memsafe returned a " + std::to_string(res.rows) + "x" + std::to_string(res.cols) +
                              " result with " + std::to_string(res.indices.size()) + " indices for " +
                              std::to_string(m) + " queries and k = " + std::to_string(k));
-  const auto& st = res.stats;
-  r.budget_bytes = st.budget_bytes;
-  r.peak_temp_bytes = peak;
-  r.min_budget_bytes = st.min_budget_bytes;
-  r.tile_rows = st.tile_rows;
-  r.tile_cols = st.tile_cols;
-  r.threads = st.threads;
+  record_plan(r, res.stats, peak);
   return std::move(res.indices);
 }
 
@@ -590,13 +572,7 @@ std::vector<T> matvec_memsafe(const config& c, const std::vector<T>& X, const st
   if (res.rows != n || res.cols != 1 || res.values.size() != n)
     throw std::runtime_error("memsafe returned a " + std::to_string(res.rows) + "x" + std::to_string(res.cols) +
                              " result for an " + std::to_string(n) + "x1 product");
-  const auto& st = res.stats;
-  r.budget_bytes = st.budget_bytes;
-  r.peak_temp_bytes = peak;
-  r.min_budget_bytes = st.min_budget_bytes;
-  r.tile_rows = st.tile_rows;
-  r.tile_cols = st.tile_cols;
-  r.threads = st.threads;
+  record_plan(r, res.stats, peak);
   return std::move(res.values);
 }
 

@@ -24,6 +24,7 @@
 #include "common/cli.hpp"
 #include "common/data.hpp"
 #include "common/json.hpp"
+#include "common/knn_data.hpp"
 #include "common/mnist.hpp"
 #include "common/rss.hpp"
 #include "common/run.hpp"
@@ -40,35 +41,11 @@ struct config {
 };
 
 template <class T>
-struct dataset {
-  std::vector<T> X, Q;  // n×d database, m×d queries, row-major
-  std::size_t n = 0, m = 0, d = 0;
-};
+using dataset = mx::knn_data<T>;
 
 template <class T>
 dataset<T> make_data(const config& c) {
-  dataset<T> ds;
-  if (c.data == "random") {
-    ds.n = c.n;
-    ds.m = c.m;
-    ds.d = c.d;
-    ds.X = mx::normal_matrix<T>(ds.n, ds.d, c.run.seed, 0);
-    ds.Q = mx::normal_matrix<T>(ds.m, ds.d, c.run.seed, 1);
-    return ds;
-  }
-  const std::size_t all = std::numeric_limits<std::size_t>::max();
-  auto train = mx::load_mnist_images<T>(mx::mnist_file(c.data_dir, mx::mnist_train_images), c.n_given ? c.n : all);
-  auto test = mx::load_mnist_images<T>(mx::mnist_file(c.data_dir, mx::mnist_test_images), c.m_given ? c.m : all);
-  if (train.dim() != test.dim())
-    throw std::runtime_error("MNIST training images are " + std::to_string(train.rows) + "x" +
-                             std::to_string(train.cols) + " but test images are " + std::to_string(test.rows) +
-                             "x" + std::to_string(test.cols));
-  ds.n = train.n;
-  ds.m = test.n;
-  ds.d = train.dim();
-  ds.X = std::move(train.pixels);
-  ds.Q = std::move(test.pixels);
-  return ds;
+  return mx::load_knn_data<T>(c.data, c.n, c.m, c.d, c.n_given, c.m_given, c.run.seed, c.data_dir);
 }
 
 // ---- independent reference for --check ------------------------------------------------------

@@ -74,6 +74,18 @@ class json_line {
   }
   json_line& add_null(std::string_view key) { return put(key, "null"); }
 
+  /// An array of numbers: [a, b, ...] (non-finite entries as null).
+  template <std::floating_point F>
+  json_line& add_array(std::string_view key, const std::vector<F>& values) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (i) s += ", ";
+      s += json_number(static_cast<double>(values[i]));
+    }
+    s += ']';
+    return put(key, std::move(s));
+  }
+
   std::string str() const {
     std::string out = "{";
     for (std::size_t i = 0; i < items_.size(); ++i) {
