@@ -464,9 +464,9 @@ def section_mnist(rows, notes) -> str:
 def section_sweep(rows, img) -> str:
     sw = [r for r in rows if r.get("suite") == "sweep"]
     s = ["## Budget sweep", "",
-         "`python3 bench/run.py sweep` — kNN L2, n = 10⁶, m = 10⁴, d = 100, k = 10, f32: time against the budget, "
+         "`python3 bench/run.py sweep` — kNN L2, n = 10⁶, m = 2000 queries, d = 100, k = 10, f32: time against the budget, "
          "from 1 GiB down to the smallest budget memsafe accepts (going down stops after a run slower than "
-         "about two minutes: tiny budgets mean tiny tiles).", ""]
+         "`--sweep-max-s` seconds: tiny budgets mean tiny tiles).", ""]
     if not sw:
         return "\n".join(s + [NM + ".", ""])
     if img:

@@ -12,9 +12,8 @@ python3 bench/run.py peak
 python3 bench/run.py knn --reps 3 --peer-max-call-s 15
 python3 bench/run.py mnist --reps 3 --peer-max-call-s 15
 python3 bench/run.py matvec3 --reps 2
-python3 bench/run.py overhead
-python3 bench/run.py fig2 --reps 1 --fig2-max-s 20
-python3 bench/run.py sweep --reps 2 --sweep-max-s 30
-python3 bench/run.py compile
+python3 bench/run.py overhead --reps 15
+python3 bench/run.py fig2 --reps 1 --fig2-max-s 10
+python3 bench/run.py sweep --reps 1 --sweep-max-s 15
 python3 bench/run.py peak
 python3 bench/report.py
