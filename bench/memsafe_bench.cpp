@@ -424,6 +424,15 @@ std::vector<std::int64_t> knn_naive(const config& c, const knn_data<T>& ds, row&
     }
 
     // ---- materialise D (m×n, row-major) ----
+    // D(i, j) = pair(i, j, q_i, x_j) for every query row, rows split over the threads.
+    auto fill = [&](auto pair) {
+      parallel_blocks(threads, m, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) {
+          T* Di = D.get() + i * n;
+          for (std::size_t j = 0; j < n; ++j) Di[j] = pair(i, j, Q + i * d, X + j * d);
+        }
+      });
+    };
     if (c.metric == "l2") {
       bool done = false;
 #if defined(MEMSAFE_HAS_LAPACK)
@@ -447,44 +456,23 @@ std::vector<std::int64_t> knn_naive(const config& c, const knn_data<T>& ds, row&
       }
 #endif
       if (!done)
-        parallel_blocks(threads, m, [&](std::size_t b, std::size_t e) {
-          for (std::size_t i = b; i < e; ++i) {
-            const T* q = Q + i * d;
-            T* Di = D.get() + i * n;
-            for (std::size_t j = 0; j < n; ++j) {
-              const T* x = X + j * d;
-              T s = 0;
-              for (std::size_t t = 0; t < d; ++t) s += q[t] * x[t];
-              Di[j] = std::max(T(0), qn[i] + xn[j] - 2 * s);
-            }
-          }
+        fill([&](std::size_t i, std::size_t j, const T* q, const T* x) {
+          T s = 0;
+          for (std::size_t t = 0; t < d; ++t) s += q[t] * x[t];
+          return std::max(T(0), qn[i] + xn[j] - 2 * s);
         });
     } else if (c.metric == "l1") {
-      parallel_blocks(threads, m, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) {
-          const T* q = Q + i * d;
-          T* Di = D.get() + i * n;
-          for (std::size_t j = 0; j < n; ++j) {
-            const T* x = X + j * d;
-            T s = 0;
-            for (std::size_t t = 0; t < d; ++t) s += std::abs(q[t] - x[t]);
-            Di[j] = s;
-          }
-        }
+      fill([&](std::size_t, std::size_t, const T* q, const T* x) {
+        T s = 0;
+        for (std::size_t t = 0; t < d; ++t) s += std::abs(q[t] - x[t]);
+        return s;
       });
     } else {  // cosine distance 1 - q·x / (‖q‖‖x‖); a zero vector has similarity 0
-      parallel_blocks(threads, m, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) {
-          const T* q = Q + i * d;
-          T* Di = D.get() + i * n;
-          for (std::size_t j = 0; j < n; ++j) {
-            const T* x = X + j * d;
-            T s = 0;
-            for (std::size_t t = 0; t < d; ++t) s += q[t] * x[t];
-            const T den = qn[i] * xn[j];
-            Di[j] = den > 0 ? T(1) - s / den : T(1);
-          }
-        }
+      fill([&](std::size_t i, std::size_t j, const T* q, const T* x) {
+        T s = 0;
+        for (std::size_t t = 0; t < d; ++t) s += q[t] * x[t];
+        const T den = qn[i] * xn[j];
+        return den > 0 ? T(1) - s / den : T(1);
       });
     }
 

@@ -10,6 +10,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../core/accounting.hpp"
@@ -52,50 +53,31 @@ std::size_t per_thread_bytes(const E& e, const Mon& mon, std::size_t ti, std::si
          mon.scratch_bytes(ti, tj);
 }
 
-template <class E, class Mon>
-struct worker {
-  using T = typename E::value_type;
-  tile_gen<E> gen;
-  Mon mon;
-  T* tile = nullptr;
-  worker(const E& e, const Mon& proto, std::byte* ws, std::size_t ti, std::size_t tj) : gen(e), mon(proto) {
-    std::byte* cur = ws;
-    tile = carve<T>(cur, ti * tj);
-    gen.bind(cur, ti, tj);
-    mon.bind(cur, ti, tj);
-  }
-  void run_columns(std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1, std::size_t tj, std::size_t m,
-                   const out_spec<T>& out) {
-    if constexpr (requires { mon.i0; }) {  // a monoid that writes tiles straight to the output
-      mon.i0 = i0;
-      mon.out = &out;
-    }
-    for (std::size_t cb = cb0; cb < cb1; ++cb) {
-      const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0);
-      gen.fill(i0, ni, j0, nj, tile, nj);
-      mon.consume(tile, nj, ni, j0, nj);
-    }
-  }
-};
-
-/// Reduce every row of the n×m lazy matrix `e` with `proto`, writing through `out`.
-template <class E, class Mon>
-void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_type>& out, const tile_plan& p,
-              accountant& acc) {
-  const std::size_t n = e.rows(), m = e.cols();
+/// The row-block schedule shared by every row reduction (run_rows here, run_select in select.hpp).
+/// One accounted workspace per thread and a worker built on each (`make(workspace)`); threads
+/// take whole row blocks from a shared counter, or — fewer row blocks than threads — share each
+/// block's column tiles and merge their partials into worker 0. A worker w provides
+///   w.start(i0, ni)             begin rows [i0, i0 + ni)
+///   w.fold(i0, ni, cb0, cb1)    fold column tiles [cb0, cb1) into them
+///   w.merge_from(other, ni)     combine another worker's partial over other columns
+///   w.finish(i0, ni)            write the rows to the output
+/// An empty reduction (m = 0) writes the monoid's identity for every row, with no temporaries.
+template <class Mon, class T, class Make>
+void run_row_blocks(std::size_t n, std::size_t m, const Mon& mon, const out_spec<T>& out, const tile_plan& p,
+                    accountant& acc, Make make) {
   if (n == 0) return;
-  const std::size_t ti = p.tile_rows, tj = p.tile_cols, P = p.threads;
-  if (m == 0) {  // empty reduction: every row is the monoid's identity, no temporaries
-    for (std::size_t i = 0; i < n; ++i) proto.identity(i, out);
+  if (m == 0) {
+    for (std::size_t i = 0; i < n; ++i) mon.identity(i, out);
     return;
   }
+  using Wk = decltype(make(std::declval<std::byte*>()));
+  const std::size_t ti = p.tile_rows, P = p.threads, nrb = p.row_blocks, ncb = p.col_blocks;
   std::vector<temp_buffer<std::byte>> ws;
   ws.reserve(P);
   for (std::size_t t = 0; t < P; ++t) ws.emplace_back(acc, p.per_thread_bytes);
-  std::vector<worker<E, Mon>> workers;
+  std::vector<Wk> workers;
   workers.reserve(P);
-  for (std::size_t t = 0; t < P; ++t) workers.emplace_back(e, proto, ws[t].data(), ti, tj);
-  const std::size_t nrb = p.row_blocks, ncb = p.col_blocks;
+  for (std::size_t t = 0; t < P; ++t) workers.push_back(make(ws[t].data()));
 
   if (!p.split_columns) {
     std::atomic<std::size_t> next{0};
@@ -103,9 +85,9 @@ void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_typ
       auto& w = workers[t];
       for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
         const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
-        w.mon.init(ni);
-        w.run_columns(i0, ni, 0, ncb, tj, m, out);
-        w.mon.finish(i0, ni, out);
+        w.start(i0, ni);
+        w.fold(i0, ni, 0, ncb);
+        w.finish(i0, ni);
       }
     });
     return;
@@ -113,13 +95,53 @@ void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_typ
   for (std::size_t rb = 0; rb < nrb; ++rb) {
     const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
     parallel(P, [&](std::size_t t) {
-      auto& w = workers[t];
-      w.mon.init(ni);
-      w.run_columns(i0, ni, ncb * t / P, ncb * (t + 1) / P, tj, m, out);
+      workers[t].start(i0, ni);
+      workers[t].fold(i0, ni, ncb * t / P, ncb * (t + 1) / P);
     });
-    for (std::size_t t = 1; t < P; ++t) workers[0].mon.merge_from(workers[t].mon, ni);
-    workers[0].mon.finish(i0, ni, out);
+    for (std::size_t t = 1; t < P; ++t) workers[0].merge_from(workers[t], ni);
+    workers[0].finish(i0, ni);
   }
+}
+
+/// A row-reduction worker: a tile generator for E, a monoid, and the tile buffer between them.
+template <class E, class Mon>
+struct worker {
+  using T = typename E::value_type;
+  tile_gen<E> gen;
+  Mon mon;
+  T* tile = nullptr;
+  std::size_t tj, m;
+  const out_spec<T>* out;
+  worker(const E& e, const Mon& proto, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o)
+      : gen(e), mon(proto), tj(tj_), m(e.cols()), out(&o) {
+    std::byte* cur = ws;
+    tile = carve<T>(cur, ti * tj);
+    gen.bind(cur, ti, tj);
+    mon.bind(cur, ti, tj);
+  }
+  void start(std::size_t, std::size_t ni) { mon.init(ni); }
+  void fold(std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1) {
+    if constexpr (requires { mon.i0; }) {  // a monoid that writes tiles straight to the output
+      mon.i0 = i0;
+      mon.out = out;
+    }
+    for (std::size_t cb = cb0; cb < cb1; ++cb) {
+      const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0);
+      gen.fill(i0, ni, j0, nj, tile, nj);
+      mon.consume(tile, nj, ni, j0, nj);
+    }
+  }
+  void merge_from(const worker& o, std::size_t ni) { mon.merge_from(o.mon, ni); }
+  void finish(std::size_t i0, std::size_t ni) { mon.finish(i0, ni, *out); }
+};
+
+/// Reduce every row of the n×m lazy matrix `e` with `proto`, writing through `out`.
+template <class E, class Mon>
+void run_rows(const E& e, const Mon& proto, const out_spec<typename E::value_type>& out, const tile_plan& p,
+              accountant& acc) {
+  run_row_blocks(e.rows(), e.cols(), proto, out, p, acc, [&](std::byte* ws) {
+    return worker<E, Mon>(e, proto, ws, p.tile_rows, p.tile_cols, out);
+  });
 }
 
 /// C (P×Q, row-major, ldc) = A · B for lazy A (P×N) and B (N×Q), contracting N in tiles:

@@ -14,7 +14,6 @@
 //   merge scratch (threads splitting one row block's columns) k·(T + index)
 #pragma once
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -129,7 +128,11 @@ struct select_worker {
   std::size_t* count;
   ranked<T>* scratch;
 
-  select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj) : e(ex), k(k_), d(ex.dim()) {
+  std::size_t tj, m;
+  const out_spec<T>* out;
+
+  select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o)
+      : e(ex), k(k_), d(ex.dim()), tj(tj_), m(ex.cols()), out(&o) {
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -169,7 +172,7 @@ struct select_worker {
   }
 
   /// Start a row block: load its rows (scaled as the tile path does) and empty its heaps.
-  void begin(std::size_t i0, std::size_t ni) {
+  void start(std::size_t i0, std::size_t ni) {
     for (std::size_t r = 0; r < ni; ++r) {
       xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d);
       rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r]);
@@ -210,8 +213,9 @@ struct select_worker {
     else rows<RB, false>(r, np, j0, nj);
   }
 
-  /// Fold column tiles [cb0, cb1) into the row block's heaps.
-  void columns(std::size_t ni, std::size_t cb0, std::size_t cb1, std::size_t tj, std::size_t m) {
+  /// Fold column tiles [cb0, cb1) into the row block's heaps, then sort each heap best first
+  /// (what merge_from and finish read).
+  void fold(std::size_t, std::size_t ni, std::size_t cb0, std::size_t cb1) {
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
@@ -220,13 +224,10 @@ struct select_worker {
       for (; r + R <= ni; r += R) rows<R>(r, np, j0, nj, clean);
       for (; r < ni; ++r) rows<1>(r, np, j0, nj, clean);
     }
-  }
-
-  /// Sort each heap best first.
-  void settle(std::size_t ni) {
     for (std::size_t r = 0; r < ni; ++r) std::sort_heap(heap + r * k, heap + r * k + count[r], cmp);
   }
-  /// Merge another worker's settled rows (other columns of the same row block) into ours (settled).
+
+  /// Merge another worker's sorted rows (other columns of the same row block) into ours (sorted).
   void merge_from(const select_worker& o, std::size_t ni) {
     for (std::size_t r = 0; r < ni; ++r) {
       ranked<T>* a = heap + r * k;
@@ -240,13 +241,13 @@ struct select_worker {
       count[r] = n;
     }
   }
-  void write(std::size_t i0, std::size_t ni, const out_spec<T>& out) const {
+  void finish(std::size_t i0, std::size_t ni) const {
     for (std::size_t r = 0; r < ni; ++r) {
       const ranked<T>* h = heap + r * k;
       for (std::size_t q = 0; q < k; ++q) {
         const bool have = q < count[r];
-        out.v(i0 + r, q) = have ? h[q].v : std::numeric_limits<T>::quiet_NaN();
-        if (out.indices) out.ix(i0 + r, q) = have ? h[q].i : -1;
+        out->v(i0 + r, q) = have ? h[q].v : std::numeric_limits<T>::quiet_NaN();
+        if (out->indices) out->ix(i0 + r, q) = have ? h[q].i : -1;
       }
     }
   }
@@ -298,46 +299,9 @@ tile_plan plan_select(const E& e, const Mon& mon, std::size_t budget, std::size_
 template <class E, class Mon>
 void run_select(const E& e, const Mon& mon, const out_spec<typename E::value_type>& out, const tile_plan& p,
                 accountant& acc) {
-  using Wk = select_worker<E, Mon>;
-  const std::size_t n = e.rows(), m = e.cols();
-  if (n == 0) return;
-  if (m == 0) {  // empty reduction: every row is the monoid's identity, no temporaries
-    for (std::size_t i = 0; i < n; ++i) mon.identity(i, out);
-    return;
-  }
-  const std::size_t k = select_monoid<Mon>::k(mon), ti = p.tile_rows, tj = p.tile_cols, P = p.threads;
-  std::vector<temp_buffer<std::byte>> ws;
-  ws.reserve(P);
-  for (std::size_t t = 0; t < P; ++t) ws.emplace_back(acc, p.per_thread_bytes);
-  std::vector<Wk> workers;
-  workers.reserve(P);
-  for (std::size_t t = 0; t < P; ++t) workers.emplace_back(e, k, ws[t].data(), ti, tj);
-  const std::size_t nrb = p.row_blocks, ncb = p.col_blocks;
-  if (!p.split_columns) {
-    std::atomic<std::size_t> next{0};
-    parallel(P, [&](std::size_t t) {
-      auto& w = workers[t];
-      for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
-        const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
-        w.begin(i0, ni);
-        w.columns(ni, 0, ncb, tj, m);
-        w.settle(ni);
-        w.write(i0, ni, out);
-      }
-    });
-    return;
-  }
-  for (std::size_t rb = 0; rb < nrb; ++rb) {
-    const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
-    parallel(P, [&](std::size_t t) {
-      auto& w = workers[t];
-      w.begin(i0, ni);
-      w.columns(ni, ncb * t / P, ncb * (t + 1) / P, tj, m);
-      w.settle(ni);
-    });
-    for (std::size_t t = 1; t < P; ++t) workers[0].merge_from(workers[t], ni);
-    workers[0].write(i0, ni, out);
-  }
+  run_row_blocks(e.rows(), e.cols(), mon, out, p, acc, [&](std::byte* ws) {
+    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out);
+  });
 }
 
 #else  // no AVX-512: never chosen (use_fused_select is false); declared so callers compile.
