@@ -25,3 +25,9 @@
 #if defined(MEMSAFE_HAS_LAPACK)
 #include "linalg/dense.hpp"
 #endif
+
+// The CUDA backend (memsafe::cuda::eval): only in translation units compiled by nvcc, with the
+// CMake target memsafe::cuda (cudart, cuBLAS, CCCL).
+#if defined(__CUDACC__)
+#include "backend/cuda/eval.cuh"
+#endif

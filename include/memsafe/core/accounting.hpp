@@ -21,9 +21,9 @@ class accountant {
   accountant(const accountant&) = delete;
   accountant& operator=(const accountant&) = delete;
 
-  /// Allocate `bytes` (64-byte aligned). Throws budget_error if the limit would be passed.
-  void* allocate(std::size_t bytes) {
-    if (bytes == 0) return nullptr;
+  /// Count `bytes` against the limit without allocating (for memory another allocator hands out,
+  /// e.g. device or pinned memory). Throws budget_error if the limit would be passed.
+  void reserve(std::size_t bytes) {
     std::size_t cur = current_.load(std::memory_order_relaxed);
     std::size_t next;
     do {
@@ -36,21 +36,27 @@ class accountant {
     std::size_t pk = peak_.load(std::memory_order_relaxed);
     while (next > pk && !peak_.compare_exchange_weak(pk, next, std::memory_order_relaxed)) {
     }
-    void* p = nullptr;
+    count_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// Return bytes counted by reserve().
+  void release(std::size_t bytes) noexcept { current_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+  /// Allocate `bytes` (64-byte aligned). Throws budget_error if the limit would be passed.
+  void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    reserve(bytes);
     try {
-      p = ::operator new(bytes, std::align_val_t{64});
+      return ::operator new(bytes, std::align_val_t{64});
     } catch (...) {
-      current_.fetch_sub(bytes, std::memory_order_relaxed);
+      release(bytes);
       throw;
     }
-    count_.fetch_add(1, std::memory_order_relaxed);
-    return p;
   }
 
   void deallocate(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     ::operator delete(p, std::align_val_t{64});
-    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    release(bytes);
   }
 
   std::size_t limit() const { return limit_; }

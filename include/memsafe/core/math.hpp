@@ -343,11 +343,15 @@ MEMSAFE_HD inline T pow(T base, T p) noexcept {
 template <class T>
 MEMSAFE_HD inline T sqrt(T x) noexcept {
   static_assert(detail::is_real_v<T>, "memsafe::math::sqrt: float or double only");
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(x);  // CUDA's device overloads (float and double)
+#else
   if constexpr (std::is_same_v<T, float>) {
     return __builtin_sqrtf(x);
   } else {
     return __builtin_sqrt(x);
   }
+#endif
 }
 
 }  // namespace memsafe::math
