@@ -5,6 +5,9 @@ JSON lines in bench/results/*.jsonl (written by bench/run.py).
   python3 bench/report.py [--results bench/results] [--doc docs/benchmarks.md] [--fig-dir docs]
                           [--peak-gflops G]
 
+The GPU section at the end comes from bench/results/gpu_*.jsonl (bench/gpu/run_gpu.py); those
+rows never enter the CPU sections.
+
 For every measurement key (suite, bench, impl, data, metric, n, m requested, d, k, precision,
 budget, threads) the latest row wins.  Nothing is typed in by hand: a cell without a row says
 "not measured", a failed run shows its status (oom, timeout, unsupported, ...).
@@ -37,10 +40,13 @@ def row_key(r: dict) -> tuple:
             r.get("precision"), r.get("budget_bytes"), r.get("threads"))
 
 
-def load(results: str) -> list[dict]:
+def load(results: str, gpu: bool = False) -> list[dict]:
+    """The latest row per key from the CPU results (gpu=False) or from gpu_*.jsonl (gpu=True)."""
     latest: dict[tuple, tuple] = {}
     order = 0
     for path in sorted(glob.glob(os.path.join(results, "*.jsonl"))):
+        if os.path.basename(path).startswith("gpu_") != gpu:
+            continue
         with open(path) as f:
             for line in f:
                 line = line.strip()
@@ -650,6 +656,250 @@ def goals(rows, peak_gflops) -> str:
                       table(["goal", "target", "measured", "verdict"], out), ""])
 
 
+# ---- GPU ---------------------------------------------------------------------------------------
+
+GPU_BUDGET = GIB  # bench/gpu/run_gpu.py's default budget
+GPU_PEERS = ("keops", "torch", "jax")
+GPU_PEER_NAMES = {"keops": "KeOps", "torch": "torch", "jax": "JAX", "memsafe-cuda-host": "memsafe host-resident"}
+NO_GPU = "No GPU results yet: run bash bench/gpu/run_gpu.sh on a machine with an NVIDIA GPU."
+
+
+def gpu_find(rows, suite, impl, w) -> dict | None:
+    """The latest row of impl for workload w; memsafe rows at the 1 GiB budget when there is one."""
+    if impl.startswith("memsafe"):
+        r = find(rows, suite=suite, impl=impl, budget_bytes=GPU_BUDGET, **w)
+        if r is not None:
+            return r
+    return find(rows, suite=suite, impl=impl, **w)
+
+
+def gpu_names(rows) -> list[str]:
+    names = [r.get("device") or r.get("gpu_name") for r in rows if r.get("status") == "ok"]
+    names = [x for x in names if x]
+    return sorted(set(names), key=lambda x: -names.count(x))
+
+
+def gpu_workloads(rows, suite, expected, keys) -> list[dict]:
+    seen = list(expected)
+    for r in rows:
+        if r.get("suite") != suite:
+            continue
+        w = {k: (r.get("n_requested", r.get("n")) if k == "n" else r.get("m_requested", r.get("m")) if k == "m"
+                 else r.get(k)) for k in keys}
+        if w not in seen:
+            seen.append(w)
+    return seen
+
+
+def gpu_mark(r, ref, notes: Notes) -> str:
+    mark = ""
+    if r is not None and r.get("tf32"):
+        mark += notes.mark("TF32 tensor cores allowed for float32 products (--tf32)")
+    if r is not None and ref is not None and r is not ref and r.get("run_id") and ref.get("run_id") and \
+            r["run_id"] != ref["run_id"]:
+        mark += notes.mark("from a different invocation of bench/gpu/run_gpu.py than the memsafe-cuda row")
+    return mark
+
+
+def gpu_mem_cell(r) -> str:
+    if r is None:
+        return "–"
+    if r.get("status") == "oom":
+        return "oom"
+    if not ok(r) or r.get("device_peak_bytes") is None:
+        return "–"
+    return fbytes(r["device_peak_bytes"])
+
+
+def gpu_check_cell(ms, knn: bool) -> str:
+    c = (ms or {}).get("check") or {}
+    parts = []
+    for peer in ("memsafe-cuda-host",) + GPU_PEERS:
+        v = c.get("vs_" + peer)
+        if not v:
+            continue
+        name = GPU_PEER_NAMES[peer]
+        if knn:
+            parts.append(f"{name}: {v['exact_sets'] * 100:.1f}% exact, recall {v['recall_at_k']:.4f}")
+        else:
+            parts.append(f"{name}: {v['max_rel_diff']:.1e}")
+    return "; ".join(parts) if parts else "—"
+
+
+def gpu_ratio(num, den, peer) -> str:
+    """ratio_cell, but a peer that ran and failed shows "—" (its own cell says why)."""
+    if peer is not None and not ok(peer):
+        return "—"
+    return ratio_cell(num, den)
+
+
+def gpu_peak(rows) -> tuple[float | None, str]:
+    pk = [r for r in rows if r.get("suite") == "gpu_peak" and r.get("status") == "ok" and r.get("fp32_gflops")]
+    if not pk:
+        return None, f"{NM} (`python3 bench/gpu/run_gpu.py peak`)"
+    r = max(pk, key=lambda q: q["fp32_gflops"])  # the highest seen: the conservative share
+    text = f"**{r['fp32_gflops']:,.0f} GFLOP/s** measured on {r.get('device')} by `fma_peak_cuda`"
+    if r.get("blocks") and r.get("threads_per_block") and r.get("chains"):
+        text += (f" ({r['blocks']} blocks × {r['threads_per_block']} threads, {r['chains']} independent fmaf chains "
+                 f"each; 2 flops per FMA)")
+    if r.get("theoretical_fp32_gflops"):
+        parts = (r.get("sm_count"), r.get("fp32_lanes_per_sm"), r.get("clock_mhz"))
+        how = (f"{parts[0]} SMs × {parts[1]} FP32 lanes × 2 × {parts[2]:.0f} MHz (peak clock) = " if all(parts) else "")
+        text += f"; from the device's attributes {how}{r['theoretical_fp32_gflops']:,.0f} GFLOP/s"
+    return r["fp32_gflops"], text
+
+
+def gpu_knn_expected() -> list[dict]:
+    base = {"k": 10, "precision": "f32", "m": 10**4}
+    out = [{"metric": "l2", "n": n, "d": d, **base} for n in (10**4, 10**6, 10**7) for d in (3, 10, 100)]
+    return out + [{"metric": mt, "n": 10**6, "d": d, **base} for mt in ("l1", "cosine") for d in (3, 10, 100)]
+
+
+def gpu_matvec_expected() -> list[dict]:
+    return [{"precision": p, "d": d, "n": n} for d, p in ((3, "f32"), (1, "f64")) for n in (10**4, 10**5, 10**6)]
+
+
+def section_gpu_knn(rows, notes, peak_gflops, gpus) -> str:
+    s = ["### kNN on the GPU", "",
+         f"`python3 bench/gpu/run_gpu.py knn` on {' / '.join(gpus) or 'the GPU'} — the eXLA paper's sizes: m = 10⁴ "
+         "queries, k = 10, f32, random N(0,1) data; memsafe-cuda with a 1 GiB budget, inputs in device memory "
+         "(host-resident: the database left in pageable host memory and streamed through the budget). KeOps: "
+         "`LazyTensor.argKmin`; torch: `torch.cdist` + `torch.topk`; JAX: `jax.jit` of the dense distances + "
+         "`lax.top_k`. Queries per second from the median (higher is better); ratios are memsafe-cuda's queries/s "
+         "over the peer's. % of peak: 2·n·m·d flops per search over the median time, against the measured FP32 "
+         "peak (L2, d = 100). Device peak: the peak device bytes of a call beyond its inputs (memsafe: "
+         "cudaMemGetInfo polled during the warm-up call; the others: their allocator's peak). Agreement: memsafe-cuda's "
+         "index sets against each peer's on the first ≤ 2000 queries, on the same numbers.", ""]
+    ws = gpu_workloads(rows, "gpu_knn", gpu_knn_expected(), ("metric", "n", "d", "k", "precision", "m"))
+    order = {"l2": 0, "l1": 1, "cosine": 2}
+    ws = sorted(ws, key=lambda w: (order.get(w["metric"], 9), w["n"], w["d"]))
+    body = []
+    for w in ws:
+        ms = gpu_find(rows, "gpu_knn", "memsafe-cuda", w)
+        host = gpu_find(rows, "gpu_knn", "memsafe-cuda-host", w)
+        peers = {p: gpu_find(rows, "gpu_knn", p, w) for p in GPU_PEERS}
+        q = ms.get("qps_median") if ok(ms) else None
+
+        def qcell(r):
+            return status_cell(r, fqps(r.get("qps_median")) + gpu_mark(r, ms, notes)) if r is not None else NM
+
+        def rq(r):
+            return r.get("qps_median") if ok(r) else None
+
+        pct = "—"
+        if ok(ms) and w["metric"] == "l2" and w["d"] == 100:
+            pct = NM
+            if peak_gflops:
+                g = 2.0 * ms["n"] * ms["m"] * ms["d"] / ms["median_s"] / 1e9
+                pct = f"{g / peak_gflops * 100:.1f}% ({g:,.0f} GFLOP/s)"
+        body.append([w["metric"], f"{w['n']:,}", str(w["d"]), f"{w['m']:,}", qcell(ms), qcell(host),
+                     *(qcell(peers[p]) for p in GPU_PEERS), *(gpu_ratio(q, rq(peers[p]), peers[p]) for p in GPU_PEERS), pct,
+                     fbytes(ms.get("peak_temp_bytes")) if ok(ms) else "—",
+                     " / ".join(gpu_mem_cell(r) for r in (ms, peers["keops"], peers["torch"], peers["jax"])),
+                     gpu_check_cell(ms, True)])
+    header = ["metric", "n", "d", "m", "memsafe-cuda q/s", "host-resident q/s", "KeOps q/s", "torch q/s", "JAX q/s",
+              "memsafe / KeOps", "memsafe / torch", "memsafe / JAX", "memsafe % of FP32 peak", "memsafe peak temp",
+              "device peak (memsafe / KeOps / torch / JAX)", "agreement with peers"]
+    return "\n".join(s + [table(header, body), ""])
+
+
+def section_gpu_matvec(rows, notes, gpus) -> str:
+    s = ["### Kernel matvec on the GPU", "",
+         f"`python3 bench/gpu/run_gpu.py matvec` on {' / '.join(gpus) or 'the GPU'} — K(X,X)·v with the RBF kernel "
+         "(ℓ = 1), X and v ~ N(0,1): d = 3 in f32, and d = 1 in f64 as in the eXLA paper's Fig. 2; memsafe-cuda "
+         "with a 1 GiB budget; KeOps `(-D_ij/2).exp() @ v`; torch and JAX build the dense n×n kernel matrix, then "
+         "multiply. Times are medians; ratios are the peer's time over memsafe-cuda's (above 1: memsafe faster). "
+         "Agreement: the largest difference of the first ≤ 2000 outputs relative to the largest output, on the "
+         "same numbers.", ""]
+    ws = gpu_workloads(rows, "gpu_matvec", gpu_matvec_expected(), ("precision", "d", "n"))
+    ws = sorted(ws, key=lambda w: (w["precision"], -w["d"], w["n"]))
+    body = []
+    for w in ws:
+        ms = gpu_find(rows, "gpu_matvec", "memsafe-cuda", w)
+        peers = {p: gpu_find(rows, "gpu_matvec", p, w) for p in GPU_PEERS}
+        t = ms.get("median_s") if ok(ms) else None
+
+        def tcell(r):
+            return status_cell(r, fsec(r.get("median_s")) + gpu_mark(r, ms, notes)) if r is not None else NM
+
+        body.append([w["precision"], str(w["d"]), f"{w['n']:,}", tcell(ms), *(tcell(peers[p]) for p in GPU_PEERS),
+                     *(gpu_ratio(peers[p].get("median_s") if ok(peers[p]) else None, t, peers[p]) for p in GPU_PEERS),
+                     fbytes(ms.get("peak_temp_bytes")) if ok(ms) else "—",
+                     " / ".join(gpu_mem_cell(r) for r in (ms, peers["keops"], peers["torch"], peers["jax"])),
+                     gpu_check_cell(ms, False)])
+    header = ["precision", "d", "n", "memsafe-cuda", "KeOps", "torch", "JAX", "KeOps / memsafe", "torch / memsafe",
+              "JAX / memsafe", "memsafe peak temp", "device peak (memsafe / KeOps / torch / JAX)",
+              "max rel. difference vs peers"]
+    return "\n".join(s + [table(header, body), ""])
+
+
+def section_gpu_memory(rows) -> str:
+    s = ["### Device memory against the budget", "",
+         "Every memsafe-cuda row: memsafe's own peak of device + pinned temporaries (peak temp) and the device bytes "
+         "in use beyond the inputs and outputs as `cudaMemGetInfo` saw them during the warm-up call, polled every "
+         "~100 µs (a lower bound of the true high-water mark; it also counts whatever else allocates on the device "
+         "during the call, e.g. a cuBLAS workspace).", ""]
+    ms = [r for r in rows if r.get("suite") in ("gpu_knn", "gpu_matvec") and str(r.get("impl", "")).startswith("memsafe")]
+    ms = sorted(ms, key=lambda r: (r.get("suite"), r.get("impl"), r.get("metric"), r.get("precision"),
+                                   r.get("d") or 0, r.get("n") or 0))
+    if not ms:
+        return "\n".join(s + [NM + ".", ""])
+    body, within, dev_within, counted, dev_counted = [], 0, 0, 0, 0
+    for r in ms:
+        name = (f"{r.get('bench')} {r.get('metric')} n={r.get('n_requested', r.get('n')):,} d={r.get('d')} "
+                f"{r.get('precision')}" + (" host-resident" if r.get("impl") == "memsafe-cuda-host" else ""))
+        b, pt, dp = r.get("budget_bytes"), r.get("peak_temp_bytes"), r.get("device_peak_bytes")
+        if ok(r) and b and pt is not None:
+            counted += 1
+            within += pt <= b
+        if ok(r) and b and dp is not None:
+            dev_counted += 1
+            dev_within += dp <= b
+        body.append([name, fbudget(b), status_cell(r, fbytes(pt)), status_cell(r, fbytes(dp)),
+                     status_cell(r, f"{dp / b:.2f}" if b and dp is not None else "—")])
+    summary = (f"peak temp ≤ budget in {within} of {counted} rows; device peak ≤ budget in {dev_within} of "
+               f"{dev_counted} rows.")
+    return "\n".join(s + [summary, "", table(["workload", "budget", "peak temp", "device peak", "device peak / budget"],
+                                             body), ""])
+
+
+def section_gpu(rows, results_rel="bench/results") -> str:
+    s = ["## GPU", "",
+         "`bash bench/gpu/run_gpu.sh` builds `memsafe_bench_cuda` and `fma_peak_cuda` and runs "
+         f"`python3 bench/gpu/run_gpu.py all` (see `bench/README.md`); its rows are `{results_rel}/gpu_*.jsonl`. "
+         "memsafe's CUDA backend (`memsafe::cuda::eval_into`) against KeOps on the GPU and naive PyTorch and JAX, "
+         "each in its own process, timed after one untimed warm-up call.", ""]
+    if not rows:
+        return "\n".join(s + [NO_GPU, ""])
+    notes = Notes()
+    gpus = gpu_names(rows)
+    pk, pk_text = gpu_peak(rows)
+    stamps = sorted(r["timestamp"] for r in rows if r.get("timestamp"))
+    revs = sorted({r.get("git_rev") for r in rows if r.get("git_rev")})
+
+    def first(key, impl=None):
+        return next((r.get(key) for r in rows if r.get(key) and (impl is None or r.get("impl") == impl)), None)
+
+    mems = sorted({r.get("device_mem_bytes") or r.get("gpu_mem_bytes") for r in rows
+                   if r.get("device_mem_bytes") or r.get("gpu_mem_bytes")})
+    versions = [f"{name} {v}" for name, v in (("torch", first("torch_version")), ("JAX", first("jax_version")),
+                                              ("pykeops", first("keops_version"))) if v]
+    s += ["### GPU machine", "", table(["", ""], [
+        ["GPU", ", ".join(gpus) or "unknown"],
+        ["GPU memory", ", ".join(fbytes(m) for m in mems) or "unknown"],
+        ["driver / CUDA runtime", f"{first('gpu_driver') or first('cuda_driver') or 'unknown'} / "
+                                  f"{first('cuda_runtime') or 'unknown'}"],
+        ["host CPU", str(first("host_cpu") or first("cpu") or "unknown")],
+        ["peers", ", ".join(versions) or NM],
+        ["results taken", f"{stamps[0]} … {stamps[-1]}" if stamps else NM],
+        ["git revisions", ", ".join(f"`{r}`" for r in revs) if revs else "unknown"],
+    ]), "", "**FP32 peak.** " + pk_text + ".", ""]
+    s += [section_gpu_knn(rows, notes, pk, gpus), section_gpu_matvec(rows, notes, gpus), section_gpu_memory(rows)]
+    if notes.items:
+        s += ["#### Notes to the GPU tables", "", notes.render(), ""]
+    return "\n".join(s)
+
+
 # ---- main --------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
@@ -667,6 +917,7 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(a.doc)), exist_ok=True)
 
     rows = load(a.results)
+    gpu_rows = load(a.results, gpu=True)
     mach = machine(rows)
     a._rows = rows
     pk, pk_text = peak(a, mach)
@@ -731,10 +982,11 @@ def main(argv=None) -> int:
               "above and are part of KeOps' cache key, so a module compiled without them is never reused.",
               "- A FAISS or KeOps kNN run that would take longer than about a minute per call runs on fewer queries "
               "(marked); queries per second is what is compared.", ""]
+    parts.append(section_gpu(gpu_rows, results_rel))
     text = "\n".join(parts)
     with open(a.doc, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
-    print(f"report: wrote {a.doc} ({len(rows)} rows)" +
+    print(f"report: wrote {a.doc} ({len(rows)} rows, {len(gpu_rows)} GPU rows)" +
           "".join(f", {x}" for x in (fig2_img, sweep_img) if x), file=sys.stderr)
     return 0
 

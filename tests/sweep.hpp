@@ -54,8 +54,8 @@ void sweep(const char* name, Build build, const entry_fn& f, bool integer = fals
        VT = cast<T>(D.V);
   auto xd = seen<T>(D.x), yd = seen<T>(D.y), vd = seen<T>(D.v), ud = seen<T>(D.u), Md = seen<T>(D.M), Ld = seen<T>(D.L),
        Vd = seen<T>(D.V);
-  auto X = memsafe::points(xT.data(), n, d);
-  auto Y = memsafe::points(yT.data(), m, d);
+  auto X = memsafe::points(on_device(xT), n, d);
+  auto Y = memsafe::points(on_device(yT), m, d);
   auto K = build(X, Y);
   const auto Kr = dense(xd, yd, n, m, d, f);
   const auto Kt = transpose(Kr, n, m);
@@ -100,15 +100,15 @@ void sweep(const char* name, Build build, const entry_fn& f, bool integer = fals
     mm(Kt, m, n, ones_n, 1, want, scale);
     check_all_close(eval_all(memsafe::sum(K, memsafe::over_i)), want, scale, "sum over i");
     mm(Kr, n, m, vd, 1, want, scale);
-    check_all_close(eval_all(K * memsafe::vec(vT.data(), m)), want, scale, "K*v");
+    check_all_close(eval_all(K * memsafe::vec(on_device(vT), m)), want, scale, "K*v");
     mm(Kr, n, m, Md, 3, want, scale);
-    check_all_close(eval_all(K * memsafe::matrix(MT.data(), m, 3)), want, scale, "K*M");
+    check_all_close(eval_all(K * memsafe::matrix(on_device(MT), m, 3)), want, scale, "K*M");
     mm(Kt, m, n, ud, 1, want, scale);
-    check_all_close(eval_all(memsafe::vec(uT.data(), n) * K), want, scale, "v*K");
+    check_all_close(eval_all(memsafe::vec(on_device(uT), n) * K), want, scale, "v*K");
     // L (2×n) · K (n×m) = (Kᵀ Lᵀ)ᵀ
     std::vector<double> Lt = transpose(Ld, 2, n), w2, s2;
     mm(Kt, m, n, Lt, 2, w2, s2);
-    check_all_close(eval_all(memsafe::matrix(LT.data(), 2, n) * K), transpose(w2, m, 2), transpose(s2, m, 2), "M*K");
+    check_all_close(eval_all(memsafe::matrix(on_device(LT), 2, n) * K), transpose(w2, m, 2), transpose(s2, m, 2), "M*K");
   }
   SUBCASE("min max arg top-k") {
     auto mins = eval_all(memsafe::min(K));
@@ -129,7 +129,7 @@ void sweep(const char* name, Build build, const entry_fn& f, bool integer = fals
       CHECK(maxs[0].values[i] == amax[0].values[i]);
     }
     // k = m: the whole row, sorted.
-    auto all = memsafe::eval(memsafe::argkmin(K, m), memsafe::options{memsafe::unlimited, 2});
+    auto all = run(memsafe::argkmin(K, m), run_opts{memsafe::unlimited, 2});
     check_ranked(all, Kr, n, m, m, false, exact, tag + " argkmin k=m");
   }
   SUBCASE("logsumexp and softmax_sum") {
@@ -151,7 +151,7 @@ void sweep(const char* name, Build build, const entry_fn& f, bool integer = fals
       }
     }
     check_all_close(eval_all(memsafe::logsumexp(K)), want, scale, "logsumexp");
-    check_all_close(eval_all(memsafe::softmax_sum(K, memsafe::matrix(VT.data(), m, 4))), sw, ss, "softmax_sum");
+    check_all_close(eval_all(memsafe::softmax_sum(K, memsafe::matrix(on_device(VT), m, 4))), sw, ss, "softmax_sum");
   }
 }
 

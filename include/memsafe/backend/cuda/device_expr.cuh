@@ -18,6 +18,14 @@
 #include "../../rewrite/rules.hpp"
 #include "runtime.cuh"
 
+/// `#pragma unroll` for the device pass only (host compilers warn about the unknown pragma in
+/// __host__ __device__ functions).
+#if defined(__CUDA_ARCH__)
+#define MEMSAFE_UNROLL _Pragma("unroll")
+#else
+#define MEMSAFE_UNROLL
+#endif
+
 namespace memsafe::cuda {
 
 // ---- points on the device ----------------------------------------------------------------------

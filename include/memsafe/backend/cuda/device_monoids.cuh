@@ -89,7 +89,7 @@ struct dmon_topk {
   };
   int k = K;  ///< how many are reported
   MEMSAFE_HD void init(state& s) const {
-#pragma unroll
+MEMSAFE_UNROLL
     for (int q = 0; q < K; ++q) s.k[q] = empty_key();
   }
   MEMSAFE_HD static void insert(state& s, rank_key c) {
@@ -97,7 +97,7 @@ struct dmon_topk {
     // Shift the entries that rank after c one place right (the last drops out), then place c.
     // Unrolled with constant indices so the list stays in registers.
     bool placed = false;
-#pragma unroll
+MEMSAFE_UNROLL
     for (int q = K - 1; q >= 0; --q) {
       if (!placed) {
         if (q > 0 && c < s.k[q > 0 ? q - 1 : 0]) {
@@ -111,7 +111,7 @@ struct dmon_topk {
   }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const { insert(s, make_key<Max>(v, jg)); }
   MEMSAFE_HD void merge(state& s, const state& o) const {
-#pragma unroll
+MEMSAFE_UNROLL
     for (int q = 0; q < K; ++q) insert(s, o.k[q]);
   }
   MEMSAFE_HD void write(const state& s, const dev_out<T>& out, std::int64_t i) const {

@@ -333,7 +333,7 @@ class row_output {
     }
   }
   /// The target of a row block's write kernel and the row offset it writes at.
-  dev_out<T> target(std::int64_t i0) const {
+  dev_out<T> target(std::int64_t /*i0*/) const {
     if (host_) return {dv_.data(), std::int64_t(c_), 1, idx_ ? di_.data() : nullptr, std::int64_t(c_), 1, scale_};
     return {out_.values, out_.vrs, out_.vcs, idx_ ? out_.indices : nullptr, out_.irs, out_.ics, scale_};
   }

@@ -53,8 +53,10 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
                                                         dev_points<T> Y, dev_scale<T> sy, T ysign,
                                                         std::int64_t j_base, std::int64_t cps,
                                                         typename Mon::state* part, std::int64_t ni, bool first) {
-  __shared__ T ys[TJ * DB];
-  __shared__ T yinv[TJ];
+  // Points per shared-memory tile: TJ, fewer when their coordinates would pass 32 KiB.
+  constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+  __shared__ T ys[TP * DB];
+  __shared__ T yinv[TP];
   const int t = threadIdx.x;
   const std::int64_t s = blockIdx.y;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * TJ * R;
@@ -77,22 +79,24 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
   }
   const std::int64_t jb = s * cps;
   const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
-  for (std::int64_t jt = jb; jt < je; jt += TJ) {
+  for (std::int64_t jt = jb; jt < je; jt += TP) {
     __syncthreads();
-    for (int idx = t; idx < TJ * DB; idx += TJ) {
+    for (int idx = t; idx < TP * DB; idx += TJ) {
       const int jj = idx / DB, k = idx % DB;
       const std::int64_t j = jt + jj;
       ys[idx] = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
     }
     __syncthreads();
     if constexpr (B == base_kind::cosine) {
-      T sq = 0;
+      if (t < TP) {
+        T sq = 0;
 #pragma unroll
-      for (int k = 0; k < DB; ++k) sq = ::fma(ys[t * DB + k], ys[t * DB + k], sq);
-      yinv[t] = inv_norm(sq);
+        for (int k = 0; k < DB; ++k) sq = ::fma(ys[t * DB + k], ys[t * DB + k], sq);
+        yinv[t] = inv_norm(sq);
+      }
       __syncthreads();
     }
-    const int nt = je - jt < TJ ? int(je - jt) : TJ;
+    const int nt = je - jt < TP ? int(je - jt) : TP;
     for (int jj = 0; jj < nt; ++jj) {
       const T* y = ys + jj * DB;
       T acc[R];

@@ -1,0 +1,229 @@
+// GPU-only cases: the CUDA backend's paths (fused, tile + fold, cuBLAS GEMM tiles, top-k by block
+// sort up to k = 2048), host-resident inputs streamed through the budget, device outputs, streams,
+// the budget contract measured from outside (cudaMemGetInfo), and errors.
+// The shared reference cases (test_distances.cpp, test_kernels.cpp, test_products.cpp) are compiled
+// into the same executable with MEMSAFE_TEST_DEVICE: the same sweeps, on device memory.
+#include "../reference.hpp"
+
+using namespace ref;
+namespace mc = memsafe::cuda;
+
+namespace {
+
+template <class T>
+struct dvec {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit dvec(const std::vector<T>& h) : n(h.size()) {
+    MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
+    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  explicit dvec(std::size_t count) : n(count) { MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
+  dvec(const dvec&) = delete;
+  ~dvec() { cudaFree(p); }
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+/// Reference k-nearest (L2) in double, ties to the lower index.
+std::vector<std::int64_t> knn_ref(const std::vector<double>& x, const std::vector<double>& y, std::size_t n, std::size_t m,
+                                  std::size_t d, std::size_t k) {
+  const auto K = dense(x, y, n, m, d, [](const double* a, const double* b, std::size_t dd) { return sq(a, b, dd); });
+  std::vector<std::int64_t> out(n * k);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto s = row_sorted(K, m, i, false);
+    for (std::size_t q = 0; q < k; ++q) out[i * k + q] = s[q].i;
+  }
+  return out;
+}
+
+std::size_t used_device_bytes() {
+  std::size_t free = 0, total = 0;
+  MEMSAFE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total - free;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+TEST_CASE("fused, tile and GEMM paths give the reference k nearest on integer data, at every budget") {
+  // d = 3 (fused, 4 rows/thread), 40 (fused, 64 registers), 100 (tile + cuBLAS GEMM + epilogue).
+  for (std::size_t d : {3u, 40u, 100u}) {
+    const std::size_t n = 300, m = 2000, k = 10;
+    auto x = data(n, d, 21, true), y = data(m, d, 22, true);
+    auto xf = cast<float>(x), yf = cast<float>(y);
+    dvec<float> X(xf), Y(yf);
+    const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), k);
+    const auto want = knn_ref(x, y, n, m, d, k);
+    for (const auto& r : eval_all(e)) {
+      INFO("d = " << d << ", plan: " << r.stats.plan.reduction);
+      CHECK(r.indices == want);
+    }
+  }
+}
+
+TEST_CASE("top-k by block sort: k = 17, 300 and 2048 equal the reference") {
+  const std::size_t n = 40, m = 5000, d = 4;
+  auto x = data(n, d, 31, true), y = data(m, d, 32, true);
+  auto xd = cast<double>(x), yd = cast<double>(y);
+  dvec<double> X(xd), Y(yd);
+  for (std::size_t k : {17u, 300u, 2048u}) {
+    const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), k);
+    const auto r = mc::eval(e, mc::options{std::size_t(64) << 20});
+    CHECK(r.stats.plan.reduction.find("block radix sort") != std::string::npos);
+    CHECK(r.indices == knn_ref(x, y, n, m, d, k));
+    CHECK(r.stats.peak_temp_bytes <= r.stats.budget_bytes);
+  }
+  const auto big = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), 2049);
+  CHECK_THROWS_AS((void)mc::eval(big, mc::options{std::size_t(64) << 20}), memsafe::argument_error);
+}
+
+TEST_CASE("host-resident inputs are streamed through the budget: same answers, peak within the budget") {
+  const std::size_t n = 500, m = 20000, d = 16, k = 5;
+  auto x = data(n, d, 41, true), y = data(m, d, 42, true);
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf);
+  const auto want = knn_ref(x, y, n, m, d, k);
+  // Y stays in (pageable) host memory; a budget far smaller than Y forces many double-buffered chunks.
+  const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(yf.data(), m, d)), k);
+  for (std::size_t b : {std::size_t(256) << 10, std::size_t(1) << 20, std::size_t(64) << 20}) {
+    const auto r = mc::eval(e, mc::options{b});
+    CHECK(r.indices == want);
+    CHECK(r.stats.peak_temp_bytes <= b);
+    if (b < m * d * sizeof(float)) CHECK(r.stats.tile_cols < m);
+  }
+  // Both X and Y on the host, and K·v with v on the host.
+  std::vector<float> v(m, 0.5f);
+  const auto mv = memsafe::rbf(memsafe::points(xf.data(), n, d), memsafe::points(yf.data(), m, d), 4.0) * memsafe::vec(v.data(), m);
+  const auto host = memsafe::eval(mv, memsafe::options{std::size_t(64) << 20, 2});
+  const auto dev = mc::eval(mv, mc::options{std::size_t(512) << 10});
+  std::vector<double> want_mv(host.values.begin(), host.values.end()), scale(n);
+  for (std::size_t i = 0; i < n; ++i) scale[i] = 0.5 * double(m);
+  expect_close(dev.values, want_mv, scale, "streamed K*v");
+  CHECK(dev.stats.peak_temp_bytes <= std::size_t(512) << 10);
+}
+
+TEST_CASE("device outputs, a caller stream, and the budget seen from outside") {
+  const std::size_t n = 2048, m = 4096, d = 8, k = 8;
+  auto x = data(n, d, 51), y = data(m, d, 52);
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf), Y(yf), vals(n * k);
+  dvec<memsafe::index_t> idx(n * k);
+  cudaStream_t s;
+  MEMSAFE_CUDA_CHECK(cudaStreamCreate(&s));
+  const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), k);
+  const std::size_t budget = std::size_t(8) << 20;
+  const std::size_t before = used_device_bytes();
+  const auto st = mc::eval_into(e, vals.p, idx.p, mc::options{budget, s});
+  const std::size_t after = used_device_bytes();
+  CHECK(st.peak_temp_bytes <= budget);
+  CHECK(after <= before + budget);  // stream-ordered frees: nothing held after the call
+  const auto host = memsafe::eval(e, memsafe::options{std::size_t(64) << 20, 2});
+  CHECK(idx.host() == host.indices);
+  MEMSAFE_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("too small a budget is a budget_error before any device allocation, naming the minimum") {
+  const std::size_t n = 100, m = 100, d = 3;
+  std::vector<float> x(n * d, 1.0f);
+  dvec<float> X(x);
+  const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(X.p, m, d)), 3);
+  const std::size_t mn = mc::plan_for(e, mc::options{memsafe::unlimited}).min_bytes;
+  try {
+    (void)mc::eval(e, mc::options{mn - 1});
+    FAIL("no budget_error");
+  } catch (const memsafe::budget_error& err) {
+    CHECK(err.minimum_bytes == mn);
+    CHECK(std::string(err.what()).find(std::to_string(mn)) != std::string::npos);
+  }
+  CHECK(mc::eval(e, mc::options{mn}).stats.peak_temp_bytes <= mn);
+}
+
+TEST_CASE("NaN ranks last and ties go to the lower index on the device, as on the host") {
+  const std::size_t n = 3, m = 6, d = 1;
+  std::vector<float> x = {0.f, 1.f, 2.f};
+  std::vector<float> y = {1.f, NAN, 1.f, -1.f, 3.f, NAN};
+  dvec<float> X(x), Y(y);
+  const auto K = memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d));
+  const auto g = mc::eval(memsafe::argkmin(K, 6), mc::options{std::size_t(1) << 20});
+  const auto h = memsafe::eval(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)), 6),
+                               memsafe::options{std::size_t(1) << 20, 1});
+  CHECK(g.indices == h.indices);
+  CHECK(g.indices[0] == 0);  // x = 0: y = 1 (index 0) ties y = −1 (3) and y = 1 (2): lowest index first
+  CHECK(g.indices[4] == 1);  // then the NaNs, lower index first
+  CHECK(g.indices[5] == 5);
+  const auto lse = mc::eval(memsafe::logsumexp(K), mc::options{std::size_t(1) << 20});
+  for (std::size_t i = 0; i < n; ++i) CHECK(std::isnan(lse.values[i]));
+}
+
+TEST_CASE("lazy x lazy (Kuf * transpose(Kuf)) by tiles and cuBLAS accumulation, device and host outputs") {
+  const std::size_t n = 300, mz = 45, d = 3;
+  auto x = data(n, d, 61), z = data(mz, d, 62);
+  auto xf = cast<double>(x), zf = cast<double>(z);
+  dvec<double> X(xf), Z(zf);
+  const auto Kuf = memsafe::rbf(memsafe::points(Z.p, mz, d), memsafe::points(X.p, n, d), 1.3);
+  const auto e = 2.0 * Kuf * memsafe::transpose(Kuf);
+  const auto Kr = dense(seen<double>(z), seen<double>(x), mz, n, d,
+                        [](const double* a, const double* b, std::size_t dd) { return std::exp(-0.5 * sq(a, b, dd) / (1.3 * 1.3)); });
+  std::vector<double> want(mz * mz, 0), scale(mz * mz, 0);
+  for (std::size_t p = 0; p < mz; ++p)
+    for (std::size_t q = 0; q < mz; ++q)
+      for (std::size_t t = 0; t < n; ++t) {
+        want[p * mz + q] += 2.0 * Kr[p * n + t] * Kr[q * n + t];
+        scale[p * mz + q] += std::fabs(2.0 * Kr[p * n + t] * Kr[q * n + t]);
+      }
+  for (const auto& r : eval_all(e)) expect_close(r.values, want, scale, "Kuf Kuf^T");
+  dvec<double> out(mz * mz);
+  const auto st = mc::eval_into(e, out.p, nullptr, mc::options{std::size_t(1) << 20});
+  CHECK(st.peak_temp_bytes <= std::size_t(1) << 20);
+  expect_close(out.host(), want, scale, "Kuf Kuf^T into device memory");
+}
+
+TEST_CASE("dense(E) straight into device memory equals the host's tiles") {
+  const std::size_t n = 129, m = 257, d = 7;
+  auto x = data(n, d, 71), y = data(m, d, 72);
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf), Y(yf), out(n * m);
+  const auto e = memsafe::dense(memsafe::matern32(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d), 1.1));
+  (void)mc::eval_into(e, out.p, nullptr, mc::options{std::size_t(1) << 20});
+  const auto h = memsafe::eval(memsafe::dense(memsafe::matern32(memsafe::points(xf.data(), n, d), memsafe::points(yf.data(), m, d), 1.1)),
+                               memsafe::options{std::size_t(1) << 20, 1});
+  std::vector<double> want(h.values.begin(), h.values.end()), scale(want.size(), 1.0);
+  expect_close(out.host(), want, scale, "dense on the device");
+}
+
+TEST_CASE("CUDA errors become exceptions naming the call; a full GPU is reported as out of memory") {
+  try {
+    mc::detail::check(cudaErrorInvalidValue, "cudaMemcpyAsync(dst, src)", "file.cu", 7);
+    FAIL("no exception");
+  } catch (const mc::cuda_error& err) {
+    CHECK(std::string(err.what()).find("cudaMemcpyAsync(dst, src)") != std::string::npos);
+    CHECK(std::string(err.what()).find("cudaErrorInvalidValue") != std::string::npos);
+  }
+  CHECK_THROWS_AS(mc::detail::check(cudaErrorMemoryAllocation, "cudaMallocAsync", "f", 1), mc::device_out_of_memory);
+  CHECK_THROWS_AS(mc::detail::check(CUBLAS_STATUS_ALLOC_FAILED, "cublasCreate", "f", 1), mc::device_out_of_memory);
+
+  // Another allocation holds (almost) all device memory: the evaluation reports it, leaks nothing.
+  std::size_t free = 0, total = 0;
+  MEMSAFE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  void* hog = nullptr;
+  std::size_t take = free > (std::size_t(64) << 20) ? free - (std::size_t(16) << 20) : 0;
+  while (take && cudaMalloc(&hog, take) != cudaSuccess) {
+    (void)cudaGetLastError();
+    take -= std::size_t(64) << 20;
+  }
+  const std::size_t n = 1 << 16, d = 128;
+  std::vector<float> x(n * d, 1.0f);
+  dvec<float> X(x);
+  const auto e = memsafe::dense(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(X.p, 4096, d)));
+  std::vector<float> out(std::size_t(n) * 4096);
+  CHECK_THROWS_AS((void)mc::eval_into(e, out.data(), nullptr, mc::options{std::size_t(1) << 30}), mc::device_out_of_memory);
+  cudaFree(hog);
+  const std::size_t after = used_device_bytes();
+  MEMSAFE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  CHECK(after == total - free);
+}
+}
