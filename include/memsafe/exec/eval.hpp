@@ -454,6 +454,26 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+/// eval_into's argument checks (also used by the CUDA backend).
+template <class X>
+void check_outputs(const X& x, const typename X::value_type* values, const index_t* indices, const char* where) {
+  if (!values && x.rows() * x.cols() != 0) throw argument_error(std::string(where) + ": null output pointer");
+  if constexpr (X::has_indices)
+    if (!indices && x.rows() * x.cols() != 0)
+      throw argument_error(std::string(where) + ": " + x.str() + " returns indices: pass an index output");
+}
+/// A result sized for x, filled by run(values, indices) -> eval_stats.
+template <class X, class Run>
+result<typename X::value_type> into_result(const X& x, Run&& run) {
+  result<typename X::value_type> r;
+  r.rows = x.rows();
+  r.cols = x.cols();
+  r.values.resize(r.rows * r.cols);
+  if constexpr (X::has_indices) r.indices.resize(r.rows * r.cols);
+  r.stats = run(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
+  return r;
+}
+
 template <class B>
 inline constexpr bool valid_budget_param = is_budget<B>::value || std::is_same_v<B, no_budget>;
 
@@ -470,23 +490,14 @@ std::optional<std::size_t> static_budget() {
 /// and ignored otherwise. Returns the evaluation's stats.
 template <evaluable X>
 eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, const options& o = {}) {
-  if (!values && x.rows() * x.cols() != 0) throw argument_error("memsafe: eval_into: null output pointer");
-  if constexpr (X::has_indices)
-    if (!indices && x.rows() * x.cols() != 0)
-      throw argument_error("memsafe: eval_into: " + x.str() + " returns indices: pass an index output");
+  detail::check_outputs(x, values, indices, "memsafe: eval_into");
   return detail::run(x, values, indices, o);
 }
 
 /// Evaluate with run-time options (budget, threads).
 template <evaluable X>
 result<typename X::value_type> eval(const X& x, const options& o) {
-  result<typename X::value_type> r;
-  r.rows = x.rows();
-  r.cols = x.cols();
-  r.values.resize(r.rows * r.cols);
-  if constexpr (X::has_indices) r.indices.resize(r.rows * r.cols);
-  r.stats = detail::run(x, r.values.data(), X::has_indices ? r.indices.data() : nullptr, o);
-  return r;
+  return detail::into_result(x, [&](auto* v, index_t* ix) { return detail::run(x, v, ix, o); });
 }
 
 /// Evaluate with a compile-time budget (`eval<budget<64_MiB>>(e)`), or with MEMSAFE_BUDGET /

@@ -50,10 +50,11 @@ template <class T>
 struct dmon_matvec {
   static constexpr const char* name = "matvec";
   using state = double;
-  const T* w = nullptr;  ///< the chunk's rows of v (contiguous)
+  const T* w = nullptr;  ///< the chunk's rows of v
+  std::int64_t ws = 1;   ///< their stride
   MEMSAFE_HD void init(state& s) const { s = 0; }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t, std::int64_t jl) const {
-    s += static_cast<double>(v) * static_cast<double>(w[jl]);
+    s += static_cast<double>(v) * static_cast<double>(w[jl * ws]);
   }
   MEMSAFE_HD void merge(state& s, const state& o) const { s += o; }
   MEMSAFE_HD void write(const state& s, const dev_out<T>& out, std::int64_t i) const {

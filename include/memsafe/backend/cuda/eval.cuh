@@ -185,7 +185,7 @@ inline std::size_t layout_bytes(const job_shape& s, std::size_t ti, std::size_t 
 /// Column splits: enough thread blocks to fill the GPU (4 per SM), no more than the column tiles.
 inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
   if (s.path != kernel_path::fused && s.path != kernel_path::tile_fold) return 1;
-  const std::size_t rows_per_block = s.path == kernel_path::fused ? fused_tj * s.rows_per_thread : 128;
+  const std::size_t rows_per_block = s.path == kernel_path::fused ? fused_tj * s.rows_per_thread : 8;
   const std::size_t groups = cdiv(std::max<std::size_t>(ti, 1), rows_per_block);
   const std::size_t want = cdiv(std::size_t(4) * s.sms, groups);
   const std::size_t most = std::max<std::size_t>(1, cdiv(std::max<std::size_t>(tj, 1), fused_tj));
@@ -538,15 +538,19 @@ struct row_eval {
             const int slot = int(c % 2);
             const auto Yc = yf.fetch(j0, nj, slot);
             DM mon = dm;
-            if constexpr (std::is_same_v<DM, dmon_matvec<T>>) mon.w = rf.fetch(j0, nj, slot).p;
+            if constexpr (std::is_same_v<DM, dmon_matvec<T>>) {
+              const auto w = rf.fetch(j0, nj, slot);
+              mon.w = w.p;
+              mon.ws = w.rs;
+            }
             if (s.path == kernel_path::fused) {
               launch_fused(map, mon, leaf, sc, Xb, Yc, std::int64_t(j0), L.splits, part.data(), c == 0, st);
             } else {
               generate_tile(map, leaf, sc, Xb, Yc, tile.data(), std::int64_t(L.tj), s.gemm, bl.get(), xn.data(),
                             yn.data(), st);
               const std::int64_t cpsz = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::size_t>(nj, 1), L.splits)));
-              const dim3 grid(blocks_for(std::int64_t(ni), 128), unsigned(L.splits));
-              kernels::tile_rows_kernel<DM, T><<<grid, 128, 0, st>>>(mon, tile.data(), std::int64_t(L.tj),
+              const dim3 grid(blocks_for(std::int64_t(ni) * 32), unsigned(L.splits));
+              kernels::tile_rows_kernel<DM, T><<<grid, 256, 0, st>>>(mon, tile.data(), std::int64_t(L.tj),
                                                                      std::int64_t(ni), std::int64_t(nj),
                                                                      std::int64_t(j0), cpsz, part.data(), c == 0);
               MEMSAFE_CUDA_LAUNCHED("tile_rows_kernel");
@@ -844,32 +848,17 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
   if (!o.stream) own = std::make_unique<stream>();
   const cudaStream_t st = o.stream ? o.stream : own->get();
   rewrite::rule_log log;
-  tile_plan p;
-  std::size_t peak = 0, count = 0;
+  eval_stats stats;
   {
     // dispatch plans first: budget_error before anything is allocated or launched.
     device_accountant acc(budget, st);
-    p = dispatch(x, values, indices, o, budget, &acc, false, log);
-    if (o.synchronize || own) MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));
-    peak = acc.counter().peak();
-    count = acc.counter().allocations();
+    tile_plan p = dispatch(x, values, indices, o, budget, &acc, false, log);
+    if (o.synchronize || own) MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));  // frees are stream-ordered
+    p.rules = log.fired;
+    stats = memsafe::detail::make_stats(std::move(p), acc.counter(), budget,
+                                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  if (o.synchronize || own) MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));  // frees are stream-ordered
-  p.rules = log.fired;
-  eval_stats s;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  s.budget_bytes = budget;
-  s.peak_temp_bytes = peak;
-  s.planned_temp_bytes = p.planned_bytes;
-  s.min_budget_bytes = p.min_bytes;
-  s.temp_allocations = count;
-  s.tile_rows = p.tile_rows;
-  s.tile_cols = p.tile_cols;
-  s.tile_inner = p.tile_inner;
-  s.num_tiles = p.num_tiles;
-  s.threads = p.threads;
-  s.plan = std::move(p);
-  return s;
+  return stats;
 }
 
 }  // namespace detail
@@ -878,25 +867,16 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
 /// eval_into: contiguous row-major rows × cols; `indices` for arg-reductions.
 template <evaluable X>
 eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, const options& o = {}) {
-  if (!values && x.rows() * x.cols() != 0) throw argument_error("memsafe::cuda::eval_into: null output pointer");
-  if constexpr (X::has_indices)
-    if (!indices && x.rows() * x.cols() != 0)
-      throw argument_error("memsafe::cuda::eval_into: " + x.str() + " returns indices: pass an index output");
+  memsafe::detail::check_outputs(x, values, indices, "memsafe::cuda::eval_into");
   return detail::run(x, values, indices, o);
 }
 
 /// Evaluate on the GPU; results in host vectors, as memsafe::eval returns them.
 template <evaluable X>
 result<typename X::value_type> eval(const X& x, const options& o = {}) {
-  result<typename X::value_type> r;
-  r.rows = x.rows();
-  r.cols = x.cols();
-  r.values.resize(r.rows * r.cols);
-  if constexpr (X::has_indices) r.indices.resize(r.rows * r.cols);
   options oo = o;
   oo.synchronize = true;
-  r.stats = detail::run(x, r.values.data(), X::has_indices ? r.indices.data() : nullptr, oo);
-  return r;
+  return memsafe::detail::into_result(x, [&](auto* v, index_t* ix) { return detail::run(x, v, ix, oo); });
 }
 /// Compile-time budget: memsafe::cuda::eval<memsafe::budget<1_GiB>>(expr).
 template <class Budget, evaluable X>

@@ -230,19 +230,44 @@ __global__ void gemm_epilogue_kernel(Map map, T* tile, std::int64_t ld, std::int
 
 // ---- reductions over a tile, merges ---------------------------------------------------------------
 
+/// A monoid state moved between lanes word by word (states are trivially copyable, 4-byte multiples).
+template <class S>
+__device__ __forceinline__ S shfl_down_state(const S& v, int offset) {
+  static_assert(sizeof(S) % 4 == 0, "memsafe::cuda: monoid states must be a multiple of 4 bytes");
+  S r;
+  const unsigned* src = reinterpret_cast<const unsigned*>(&v);
+  unsigned* dst = reinterpret_cast<unsigned*>(&r);
+#pragma unroll
+  for (int w = 0; w < int(sizeof(S) / 4); ++w) dst[w] = __shfl_down_sync(0xffffffffu, src[w], offset);
+  return r;
+}
+
+/// One warp per tile row: the lanes fold interleaved columns (coalesced reads), then the 32 lane
+/// states are merged by shuffles into the row's partial state for split blockIdx.y.
 template <class Mon, class T>
 __global__ void tile_rows_kernel(Mon mon, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
                                  std::int64_t j_base, std::int64_t cps, typename Mon::state* part, bool first) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= ni) return;
+  const std::int64_t i = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= ni) return;  // whole warps leave together
   const std::int64_t s = blockIdx.y;
   typename Mon::state st;
-  if (first) mon.init(st);
-  else st = part[s * ni + i];
+  mon.init(st);
   const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
   const T* row = tile + i * ld;
-  for (std::int64_t j = jb; j < je; ++j) mon.fold(st, row[j], j_base + j, j);
-  part[s * ni + i] = st;
+  for (std::int64_t j = jb + lane; j < je; j += 32) mon.fold(st, row[j], j_base + j, j);
+  for (int o = 16; o > 0; o /= 2) {
+    const auto other = shfl_down_state(st, o);
+    mon.merge(st, other);
+  }
+  if (lane == 0) {
+    if (!first) {
+      typename Mon::state prev = part[s * ni + i];
+      mon.merge(prev, st);
+      st = prev;
+    }
+    part[s * ni + i] = st;
+  }
 }
 
 template <class Mon, class T>
