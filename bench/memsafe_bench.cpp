@@ -41,7 +41,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -71,6 +70,8 @@
 #include "common/json.hpp"
 #include "common/knn_data.hpp"
 
+#include "bench_common.hpp"  // what memsafe_bench_cuda shares with this program
+
 #if defined(MEMSAFE_HAS_LAPACK)
 // Level-2 BLAS for the naive matvec (Fortran-77 ABI as in memsafe/linalg/fortran.hpp).
 extern "C" {
@@ -84,8 +85,7 @@ void sgemv_(const char* trans, const int* m, const int* n, const float* alpha, c
 namespace {
 
 namespace mx = memsafe_examples;
-
-constexpr std::size_t dump_rows_max = 2000;
+namespace bc = memsafe_bench_common;
 
 // ---- configuration and the measurement row ---------------------------------------------------
 
@@ -123,46 +123,15 @@ struct oom_error : std::runtime_error {
   oom_error(const std::string& what, std::size_t bytes) : std::runtime_error(what), needed(bytes) {}
 };
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string v = line.substr(colon + 1);
-    const auto first = v.find_first_not_of(" \t");
-    return first == std::string::npos ? std::string() : v.substr(first);
-  }
-  return "unknown";
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
 void print_row(const config& c, const row& r) {
   memsafe_examples::json_line j;
   j.add("bench", c.bench).add("impl", c.impl).add("data", c.data).add("metric", c.metric);
-  if (r.n) j.add("n", *r.n);
-  if (r.m) j.add("m", *r.m);
-  if (r.d) j.add("d", *r.d);
-  if (r.k) j.add("k", *r.k);
+  bc::add_sizes(j, r);
   j.add("precision", c.precision);
   j.add("threads", r.threads ? *r.threads : std::size_t{c.resolved_threads()});
   if (r.budget_bytes) j.add("budget_bytes", *r.budget_bytes);
   j.add("reps", c.reps);
-  if (!r.times.empty()) {
-    const double med = median_of(r.times);
-    j.add("min_s", *std::min_element(r.times.begin(), r.times.end())).add("median_s", med).add_array("times_s", r.times);
-    if (r.n && r.m) {
-      const double pairs = static_cast<double>(*r.n) * static_cast<double>(*r.m);
-      if (c.bench == "knn") j.add("qps_median", static_cast<double>(*r.m) / med);
-      j.add("pairs_per_s", pairs / med);
-    }
-  }
+  if (!r.times.empty()) bc::add_rates(j, c.bench, r.n, r.m, bc::add_times(j, r.times));
   if (r.peak_temp_bytes) j.add("peak_temp_bytes", *r.peak_temp_bytes);
   if (r.min_budget_bytes) j.add("min_budget_bytes", *r.min_budget_bytes);
   if (r.needed_bytes) j.add("needed_bytes", *r.needed_bytes);
@@ -171,7 +140,7 @@ void print_row(const config& c, const row& r) {
   if (r.setup_s) j.add("setup_s", *r.setup_s);
   j.add("status", r.status);
   if (r.status != "ok") j.add("message", r.message);
-  j.add("cpu", cpu_model()).add("cores", std::thread::hardware_concurrency());
+  j.add("cpu", bc::cpu_model()).add("cores", std::thread::hardware_concurrency());
   if (r.tile_rows) j.add("tile_rows", *r.tile_rows);
   if (r.tile_cols) j.add("tile_cols", *r.tile_cols);
 #if defined(MEMSAFE_BENCH_HAS_FAISS)
@@ -239,21 +208,9 @@ void parallel_blocks(unsigned threads, std::size_t count, F&& f) {
     if (e) std::rethrow_exception(e);
 }
 
-void write_binary(const std::string& path, const void* data, std::size_t bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw std::runtime_error("--dump: cannot open " + path + " for writing");
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!f) throw std::runtime_error("--dump: writing " + path + " failed");
-}
-
-
 // The plan fields of a memsafe row; `peak` is the largest peak over the repetitions.
 void record_plan(row& r, const memsafe::eval_stats& st, std::size_t peak) {
-  r.budget_bytes = st.budget_bytes;
-  r.peak_temp_bytes = peak;
-  r.min_budget_bytes = st.min_budget_bytes;
-  r.tile_rows = st.tile_rows;
-  r.tile_cols = st.tile_cols;
+  bc::record_plan(r, st, peak);
   r.threads = st.threads;
 }
 
@@ -533,10 +490,7 @@ void run_knn(const config& c, row& r) {
     if constexpr (std::is_same_v<T, float>) indices = knn_faiss(c, ds, r);
 #endif
   }
-  if (!c.dump.empty()) {
-    const std::size_t rows = std::min(ds.m, dump_rows_max);
-    write_binary(c.dump, indices.data(), rows * c.k * sizeof(std::int64_t));
-  }
+  if (!c.dump.empty()) bc::dump_indices(c.dump, indices.data(), ds.m, c.k, "--dump: ");
   r.status = "ok";
 }
 
@@ -636,11 +590,7 @@ void run_matvec(const config& c, row& r) {
   r.input_bytes = (c.n * c.d + c.n) * sizeof(T);
 
   const std::vector<T> y = c.impl == "memsafe" ? matvec_memsafe<T>(c, X, v, r) : matvec_naive<T>(c, X, v, r);
-  if (!c.dump.empty()) {
-    const std::size_t rows = std::min(c.n, dump_rows_max);
-    std::vector<double> out(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(rows));
-    write_binary(c.dump, out.data(), rows * sizeof(double));
-  }
+  if (!c.dump.empty()) bc::dump_values(c.dump, y, "--dump: ");
   r.status = "ok";
 }
 
@@ -674,22 +624,13 @@ void print_usage(std::FILE* f) {
 }
 
 std::size_t parse_size_option(const mx::cli& args, const char* name) {
-  const std::string text = args.get_string(name);
-  try {
-    return memsafe::parse_bytes(text);
-  } catch (const std::exception&) {
-    args.fail(std::string("--") + name + " expects a byte count such as 64MiB, 20GiB or 4096, not '" + text + "'");
-  }
+  return bc::parse_size_option(args, name, "64MiB, 20GiB or 4096");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || (std::string(argv[1]) != "knn" && std::string(argv[1]) != "matvec")) {
-    const bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
-    print_usage(help ? stdout : stderr);
-    return help ? 0 : 2;
-  }
+  if (const auto rc = bc::reject_subcommand(argc, argv, print_usage)) return *rc;
   config c;
   c.bench = argv[1];
   const bool knn = c.bench == "knn";
@@ -707,9 +648,7 @@ int main(int argc, char** argv) {
         .option("data-dir", "", "folder holding the MNIST IDX .gz files (default: $MEMSAFE_DATA_DIR/mnist, "
                                 "else the build's shared data folder)");
   else
-    args.option("n", "10000", "number of points (K is n x n)")
-        .option("d", "3", "dimension")
-        .option("lengthscale", "1", "RBF lengthscale");
+    bc::add_matvec_options(args);
   args.option("precision", "f32", "f32|f64")
       .option("budget", "64MiB", "memsafe's temporary-memory budget, e.g. 64MiB, 1GB, 4096")
       .option("threads", "0", "threads for every implementation (0 = all cores)")
@@ -778,39 +717,23 @@ int main(int argc, char** argv) {
       else run_matvec<T>(c, r);
     });
   } catch (const memsafe::budget_error& e) {
-    r.status = "budget_too_small";
-    r.message = e.what();
+    bc::fail_row(r, "budget_too_small", e.what());
     r.budget_bytes = e.budget_bytes;
     r.min_budget_bytes = e.minimum_bytes;
-    r.times.clear();
   } catch (const oom_error& e) {
-    r.status = "oom";
-    r.message = e.what();
+    bc::fail_row(r, "oom", e.what());
     r.needed_bytes = e.needed;
     r.peak_temp_bytes.reset();  // nothing of it was allocated
-    r.times.clear();
   } catch (const std::bad_alloc& e) {
-    r.status = "oom";
-    r.message = std::string("allocation failed (") + e.what() + ")";
-    if (r.needed_bytes) r.message += "; the naive code needed " + memsafe::format_bytes(*r.needed_bytes);
+    std::string message = std::string("allocation failed (") + e.what() + ")";
+    if (r.needed_bytes) message += "; the naive code needed " + memsafe::format_bytes(*r.needed_bytes);
+    bc::fail_row(r, "oom", std::move(message));
     r.peak_temp_bytes.reset();
-    r.times.clear();
   } catch (const std::exception& e) {
-    r.status = "error";
-    r.message = e.what();
-    r.times.clear();
+    bc::fail_row(r, "error", e.what());
   } catch (...) {
-    r.status = "error";
-    r.message = "unknown exception";
-    r.times.clear();
+    bc::fail_row(r, "error", "unknown exception");
   }
   if (r.status != "ok") std::fprintf(stderr, "memsafe_bench: %s: %s\n", r.status.c_str(), r.message.c_str());
-  try {
-    print_row(c, r);
-  } catch (const std::exception& e) {  // e.g. bad_alloc while formatting under a tight ulimit -v
-    std::fprintf(stderr, "memsafe_bench: cannot print the result: %s\n", e.what());
-    std::fputs("{\"status\": \"error\", \"message\": \"cannot print the result\"}\n", stdout);
-    return 1;
-  }
-  return r.status == "error" ? 1 : 0;
+  return bc::print_and_exit("memsafe_bench", r.status, [&] { print_row(c, r); });
 }

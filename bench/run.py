@@ -37,6 +37,7 @@ import math
 import os
 import resource
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,21 +50,12 @@ REPO = os.path.dirname(HERE)
 KEOPS_SCRIPT = os.path.join(HERE, "peers", "keops_bench.py")
 SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile"]
 IMPLS = ["memsafe", "faiss", "keops", "naive"]
-KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine can hold
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB}
-
-
-def parse_bytes(text: str) -> int:
-    s = str(text).strip().lower().replace(" ", "")
-    i = 0
-    while i < len(s) and (s[i].isdigit() or s[i] == "."):
-        i += 1
-    if i == 0 or s[i:] not in _UNITS:
-        raise ValueError(f"not a byte count: {text!r} (e.g. 64MiB, 1GiB, 4096)")
-    return int(float(s[:i]) * _UNITS[s[i:]])
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)  # also when bench/gpu/run_gpu.py loads this file
+from bench_common import KIB, MIB, GIB, TIB, parse_bytes  # noqa: E402
 
 
 def fmt_bytes(b: int) -> str:
@@ -155,6 +147,109 @@ def compare_vectors(mine: str, theirs: str) -> dict | None:
     return {"outputs": q, "max_abs_diff": diff, "max_rel_diff": diff / scale}
 
 
+# ---- running one program (bench/gpu/run_gpu.py uses these too) ------------------------------------
+
+def run_program(cmd: list[str], timeout: float, **popen) -> tuple[str, str, int, bool, float]:
+    """Runs cmd in REPO with a wall-clock timeout, then kills its process group (`popen` must give the
+    child its own session: preexec_fn calling os.setsid, or start_new_session=True).
+    Returns (stdout, stderr, exit status, timed out, wall seconds)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, **popen)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a compiler child (KeOps' g++) too
+        out, err = proc.communicate()
+        timed_out = True
+    return out, err, proc.returncode, timed_out, time.perf_counter() - t0
+
+
+def last_json_line(out: str) -> dict | None:
+    """The last line of a program's stdout that parses as a JSON object, if any."""
+    for line in reversed(out.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+def stderr_tail(err: str) -> str:
+    """The last lines of a program's stderr, for a row's message."""
+    return " | ".join(err.strip().splitlines()[-5:])[-800:]
+
+
+def merge_fields(row: dict, parsed: dict) -> None:
+    """The program's fields into the row; a null one does not replace what the row already has."""
+    for key, val in parsed.items():
+        if val is not None or key not in row:
+            row[key] = val
+
+
+def finish_row(row: dict, req: dict, machine: dict) -> None:
+    """The machine's fields (host_*, ...) where the program gave none, and the request's dump (to compare
+    answers; append_rows removes it)."""
+    for key, val in machine.items():
+        row.setdefault(key, val)
+    if req.get("dump"):
+        row["_dump"] = req["dump"]
+
+
+def log_row(row: dict, what: str) -> None:
+    """One progress line on stderr: what ran and how it went."""
+    res = row.get("status")
+    if res == "ok" and row.get("median_s") is not None:
+        res += f" median {row['median_s']:.4g} s"
+        if row.get("qps_median"):
+            res += f", {row['qps_median']:.4g} q/s"
+    elif row.get("message"):
+        res += f" ({str(row['message'])[:160]})"
+    log(f"[{row['suite']}] {what}: {res} [wall {row['wall_s']:.1f} s]")
+
+
+def append_rows(out_dir: str, suite: str, rows: list[dict]) -> None:
+    """Appends the rows to OUT_DIR/SUITE.jsonl (keys starting with _ left out), then removes their dumps."""
+    if not rows:
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{suite}.jsonl"), "a") as f:
+        for r in rows:
+            f.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n")
+    for r in rows:
+        if r.get("_dump"):
+            try:
+                os.remove(r["_dump"])
+            except OSError:
+                pass
+
+
+def settle_common_args(p: argparse.ArgumentParser, a, impls: list[str]) -> None:
+    """--impls as a list (an unknown name is a usage error); --reps, when not given: 1 with --quick, else 3."""
+    a.impls = [s.strip() for s in a.impls.split(",") if s.strip()]
+    bad = [s for s in a.impls if s not in impls]
+    if bad:
+        p.error(f"unknown --impls {bad}; choose from {impls}")
+    if a.reps is None:
+        a.reps = 1 if a.quick else 3
+
+
+def run_suites(R, suites: list[str], funcs: dict) -> int:
+    """Runs the suites in turn, then removes R.tmp (what the runs left there)."""
+    t0 = time.perf_counter()
+    try:
+        for s in suites:
+            ts = time.perf_counter()
+            funcs[s](R)
+            log(f"suite {s} done in {time.perf_counter() - ts:.0f} s")
+    finally:
+        shutil.rmtree(R.tmp, ignore_errors=True)
+    log(f"all done in {time.perf_counter() - t0:.0f} s; now: python3 bench/report.py")
+    return 0
+
+
 # ---- one measurement ---------------------------------------------------------------------------
 
 class Runner:
@@ -241,35 +336,12 @@ class Runner:
             "budget_bytes": parse_bytes(req["budget"]) if req["impl"] == "memsafe" else None,
         }
         load_before = os.getloadavg()[0]  # other work on the machine shows here
-        t0 = time.perf_counter()
         timeout = req.get("timeout", a.timeout)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=preexec, cwd=REPO)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-            rc = proc.returncode
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: KeOps' g++ children too
-            out, err = proc.communicate()
-            rc = proc.returncode
-            timed_out = True
-        wall = time.perf_counter() - t0
-
-        parsed = None
-        for line in reversed(out.splitlines()):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    parsed = json.loads(line)
-                    break
-                except json.JSONDecodeError:
-                    continue
-        err_tail = " | ".join(err.strip().splitlines()[-5:])[-800:]
+        out, err, rc, timed_out, wall = run_program(cmd, timeout, preexec_fn=preexec)
+        parsed = last_json_line(out)
+        err_tail = stderr_tail(err)
         if parsed is not None:
-            for key, val in parsed.items():
-                if val is not None or key not in row:
-                    row[key] = val
+            merge_fields(row, parsed)
             row["suite"] = suite
             if "status" not in parsed:
                 row["status"] = "error" if "error" in parsed else ("ok" if rc == 0 else "error")
@@ -303,10 +375,7 @@ class Runner:
             row["cpu"] = self.host["host_cpu"]
         if row.get("cores") is None:
             row["cores"] = self.host["host_cores"]
-        for key, val in self.host.items():
-            row.setdefault(key, val)
-        if req.get("dump"):
-            row["_dump"] = req["dump"]
+        finish_row(row, req, self.host)
         self.report(row)
         return row
 
@@ -315,30 +384,10 @@ class Runner:
                f"m={row['m']} d={row['d']} {row['precision']}"
         if row.get("budget"):
             what += f" budget={row['budget']}"
-        res = row.get("status")
-        if res == "ok" and row.get("median_s") is not None:
-            res += f" median {row['median_s']:.4g} s"
-            if row.get("qps_median"):
-                res += f", {row['qps_median']:.4g} q/s"
-        elif row.get("message"):
-            res += f" ({str(row['message'])[:160]})"
-        log(f"[{row['suite']}] {what}: {res} [wall {row['wall_s']:.1f} s]")
+        log_row(row, what)
 
     def write(self, suite: str, rows: list[dict]) -> None:
-        if not rows:
-            return
-        os.makedirs(self.a.out, exist_ok=True)
-        path = os.path.join(self.a.out, f"{suite}.jsonl")
-        with open(path, "a") as f:
-            for r in rows:
-                r = {k: v for k, v in r.items() if not k.startswith("_")}
-                f.write(json.dumps(r, sort_keys=False) + "\n")
-        for r in rows:
-            if r.get("_dump"):
-                try:
-                    os.remove(r["_dump"])
-                except OSError:
-                    pass
+        append_rows(self.a.out, suite, rows)
 
     # ---- groups of peers ----------------------------------------------------------------------
 
@@ -637,12 +686,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-check", dest="check", action="store_false", help="no dumps, no answer checks")
     a = p.parse_args(argv)
 
-    a.impls = [s.strip() for s in a.impls.split(",") if s.strip()]
-    bad = [s for s in a.impls if s not in IMPLS]
-    if bad:
-        p.error(f"unknown --impls {bad}; choose from {IMPLS}")
-    if a.reps is None:
-        a.reps = 1 if a.quick else 3
+    settle_common_args(p, a, IMPLS)
     a.mem_limit = parse_bytes(a.mem_limit)
     a.out = os.path.abspath(a.out)
     if a.quick:
@@ -660,22 +704,7 @@ def main(argv=None) -> int:
 
     R = Runner(a)
     log(f"run {R.run_id} at git {R.rev}; results in {a.out}; threads {a.threads}, reps {a.reps}")
-    suites = SUITES if a.suite == "all" else [a.suite]
-    t0 = time.perf_counter()
-    try:
-        for s in suites:
-            ts = time.perf_counter()
-            SUITE_FUNCS[s](R)
-            log(f"suite {s} done in {time.perf_counter() - ts:.0f} s")
-    finally:
-        try:
-            for f in os.listdir(R.tmp):
-                os.remove(os.path.join(R.tmp, f))
-            os.rmdir(R.tmp)
-        except OSError:
-            pass
-    log(f"all done in {time.perf_counter() - t0:.0f} s; now: python3 bench/report.py")
-    return 0
+    return run_suites(R, SUITES if a.suite == "all" else [a.suite], SUITE_FUNCS)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -66,12 +65,12 @@
 #include "../../examples/common/data.hpp"
 #include "../../examples/common/json.hpp"
 #include "../../examples/common/rss.hpp"
+#include "../bench_common.hpp"  // what memsafe_bench shares with this program
 
 namespace {
 
 namespace mx = memsafe_examples;
-
-constexpr std::size_t dump_rows_max = 2000;
+namespace bc = memsafe_bench_common;
 
 // ---- configuration and the measurement row ---------------------------------------------------
 
@@ -110,26 +109,6 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw cuda_failure(e, what);
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string v = line.substr(colon + 1);
-    const auto first = v.find_first_not_of(" \t");
-    return first == std::string::npos ? std::string() : v.substr(first);
-  }
-  return "unknown";
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
 std::string version_text(int v) {  // 12040 -> "12.4"
   return v > 0 ? std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) : std::string("unknown");
 }
@@ -137,21 +116,14 @@ std::string version_text(int v) {  // 12040 -> "12.4"
 void print_row(const config& c, const row& r) {
   mx::json_line j;
   j.add("bench", c.bench).add("impl", "memsafe-cuda").add("data", "random").add("metric", c.metric);
-  if (r.n) j.add("n", *r.n);
-  if (r.m) j.add("m", *r.m);
-  if (r.d) j.add("d", *r.d);
-  if (r.k) j.add("k", *r.k);
+  bc::add_sizes(j, r);
   j.add("precision", c.precision);
   if (r.budget_bytes) j.add("budget_bytes", *r.budget_bytes);
   j.add("reps", c.reps);
   if (!r.times.empty()) {
-    const double med = median_of(r.times);
-    j.add("min_s", *std::min_element(r.times.begin(), r.times.end())).add("median_s", med).add_array("times_s", r.times);
+    const double med = bc::add_times(j, r.times);
     j.add_array("host_times_s", r.host_times);
-    if (r.n && r.m) {
-      if (c.bench == "knn") j.add("qps_median", static_cast<double>(*r.m) / med);
-      j.add("pairs_per_s", static_cast<double>(*r.n) * static_cast<double>(*r.m) / med);
-    }
+    bc::add_rates(j, c.bench, r.n, r.m, med);
   }
   if (r.peak_temp_bytes) j.add("peak_temp_bytes", *r.peak_temp_bytes);
   if (r.min_budget_bytes) j.add("min_budget_bytes", *r.min_budget_bytes);
@@ -176,15 +148,8 @@ void print_row(const config& c, const row& r) {
   if (r.sm_count) j.add("sm_count", *r.sm_count);
   j.add("device_index", c.device);
   j.add("cuda_runtime", version_text(r.runtime_version)).add("cuda_driver", version_text(r.driver_version));
-  j.add("cpu", cpu_model()).add("cores", std::thread::hardware_concurrency());
+  j.add("cpu", bc::cpu_model()).add("cores", std::thread::hardware_concurrency());
   j.print();
-}
-
-void write_binary(const std::string& path, const void* data, std::size_t bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw std::runtime_error("cannot open " + path + " for writing");
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!f) throw std::runtime_error("writing " + path + " failed");
 }
 
 // ---- device memory -------------------------------------------------------------------------------
@@ -314,11 +279,7 @@ void measure(const config& c, row& r, const Expr& expr, T* values, memsafe::inde
   r.device_retained_bytes = static_cast<long long>(device_used_bytes()) - static_cast<long long>(base);
   if (!c.warmup) sampled_call();
 
-  r.budget_bytes = st.budget_bytes;
-  r.peak_temp_bytes = peak_temp;
-  r.min_budget_bytes = st.min_budget_bytes;
-  r.tile_rows = st.tile_rows;
-  r.tile_cols = st.tile_cols;
+  bc::record_plan(r, st, peak_temp);
   r.num_tiles = st.num_tiles;
   r.planned_temp_bytes = st.planned_temp_bytes;
   r.plan = st.plan.reduction;
@@ -350,8 +311,8 @@ void run_knn(const config& c, row& r) {
   const std::vector<T> Q = mx::normal_matrix<T>(m, d, c.seed, 1);
   r.data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!c.save_data.empty()) {
-    write_binary(c.save_data + ".X", X.data(), X.size() * sizeof(T));
-    write_binary(c.save_data + ".Q", Q.data(), Q.size() * sizeof(T));
+    bc::write_binary(c.save_data + ".X", X.data(), X.size() * sizeof(T));
+    bc::write_binary(c.save_data + ".Q", Q.data(), Q.size() * sizeof(T));
   }
 
   stream_guard stream;
@@ -373,17 +334,14 @@ void run_knn(const config& c, row& r) {
   else measure(c, r, memsafe::argkmin(memsafe::cosine(Qv, Xv), k), dvals.get(), didx.get(), o);
 
   // The first rows of the answer: checked for range always, written with --dump.
-  const std::size_t rows = std::min(m, dump_rows_max);
+  const std::size_t rows = std::min(m, bc::dump_rows_max);
   std::vector<memsafe::index_t> head(rows * k);
   check(cudaMemcpy(head.data(), didx.get(), head.size() * sizeof(memsafe::index_t), cudaMemcpyDeviceToHost),
         "cudaMemcpy from the device");
   for (memsafe::index_t i : head)
     if (i < 0 || static_cast<std::size_t>(i) >= n)
       throw std::runtime_error("memsafe-cuda returned the index " + std::to_string(i) + " for n = " + std::to_string(n));
-  if (!c.dump.empty()) {
-    static_assert(sizeof(memsafe::index_t) == sizeof(std::int64_t));
-    write_binary(c.dump, head.data(), head.size() * sizeof(memsafe::index_t));
-  }
+  if (!c.dump.empty()) bc::dump_indices(c.dump, head.data(), rows, k);
   r.status = "ok";
 }
 
@@ -400,8 +358,8 @@ void run_matvec(const config& c, row& r) {
   const std::vector<T> v = mx::normal_matrix<T>(n, 1, c.seed, 1);
   r.data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!c.save_data.empty()) {
-    write_binary(c.save_data + ".X", X.data(), X.size() * sizeof(T));
-    write_binary(c.save_data + ".v", v.data(), v.size() * sizeof(T));
+    bc::write_binary(c.save_data + ".X", X.data(), X.size() * sizeof(T));
+    bc::write_binary(c.save_data + ".v", v.data(), v.size() * sizeof(T));
   }
 
   stream_guard stream;
@@ -420,11 +378,10 @@ void run_matvec(const config& c, row& r) {
           make_options(c, stream.get()));
 
   if (!c.dump.empty()) {
-    const std::size_t rows = std::min(n, dump_rows_max);
-    std::vector<T> head(rows);
-    check(cudaMemcpy(head.data(), dy.get(), rows * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
-    const std::vector<double> out(head.begin(), head.end());
-    write_binary(c.dump, out.data(), rows * sizeof(double));
+    std::vector<T> head(std::min(n, bc::dump_rows_max));
+    check(cudaMemcpy(head.data(), dy.get(), head.size() * sizeof(T), cudaMemcpyDeviceToHost),
+          "cudaMemcpy from the device");
+    bc::dump_values(c.dump, head);
   }
   r.status = "ok";
 }
@@ -463,15 +420,6 @@ bool is_out_of_memory(const std::exception& e) {
   return cf != nullptr && cf->code == cudaErrorMemoryAllocation;
 }
 
-std::size_t parse_size_option(const mx::cli& args, const char* name) {
-  const std::string text = args.get_string(name);
-  try {
-    return memsafe::parse_bytes(text);
-  } catch (const std::exception&) {
-    args.fail(std::string("--") + name + " expects a byte count such as 64MiB, 1GiB or 4096, not '" + text + "'");
-  }
-}
-
 void print_usage(std::FILE* f) {
   std::fputs(
       "usage: memsafe_bench_cuda knn|matvec [options]   (memsafe_bench_cuda knn --help lists the options)\n"
@@ -484,11 +432,7 @@ void print_usage(std::FILE* f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || (std::string(argv[1]) != "knn" && std::string(argv[1]) != "matvec")) {
-    const bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
-    print_usage(help ? stdout : stderr);
-    return help ? 0 : 2;
-  }
+  if (const auto rc = bc::reject_subcommand(argc, argv, print_usage)) return *rc;
   config c;
   c.bench = argv[1];
   const bool knn = c.bench == "knn";
@@ -503,9 +447,7 @@ int main(int argc, char** argv) {
         .option("k", "10", "neighbours per query")
         .option("metric", "l2", "l2|l1|cosine");
   else
-    args.option("n", "10000", "number of points (K is n x n)")
-        .option("d", "3", "dimension")
-        .option("lengthscale", "1", "RBF lengthscale");
+    bc::add_matvec_options(args);
   args.option("precision", "f32", "f32|f64")
       .option("budget", "1GiB", "memsafe's budget for device and pinned temporaries, e.g. 64MiB, 1GiB")
       .option("reps", "3", "timed repetitions")
@@ -531,7 +473,7 @@ int main(int argc, char** argv) {
     c.lengthscale = args.get_double("lengthscale");
   }
   c.precision = args.get_choice("precision", {"f32", "f64"});
-  c.budget = parse_size_option(args, "budget");
+  c.budget = bc::parse_size_option(args, "budget", "64MiB, 1GiB or 4096");
   c.reps = args.get_uint("reps");
   c.warmup = args.get_uint("warmup") != 0;
   c.seed = args.get_uint("seed");
@@ -568,38 +510,21 @@ int main(int argc, char** argv) {
       r.k = knn ? c.k : 0;
     }
   } catch (const memsafe::budget_error& e) {
-    r.status = "budget_too_small";
-    r.message = e.what();
+    bc::fail_row(r, "budget_too_small", e.what());
     r.budget_bytes = e.budget_bytes;
     r.min_budget_bytes = e.minimum_bytes;
-    r.times.clear();
   } catch (const memsafe::cuda::device_out_of_memory& e) {  // the GPU itself is full (not the budget)
-    r.status = "oom";
-    r.message = e.what();
-    r.times.clear();
+    bc::fail_row(r, "oom", e.what());
   } catch (const std::bad_alloc& e) {
-    r.status = "oom";
-    r.message = std::string("host allocation failed (") + e.what() + ")";
-    r.times.clear();
+    bc::fail_row(r, "oom", std::string("host allocation failed (") + e.what() + ")");
   } catch (const std::exception& e) {
-    r.status = is_out_of_memory(e) ? "oom" : "error";
-    r.message = e.what();
-    r.times.clear();
+    bc::fail_row(r, is_out_of_memory(e) ? "oom" : "error", e.what());
   } catch (...) {
-    r.status = "error";
-    r.message = "unknown exception";
-    r.times.clear();
+    bc::fail_row(r, "error", "unknown exception");
   }
   if (r.status != "ok") {
     r.peak_temp_bytes.reset();
     std::fprintf(stderr, "memsafe_bench_cuda: %s: %s\n", r.status.c_str(), r.message.c_str());
   }
-  try {
-    print_row(c, r);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "memsafe_bench_cuda: cannot print the result: %s\n", e.what());
-    std::fputs("{\"status\": \"error\", \"message\": \"cannot print the result\"}\n", stdout);
-    return 1;
-  }
-  return r.status == "error" ? 1 : 0;
+  return bc::print_and_exit("memsafe_bench_cuda", r.status, [&] { print_row(c, r); });
 }

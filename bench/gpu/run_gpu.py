@@ -36,12 +36,10 @@ import importlib.util
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
@@ -55,7 +53,8 @@ SUITES = ["peak", "knn", "matvec"]
 
 
 def _load_cpu_driver():
-    """bench/run.py, for its byte parsing, host and git probes and answer comparisons."""
+    """bench/run.py, for its byte parsing, host and git probes, answer comparisons, running a program and
+    writing its row."""
     sys.dont_write_bytecode = True  # no __pycache__ in the source tree
     spec = importlib.util.spec_from_file_location("memsafe_bench_run", os.path.join(BENCH, "run.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -151,34 +150,12 @@ class Runner:
                "k": req.get("k", 0), "precision": req["precision"], "reps": req.get("reps", a.reps),
                "budget_bytes": cpu.parse_bytes(req["budget"]) if is_memsafe(impl) else None,
                "host_resident": impl == "memsafe-cuda-host"}
-        t0 = time.perf_counter()
         timeout = req.get("timeout", a.timeout)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, cwd=REPO)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a compiler child too
-            out, err = proc.communicate()
-            timed_out = True
-        rc = proc.returncode
-        wall = time.perf_counter() - t0
-
-        parsed = None
-        for line in reversed(out.splitlines()):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    parsed = json.loads(line)
-                    break
-                except json.JSONDecodeError:
-                    continue
-        err_tail = " | ".join(err.strip().splitlines()[-5:])[-800:]
+        out, err, rc, timed_out, wall = cpu.run_program(cmd, timeout, start_new_session=True)
+        parsed = cpu.last_json_line(out)
+        err_tail = cpu.stderr_tail(err)
         if parsed is not None:
-            for key, val in parsed.items():
-                if val is not None or key not in row:
-                    row[key] = val
+            cpu.merge_fields(row, parsed)
             row.setdefault("status", "ok" if rc == 0 else "error")
         if timed_out:
             row["status"] = "timeout"
@@ -198,38 +175,17 @@ class Runner:
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "git_rev": self.rev, "run_id": self.run_id, "quick": bool(a.quick),
         })
-        for key, val in {**self.host, **self.gpu}.items():
-            row.setdefault(key, val)
-        if req.get("dump"):
-            row["_dump"] = req["dump"]
+        cpu.finish_row(row, req, {**self.host, **self.gpu})
         self.report(row)
         return row
 
     def report(self, row: dict) -> None:
         what = f"{row['bench']} {row['impl']:17s} {row.get('metric', '')} n={row['n']} m={row['m']} d={row['d']} " \
                f"{row['precision']}"
-        res = row.get("status")
-        if res == "ok" and row.get("median_s") is not None:
-            res += f" median {row['median_s']:.4g} s"
-            if row.get("qps_median"):
-                res += f", {row['qps_median']:.4g} q/s"
-        elif row.get("message"):
-            res += f" ({str(row['message'])[:160]})"
-        log(f"[{row['suite']}] {what}: {res} [wall {row['wall_s']:.1f} s]")
+        cpu.log_row(row, what)
 
     def write(self, suite: str, rows: list[dict]) -> None:
-        if not rows:
-            return
-        os.makedirs(self.a.out, exist_ok=True)
-        with open(os.path.join(self.a.out, f"{suite}.jsonl"), "a") as f:
-            for r in rows:
-                f.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n")
-        for r in rows:
-            if r.get("_dump"):
-                try:
-                    os.remove(r["_dump"])
-                except OSError:
-                    pass
+        cpu.append_rows(self.a.out, suite, rows)
 
     # ---- one workload, every implementation ---------------------------------------------------
 
@@ -302,24 +258,15 @@ def matvec_workloads(a) -> list[dict]:
     return [{**base, "n": n, "d": d, "precision": p} for d, p in ((3, "f32"), (1, "f64")) for n in ns]
 
 
-def wanted(R: Runner, w: dict) -> bool:
-    """--only KEY=VALUE,...: just the workloads whose fields match (e.g. n=1000000,d=100,metric=l2)."""
-    for cond in filter(None, (R.a.only or "").split(",")):
-        key, _, val = cond.partition("=")
-        if str(w.get(key.strip())) != val.strip():
-            return False
-    return True
-
-
 def suite_knn(R: Runner) -> None:
     for w in knn_workloads(R.a):
-        if wanted(R, w):
+        if cpu.wanted(R, w):
             R.write("gpu_knn", R.group("gpu_knn", w, IMPLS))
 
 
 def suite_matvec(R: Runner) -> None:
     for w in matvec_workloads(R.a):
-        if wanted(R, w):
+        if cpu.wanted(R, w):
             R.write("gpu_matvec", R.group("gpu_matvec", w, MATVEC_IMPLS))
 
 
@@ -375,12 +322,7 @@ def main(argv=None) -> int:
                    help="run even when nvidia-smi lists no GPU (every row then says why it could not run)")
     a = p.parse_args(argv)
 
-    a.impls = [s.strip() for s in a.impls.split(",") if s.strip()]
-    bad = [s for s in a.impls if s not in IMPLS]
-    if bad:
-        p.error(f"unknown --impls {bad}; choose from {IMPLS}")
-    if a.reps is None:
-        a.reps = 1 if a.quick else 3
+    cpu.settle_common_args(p, a, IMPLS)
     try:
         cpu.parse_bytes(a.budget)
         a.share_max = cpu.parse_bytes(a.share_max)
@@ -408,16 +350,7 @@ def main(argv=None) -> int:
     R = Runner(a)
     log(f"run {R.run_id} at git {R.rev}; GPU {R.gpu.get('gpu_name', 'none')}; results in {a.out}; reps {a.reps}; "
         f"impls {','.join(a.impls)}")
-    t0 = time.perf_counter()
-    try:
-        for s in suites:
-            ts = time.perf_counter()
-            SUITE_FUNCS[s](R)
-            log(f"suite {s} done in {time.perf_counter() - ts:.0f} s")
-    finally:
-        shutil.rmtree(R.tmp, ignore_errors=True)
-    log(f"all done in {time.perf_counter() - t0:.0f} s; now: python3 bench/report.py")
-    return 0
+    return cpu.run_suites(R, suites, SUITE_FUNCS)
 
 
 if __name__ == "__main__":

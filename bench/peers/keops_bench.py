@@ -45,8 +45,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
-import resource
 import statistics
 import struct
 import sys
@@ -56,42 +54,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CACHE = os.path.join(REPO, "bench", ".cache", "keops")
 
-UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-         "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(HERE))  # bench/
+import bench_common  # noqa: E402
+from bench_common import cpu_count, cpu_model, max_rss_bytes  # noqa: E402  (shared with the GPU peers)
 
 
 def parse_bytes(text: str) -> int:
-    s = text.strip().lower().replace(" ", "")
-    if s in ("unlimited", "inf", "none"):
+    """A byte count (bench_common.parse_bytes), or 0 for unlimited / inf / none."""
+    if text.strip().lower().replace(" ", "") in ("unlimited", "inf", "none"):
         return 0
-    i = 0
-    while i < len(s) and (s[i].isdigit() or s[i] == "."):
-        i += 1
-    if i == 0 or s[i:] not in UNITS:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 64MiB, 1GiB, 4096)")
-    return int(float(s[:i]) * UNITS[s[i:]])
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def max_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return bench_common.parse_bytes(text)
 
 
 def build_parser() -> argparse.ArgumentParser:

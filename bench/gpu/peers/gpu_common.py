@@ -17,48 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import resource
 import statistics
 import sys
 import time
 import json
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # bench/
+from bench_common import cpu_count, cpu_model, max_rss_bytes, parse_bytes  # noqa: E402  (shared with keops_bench.py)
+
 DUMP_ROWS = 2000
-UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-         "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
-
-
-def parse_bytes(text: str) -> int:
-    s = text.strip().lower().replace(" ", "")
-    i = 0
-    while i < len(s) and (s[i].isdigit() or s[i] == "."):
-        i += 1
-    if i == 0 or s[i:] not in UNITS:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 64MiB, 1GiB, 4096)")
-    return int(float(s[:i]) * UNITS[s[i:]])
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def max_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def build_parser(impl: str, description: str, extra=None) -> argparse.ArgumentParser:

@@ -1,0 +1,51 @@
+"""What the benchmark scripts share: byte counts and probes of the machine. Imported by the drivers
+(bench/run.py, and through it bench/gpu/run_gpu.py) and by the peers (bench/peers/keops_bench.py,
+bench/gpu/peers/gpu_common.py). Standard library only."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+
+KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
+UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+         "t": 1000**4, "tb": 1000**4, "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB}
+
+
+class ByteCountError(ValueError, argparse.ArgumentTypeError):
+    """A malformed byte count: a ValueError, and as an argparse `type=` its message is the error."""
+
+
+def parse_bytes(text: str) -> int:
+    """64MiB, 1GiB, 1.5GB, 4096, ... as bytes (K, M, G, T: powers of 1000; KiB, ...: of 1024)."""
+    s = str(text).strip().lower().replace(" ", "")
+    i = 0
+    while i < len(s) and (s[i].isdigit() or s[i] == "."):
+        i += 1
+    if i == 0 or s[i:] not in UNITS:
+        raise ByteCountError(f"not a byte count: {text!r} (e.g. 64MiB, 1GiB, 4096)")
+    return int(float(s[:i]) * UNITS[s[i:]])
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def max_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
