@@ -297,7 +297,10 @@ union topk_smem {
 /// Dynamic shared memory the top-k kernel needs.
 inline constexpr std::size_t topk_smem_bytes = sizeof(topk_smem) + 16;
 
-__global__ void init_keys_kernel(rank_key* keys, std::int64_t count) {
+// Kernels in a header are templates (a plain __global__ function would be defined in every
+// translation unit that includes it).
+template <class K>
+__global__ void init_keys_kernel(K* keys, std::int64_t count) {
   const std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (q < count) keys[q] = empty_key();
 }
@@ -362,7 +365,8 @@ struct softmax_state {
   int bad;
 };
 
-__global__ void softmax_init_kernel(softmax_state* st, std::int64_t ni) {
+template <class S>
+__global__ void softmax_init_kernel(S* st, std::int64_t ni) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < ni) st[i] = {-math::detail::inf_v<double>(), 0.0, 0};
 }
