@@ -49,3 +49,18 @@ def cpu_count() -> int:
 
 def max_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def keops_argkmin(lazy_tensor, queries, database, metric: str, k: int):
+    """KeOps' k nearest database rows of each query: argKmin of the metric's LazyTensor formula.
+    `lazy_tensor` is pykeops.numpy.LazyTensor or pykeops.torch.LazyTensor; for cosine both point sets
+    must already be normalised (1 − q·x)."""
+    qi = lazy_tensor(queries[:, None, :])
+    xj = lazy_tensor(database[None, :, :])
+    if metric == "cosine":
+        D = 1 - (qi | xj)
+    elif metric == "l2":
+        D = ((qi - xj) ** 2).sum(-1)
+    else:
+        D = (qi - xj).abs().sum(-1)
+    return D.argKmin(k, dim=1)

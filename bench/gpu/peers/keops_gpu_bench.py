@@ -32,6 +32,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_common as gc  # noqa: E402
+from bench_common import keops_argkmin  # noqa: E402  (the formula shared with the CPU peer)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_CACHE = os.path.join(REPO, "bench", ".cache", "keops-gpu")
@@ -65,15 +66,8 @@ def run(a, row, np, torch, LazyTensor, build_folder) -> None:
         Xs = normalised(X) if a.metric == "cosine" else X
 
         def fn():
-            qi = LazyTensor((normalised(Q) if a.metric == "cosine" else Q)[:, None, :])
-            xj = LazyTensor(Xs[None, :, :])
-            if a.metric == "cosine":
-                D = 1 - (qi | xj)
-            elif a.metric == "l2":
-                D = ((qi - xj) ** 2).sum(-1)
-            else:
-                D = (qi - xj).abs().sum(-1)
-            return D.argKmin(k, dim=1)
+            Qs = normalised(Q) if a.metric == "cosine" else Q
+            return keops_argkmin(LazyTensor, Qs, Xs, a.metric, k)
     else:
         v = B
         scale = 1.0 / (2.0 * a.lengthscale * a.lengthscale)
