@@ -37,7 +37,6 @@ struct dev_points {
   std::int64_t rs = 0, cs = 1;
   std::int64_t n = 0, d = 0;
   MEMSAFE_HD T at(std::int64_t i, std::int64_t k) const { return p[i * rs + k * cs]; }
-  MEMSAFE_HD dev_points rows_from(std::int64_t i0, std::int64_t cnt) const { return {p + i0 * rs, rs, cs, cnt, d}; }
 };
 
 /// The coordinate transform a formula applies before its base: ARD scaling and the sign of y.

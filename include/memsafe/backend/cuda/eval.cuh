@@ -90,31 +90,31 @@ struct red_traits {
 };
 template <class T>
 struct red_traits<exec::sum_monoid<T>> {
-  static constexpr bool known = true, fold = true;
+  static constexpr bool known = true;
 };
 template <class T, bool Max, bool WI>
 struct red_traits<exec::best_monoid<T, Max, WI>> {
-  static constexpr bool known = true, fold = true;
+  static constexpr bool known = true;
 };
 template <class T>
 struct red_traits<exec::logsumexp_monoid<T>> {
-  static constexpr bool known = true, fold = true;
+  static constexpr bool known = true;
 };
 template <class T, bool Max>
 struct red_traits<exec::topk_monoid<T, Max>> {
-  static constexpr bool known = true, fold = true;
+  static constexpr bool known = true;
 };
 template <class T>
 struct red_traits<exec::matmul_monoid<T>> {
-  static constexpr bool known = true, fold = true;  // one column: K·v folds; more: GEMM
+  static constexpr bool known = true;
 };
 template <class T>
 struct red_traits<exec::softmax_sum_monoid<T>> {
-  static constexpr bool known = true, fold = false;
+  static constexpr bool known = true;
 };
 template <class T>
 struct red_traits<exec::dense_monoid<T>> {
-  static constexpr bool known = true, fold = false;
+  static constexpr bool known = true;
 };
 
 /// Columns of the output per row, and the dense column operand (v, M or V) if any.
@@ -227,10 +227,19 @@ inline layout plan_layout(const job_shape& s, std::size_t budget, const std::str
 
 // ---- the device leaf ----------------------------------------------------------------------------
 
+/// A leaf's coordinate scaling on the device: its ARD values (if any) copied into the budget.
 template <class T>
-dev_scale<T> make_scale(const formula_params<T>& p, const device_buffer<T>& ard) {
-  return {p.kind == per_dim_kind::none ? nullptr : ard.data(), p.kind};
-}
+struct device_scale {
+  device_buffer<T> ard;
+  dev_scale<T> scale;
+  device_scale(const formula_params<T>& p, std::size_t d, device_accountant& acc) {
+    if (p.kind != per_dim_kind::none) {
+      ard = device_buffer<T>(acc, d);
+      MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(ard.data(), p.per_dim, d * sizeof(T), cudaMemcpyDefault, acc.stream()));
+    }
+    scale = {ard.data(), p.kind};
+  }
+};
 
 /// Which generator writes tiles: cuBLAS X·Yᵀ for dot-based formulas on unit-stride data (no ARD),
 /// the semiring kernel otherwise.
@@ -333,7 +342,7 @@ class row_output {
     }
   }
   /// The target of a row block's write kernel and the row offset it writes at.
-  dev_out<T> target(std::int64_t /*i0*/) const {
+  dev_out<T> target() const {
     if (host_) return {dv_.data(), std::int64_t(c_), 1, idx_ ? di_.data() : nullptr, std::int64_t(c_), 1, scale_};
     return {out_.values, out_.vrs, out_.vcs, idx_ ? out_.indices : nullptr, out_.irs, out_.ics, scale_};
   }
@@ -502,12 +511,8 @@ struct row_eval {
     const cudaStream_t cps = copy_stream ? copy_stream->get() : st;
 
     const auto map = dev_map_of<E>::make(job.e);
-    device_buffer<T> ard;
-    if (s.ard) {
-      ard = device_buffer<T>(acc, s.d);
-      MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(ard.data(), leaf.params.per_dim, s.d * sizeof(T), cudaMemcpyDefault, st));
-    }
-    const dev_scale<T> sc = make_scale(leaf.params, ard);
+    const device_scale<T> ds(leaf.params, s.d, acc);
+    const dev_scale<T>& sc = ds.scale;
     feeder<T> xf(matrix_view<const T>(leaf.x), s.x_host, 1, L.ti, acc, cps);
     feeder<T> yf(matrix_view<const T>(leaf.y), s.y_host, 2, L.tj, acc, cps);
     const auto rhs = column_operand<Mon, T>(job.mon);
@@ -560,7 +565,7 @@ struct row_eval {
           }
           xf.release(0);
           kernels::merge_rows_kernel<DM, T><<<blocks_for(std::int64_t(ni)), 256, 0, st>>>(
-              dm, part.data(), std::int64_t(ni), L.splits, ro.target(std::int64_t(i0)), ro.base(std::int64_t(i0)));
+              dm, part.data(), std::int64_t(ni), L.splits, ro.target(), ro.base(std::int64_t(i0)));
           MEMSAFE_CUDA_LAUNCHED("merge_rows_kernel");
           ro.finish_block(i0, ni, st);
         }
@@ -660,16 +665,16 @@ struct row_eval {
       if (s.path == kernel_path::tile_topk) {
         constexpr bool Max = std::is_same_v<Mon, exec::topk_monoid<T, true>>;
         kernels::topk_write_kernel<Max, T><<<blocks_for(std::int64_t(ni * s.k)), 256, 0, st>>>(
-            lists.data(), std::int64_t(ni), int(s.k), ro->target(std::int64_t(i0)), ro->base(std::int64_t(i0)));
+            lists.data(), std::int64_t(ni), int(s.k), ro->target(), ro->base(std::int64_t(i0)));
         MEMSAFE_CUDA_LAUNCHED("topk_write_kernel");
       } else if (s.path == kernel_path::tile_matmul) {
         kernels::store_block_kernel<T><<<blocks_for(std::int64_t(ni * s.c)), 256, 0, st>>>(
-            accb.data(), std::int64_t(s.c), std::int64_t(ni), std::int64_t(s.c), ro->target(std::int64_t(i0)),
-            ro->base(std::int64_t(i0)), 0);
+            accb.data(), std::int64_t(s.c), std::int64_t(ni), std::int64_t(s.c), ro->target(),
+            ro->base(std::int64_t(i0)));
         MEMSAFE_CUDA_LAUNCHED("store_block_kernel");
       } else if (s.path == kernel_path::tile_softmax) {
         kernels::softmax_finish_kernel<T><<<blocks_for(std::int64_t(ni * s.c)), 256, 0, st>>>(
-            sms.data(), accb.data(), std::int64_t(ni), std::int64_t(s.c), ro->target(std::int64_t(i0)),
+            sms.data(), accb.data(), std::int64_t(ni), std::int64_t(s.c), ro->target(),
             ro->base(std::int64_t(i0)));
         MEMSAFE_CUDA_LAUNCHED("softmax_finish_kernel");
       }
@@ -746,17 +751,8 @@ struct product_eval {
     std::unique_ptr<stream> copy_stream;
     if (hosts[0] || hosts[1] || hosts[2] || hosts[3]) copy_stream = std::make_unique<stream>();
     const cudaStream_t cps = copy_stream ? copy_stream->get() : st;
-    device_buffer<T> arda, ardb;
-    if (la.params.kind != per_dim_kind::none) {
-      arda = device_buffer<T>(acc, d1);
-      MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(arda.data(), la.params.per_dim, d1 * sizeof(T), cudaMemcpyDefault, st));
-    }
-    if (lb.params.kind != per_dim_kind::none) {
-      ardb = device_buffer<T>(acc, d2);
-      MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(ardb.data(), lb.params.per_dim, d2 * sizeof(T), cudaMemcpyDefault, st));
-    }
-    const auto sa = make_scale(la.params, arda);
-    const auto sb = make_scale(lb.params, ardb);
+    const device_scale<T> dsa(la.params, d1, acc), dsb(lb.params, d2, acc);
+    const dev_scale<T>&sa = dsa.scale, &sb = dsb.scale;
     feeder<T> fax(matrix_view<const T>(la.x), hosts[0], 1, tp, acc, cps), fay(matrix_view<const T>(la.y), hosts[1], 1, tt, acc, cps),
         fbx(matrix_view<const T>(lb.x), hosts[2], 1, tt, acc, cps), fby(matrix_view<const T>(lb.y), hosts[3], 1, tq, acc, cps);
     blas bl(acc, o.allow_tf32);

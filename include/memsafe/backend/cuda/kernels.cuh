@@ -418,20 +418,14 @@ __global__ void softmax_finish_kernel(const softmax_state* st, const T* acc, std
   out.put(i_base + i, c, v);
 }
 
-/// out(i_base + i, c) = scale · src[i·ld + c] (a block of rows to strided device outputs).
+/// out(i_base + i, c) = scale · src[i·ld + c] (a block of rows to strided outputs).
 template <class T>
 __global__ void store_block_kernel(const T* src, std::int64_t ld, std::int64_t ni, std::int64_t nc, dev_out<T> out,
-                                   std::int64_t i_base, std::int64_t c_base) {
+                                   std::int64_t i_base) {
   const std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (q >= ni * nc) return;
   const std::int64_t i = q / nc, c = q % nc;
-  out.put(i_base + i, c_base + c, src[i * ld + c]);
-}
-
-template <class T>
-__global__ void fill_kernel(T* p, std::int64_t count, T v) {
-  const std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (q < count) p[q] = v;
+  out.put(i_base + i, c, src[i * ld + c]);
 }
 
 }  // namespace memsafe::cuda::kernels
