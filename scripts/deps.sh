@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 missing=()
-for tool in cmake g++ make; do
+for tool in cmake g++ make curl; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 [[ -f /usr/include/doctest/doctest.h ]] || missing+=("doctest.h")
@@ -29,4 +29,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends \
-  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev ca-certificates
+  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev ca-certificates curl
