@@ -22,4 +22,9 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "test.sh: no NVIDIA GPU visible: the gpu-labelled tests are built but not run (ctest -LE gpu)"
   gpu_args=(-LE gpu)
 fi
+data_dir=$(sed -n 's/^MEMSAFE_DATA_DIR:[A-Z]*=//p' build/CMakeCache.txt)
+if [[ ! -d $data_dir/mnist || ! -d $data_dir/uci ]]; then
+  echo "test.sh: no data sets in $data_dir: the tests that need them (label data) are reported as skipped;"
+  echo "         bash scripts/fetch_data.sh $data_dir  downloads them (ctest -L data -V shows what is missing)"
+fi
 ctest --test-dir build --output-on-failure -j"$jobs" "${gpu_args[@]}" "$@"
