@@ -29,6 +29,16 @@ def parse_bytes(text: str) -> int:
     return int(float(s[:i]) * UNITS[s[i:]])
 
 
+def default_data_dir(repo: str) -> str:
+    """The data folder (holding mnist/ and uci/) as the build chooses it: $MEMSAFE_DATA_DIR if set,
+    else <repo>/../shared/data when it exists, else <repo>/data (where scripts/fetch_data.sh puts it)."""
+    env = os.environ.get("MEMSAFE_DATA_DIR")
+    if env:
+        return env
+    shared = os.path.normpath(os.path.join(repo, "..", "shared", "data"))
+    return shared if os.path.isdir(shared) else os.path.join(repo, "data")
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

@@ -55,7 +55,7 @@ UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine ca
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 if HERE not in sys.path:
     sys.path.insert(0, HERE)  # also when bench/gpu/run_gpu.py loads this file
-from bench_common import KIB, MIB, GIB, TIB, parse_bytes  # noqa: E402
+from bench_common import KIB, MIB, GIB, TIB, default_data_dir, parse_bytes  # noqa: E402
 
 
 def fmt_bytes(b: int) -> str:
@@ -664,8 +664,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     p.add_argument("--bin", default=os.path.join(REPO, "build", "bench", "memsafe_bench"))
-    p.add_argument("--data-dir", default=os.path.join(REPO, "..", "shared", "data"),
-                   help="shared data folder (holding mnist/) or the MNIST folder itself")
+    p.add_argument("--data-dir", default=default_data_dir(REPO),
+                   help="data folder (holding mnist/; bash scripts/fetch_data.sh fills one) or the MNIST folder itself")
     p.add_argument("--python", default=sys.executable, help="interpreter for the KeOps peer")
     p.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
     p.add_argument("--seed", type=int, default=42)

@@ -109,15 +109,13 @@ def mnist_dir(data_dir: str | None) -> str:
     candidates = []
     if data_dir:
         candidates += [data_dir, os.path.join(data_dir, "mnist")]
-    env = os.environ.get("MEMSAFE_DATA_DIR")
-    if env:
-        candidates.append(os.path.join(env, "mnist"))
-    candidates.append(os.path.join(REPO, "..", "shared", "data", "mnist"))
+    candidates.append(os.path.join(bench_common.default_data_dir(REPO), "mnist"))
     for c in candidates:
         if os.path.isfile(os.path.join(c, "train-images-idx3-ubyte.gz")):
             return c
     raise FileNotFoundError("MNIST IDX files not found in " + ", ".join(candidates) +
-                            " (pass --data-dir pointing at the folder holding train-images-idx3-ubyte.gz)")
+                            " (pass --data-dir pointing at the folder holding train-images-idx3-ubyte.gz,"
+                            " or run bash scripts/fetch_data.sh --only mnist)")
 
 
 def load_idx_images(path: str, limit: int | None, dtype):
