@@ -3,7 +3,8 @@
 # (tests/test_fuzz.cpp) for SECONDS seconds of cases from SEED. Prints one JSON line on stdout:
 #   {"bench": "fuzz", "cases": ..., "seconds": ..., "seed": ..., "failures": ..., "evaluations": ...,
 #    "checked": ..., "ambiguous": ..., "expected_errors": ..., "rejected": ..., "cpu": ..., "status": ...}
-# doctest's report (each failing case with its description and how to rerun it) goes to stderr.
+# doctest's report (each failing case with its description and how to rerun it) and a table of
+# cases, failures and checked / ambiguous values per slot go to stderr.
 #   bash bench/fuzz.sh [SECONDS] [SEED]        (defaults: 300 s, the test's fixed seed)
 #   BIN=path/to/memsafe_tests bash bench/fuzz.sh 60 7
 # BIN defaults to build/tests/memsafe_tests (configured and built first when missing).
@@ -21,7 +22,7 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-env MEMSAFE_FUZZ_SECONDS="$secs" ${seed:+MEMSAFE_FUZZ_SEED="$seed"} MEMSAFE_FUZZ_SUMMARY=1 \
+env MEMSAFE_FUZZ_SECONDS="$secs" ${seed:+MEMSAFE_FUZZ_SEED="$seed"} MEMSAFE_FUZZ_SUMMARY=1 MEMSAFE_FUZZ_SLOTS=1 \
   MEMSAFE_FUZZ_MAX_REPORTS="${MEMSAFE_FUZZ_MAX_REPORTS:-20}" \
   "$BIN" -tc='fuzz: random*' >"$log" 2>&1 || status=$?
 grep -v '^MEMSAFE_FUZZ_SUMMARY ' "$log" >&2 || true

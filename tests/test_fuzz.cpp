@@ -96,12 +96,14 @@ constexpr bool kStrictIntermediateOverflow = false;
 // argmin(l1(X, Y)) is −NaN at the minimum budget (1-row tiles) and +NaN unlimited (4-row tiles).
 // With false, any two NaN count as identical.
 constexpr bool kStrictNaNBits = false;
-// Scalar rewrites change results at the edges of T's range:
+// Scalar rewrites change results at the edges of T's range (docs/budget.md: "other rewrites are
+// exact or change results by rounding only"):
 //   scalar_hoist rounds the unscaled sum to T before it applies the scale: float x = {0},
 //   y = ten rows {1e19}: sum(sqdist(X, Y) / 100.0) is +inf, not 1e37; the same for
 //   sum(0.01 * sqdist(X, Y)), (0.01 * sqdist(X, Y)) * v and (c·A)·Bᵀ (and a subnormal unscaled
-//   sum loses its precision); with c = 0 an unscaled sum that overflows gives 0·inf = NaN:
-//   double x = {0}, y = {1e154, −1e154}: sum(0.0 * sqdist(X, Y)) is NaN, not 0;
+//   sum loses its precision before it is scaled up); with c = 0 an unscaled sum that overflows
+//   gave 0·inf = NaN: double x = {0}, y = {1e154, −1e154}: sum(0.0 * sqdist(X, Y)) is NaN, not 0
+//   (the updated docs no longer hoist a zero factor);
 //   constant_fold (E·a)·b → E·(ab): float dot = 1e30: dense((dot(X, Y) * 1e10) * 0.0) is 0, not
 //   inf·0 = NaN, and dense((dot(X, Y) * 1e10) * 1e-10) is 1e30, not inf.
 // With false, outputs whose as-written scalar product overflows, or whose unscaled sum is beyond
@@ -117,6 +119,11 @@ constexpr bool kGenNonFiniteSelfDiagonal = false;
 // cosine) allocate a 448-byte workspace and throw budget_error for a 1-byte budget, though the
 // docs say empty inputs allocate nothing. With false, not checked for diag / trace.
 constexpr bool kCheckEmptyDiagonalAllocations = false;
+// Rule diag_in_product splits (K + s·I)·M into K·M + s·M also when M has ±inf / NaN entries:
+// X = {0, 1, 2}, v = (inf, 0, 0): ((rbf(X, X, 1) − 2·I)·v)_0 is NaN (inf − inf), not
+// (1 − 2)·inf = −inf (the updated docs/budget.md says the split is only made for a finite M).
+// With false, (K + s·I)·M uses finite dense operands.
+constexpr bool kGenNonFiniteDenseWithDiagonal = false;
 
 using ld = long double;
 constexpr ld kNaN = std::numeric_limits<ld>::quiet_NaN();
@@ -449,22 +456,19 @@ struct refeval {
       nan = nan || std::isnan(x[k]) || std::isnan(y[k]);
       inf = inf || std::isinf(x[k]) || std::isinf(y[k]);
     }
-    // docs: a zero vector has distance 1 against everything. Against a vector with a NaN the docs
-    // are not explicit (NaN propagation or 1): not compared.
-    if (xz || yz) return nan ? amb_cell() : fin(1, 0, true);
-    if (nan) return fin(kNaN, 0, true);
-    if (inf) return amb_cell();  // the direction of an infinite vector is not defined by the docs
+    // docs: a zero vector is at distance exactly 1 from everything, infinite or NaN vectors
+    // included; a vector with an infinite or NaN coordinate is at distance NaN from every nonzero
+    // vector; the unit vectors are normalised without overflow or underflow, so every finite
+    // nonzero vector has its direction (long double holds the squared norms of every T).
+    if (xz || yz) return fin(1, 0, true);
+    if (nan || inf) return fin(kNaN, 0, true);
     ld nx = 0, ny = 0, dt = 0;
-    bool exact = true;
     for (std::size_t k = 0; k < d; ++k) {
       nx += x[k] * x[k];
       ny += y[k] * y[k];
       dt += x[k] * y[k];
-      exact = exact && is_int(x[k] * y[k]);
     }
-    // Norms beyond T's range, or deep in its subnormals, are outside what T can represent.
-    if (nx >= tmax / 4 || ny >= tmax / 4 || nx < tmin / u || ny < tmin / u) return amb_cell();
-    if (exact && dt == 0 && std::fabs(dt) <= two_p) return fin(1, 0, true);
+    // Never exact (not even for orthogonal integer vectors: the library may normalise first).
     const ld c = 1 - dt / std::sqrt(nx * ny);
     return fin(c, (2 * d + 8) * u, false);
   }
@@ -895,6 +899,13 @@ struct checker {
       err += e;
       amb = amb || a;
     }
+    /// w·k for a dense entry w and a lazy entry k: with w = ±inf the class of the product depends
+    /// on whether k is 0 and on its sign.
+    void add_product(ld w, const cell& k) {
+      if (!std::isfinite(w) && !std::isnan(w) && k.e > 0 && std::fabs(k.v) <= k.e) amb = true;
+      if (!std::isfinite(w) && k.v == 0 && !k.zs) amb = true;
+      add(w * k.v, std::isfinite(w) ? std::fabs(w) * k.e : 0, k.amb);
+    }
   };
   void finish_acc(const acc& a, ld& want, ld& tol, char& amb, std::size_t terms) const {
     const cell c = R.fin(a.s, 0, false);
@@ -967,9 +978,7 @@ struct checker {
         for (std::size_t j = 0; j < m; ++j) {
           acc a;
           for (std::size_t i = 0; i < n; ++i) {
-            const cell& k = K.at(i, j);
-            const ld l = jb.M[q * n + i];
-            a.add(l * k.v, std::fabs(l) * k.e, k.amb);
+            a.add_product(jb.M[q * n + i], K.at(i, j));
           }
           finish_acc(a, want[q * m + j], tol[q * m + j], amb[q * m + j], n);
         }
@@ -986,9 +995,8 @@ struct checker {
       for (std::size_t q = 0; q < c; ++q) {
         acc a, au;
         for (std::size_t j = 0; j < m; ++j) {
-          const cell& k = K.at(i, j);
           const ld w = jb.kind == job::sum ? 1 : jb.M[j * c + q];
-          a.add(w * k.v, std::fabs(w) * k.e, k.amb);
+          a.add_product(w, K.at(i, j));
           if (hoisted) au.add(w * U.at(i, j).v, 0, false);
         }
         finish_acc(a, want[i * c + q], tol[i * c + q], amb[i * c + q], m);
@@ -1287,11 +1295,17 @@ struct ctx {
     if (!U_) U_ = std::make_shared<ps>(points(t, &X()));
     return *U_;
   }
-  /// A dense rows×cols operand (mostly N(0,1), sometimes with exact zeros or integers).
-  std::pair<const T*, std::vector<ld>> dense_operand(std::size_t rows, std::size_t cols) {
+  /// A dense rows×cols operand (mostly N(0,1), sometimes with exact zeros or integers, and with
+  /// `specials` sometimes a sprinkle of NaN / ±inf).
+  std::pair<const T*, std::vector<ld>> dense_operand(std::size_t rows, std::size_t cols, bool specials = false) {
     std::vector<T> v(rows * cols);
-    const bool ints = g.coin(0.2), zeros = g.coin(0.2);
+    const bool ints = g.coin(0.2), zeros = g.coin(0.2), sp = specials && g.coin(0.1);
     for (auto& a : v) a = T(ints ? double(int(g.pick(0, 4)) - 2) : (zeros && g.coin(0.2)) ? 0.0 : g.normal());
+    if (sp) {
+      desc << " (dense operand with NaN/inf)";
+      for (auto& a : v)
+        if (g.coin(0.05)) a = T(g.one_of(std::vector<double>{NAN, INFINITY, -INFINITY}));
+    }
     auto& kept = keep(std::move(v));
     return {kept.data(), std::vector<ld>(kept.begin(), kept.end())};
   }
@@ -1528,10 +1542,10 @@ template <class E>
 auto r_trace(const D<E>& a) { return mkX(memsafe::trace(a.e), jb(job::trace, a.r)); }
 /// K·v or K·M (the same expression type).
 template <class T, class E>
-auto r_times(ctx<T>& C, const D<E>& a) {
+auto r_times(ctx<T>& C, const D<E>& a, bool specials = true) {
   const bool vec = C.g.coin(0.5);
   const std::size_t c = vec ? 1 : C.g.pick(1, 4);
-  auto [p, ref] = C.dense_operand(a.cols(), c);
+  auto [p, ref] = C.dense_operand(a.cols(), c, specials);
   job j = jb(job::matmul, a.r);
   j.M = std::move(ref);
   j.mr = a.cols();
@@ -1545,7 +1559,7 @@ template <class T, class E>
 auto r_left_times(ctx<T>& C, const D<E>& a) {
   const bool vec = C.g.coin(0.5);
   const std::size_t c = vec ? 1 : C.g.pick(1, 4);
-  auto [p, ref] = C.dense_operand(c, a.rows());
+  auto [p, ref] = C.dense_operand(c, a.rows(), true);
   job j = jb(job::lmatmul, a.r);
   j.M = std::move(ref);
   j.mr = c;
@@ -1875,7 +1889,7 @@ FZ_SHAPE(sh_times_diag) {  // (K + s·I)·v | M
   const double s = draw_scalar(C.g);
   C.desc << " s=" << s;
   auto K = leaf<F>(C, C.X(), C.Ysq());
-  check(C, r_times(C, plus_identity(K, s)), rep);
+  check(C, r_times(C, plus_identity(K, s), kGenNonFiniteDenseWithDiagonal), rep);
 }
 // Lazy × lazy: A (n×t) · transpose(B) (t×m); half the time B is A itself (symmetric_product).
 FZ_SHAPE(sh_lazy) {
