@@ -80,8 +80,9 @@ TEST_CASE("few rows many columns: threads split columns and merge exactly") {
   auto e = memsafe::argkmin(memsafe::sqdist(X, Y), 9);
   memsafe::options one{std::size_t{1} << 20, 1}, four{std::size_t{1} << 20, 4};
   auto p4 = memsafe::plan_for(e, four);
-  CHECK(p4.split_columns);
-  CHECK(p4.threads == 4);
+  // Never more threads than cores (available_cores()); with two or more, they split the columns.
+  CHECK(p4.threads == std::min<std::size_t>(4, memsafe::available_cores()));
+  if (memsafe::available_cores() > 1) CHECK(p4.split_columns);
   auto r1 = memsafe::eval(e, one), r4 = memsafe::eval(e, four);
   CHECK(r1.indices == r4.indices);
   CHECK(identical(r1.values, r4.values));

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <new>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -20,7 +22,11 @@
 
 namespace memsafe::exec {
 
-/// Run `body(t)` for t in [0, n) on n threads (t = 0 on the caller); rethrow the first exception.
+/// Run `body(t)` for every t in [0, n): t = 0 on the caller, the others on new threads; rethrow the
+/// first exception once every started thread has been joined. When the system refuses a thread
+/// (std::system_error from std::thread, e.g. no address space left for its stack) the bodies it
+/// would have run run on the caller instead, after its own: the work is done with fewer threads,
+/// never lost, and no thread is left unjoined.
 template <class Body>
 void parallel(std::size_t n, Body&& body) {
   if (n <= 1) {
@@ -38,9 +44,15 @@ void parallel(std::size_t n, Body&& body) {
     }
   };
   std::vector<std::thread> pool;
-  pool.reserve(n - 1);
-  for (std::size_t t = 1; t < n; ++t) pool.emplace_back(guarded, t);
+  std::size_t started = 1;  // bodies [1, started) run on their own threads
+  try {
+    pool.reserve(n - 1);
+    for (; started < n; ++started) pool.emplace_back(guarded, started);
+  } catch (const std::system_error&) {
+  } catch (const std::bad_alloc&) {
+  }
   guarded(0);
+  for (std::size_t t = started; t < n; ++t) guarded(t);
   for (auto& th : pool) th.join();
   if (err) std::rethrow_exception(err);
 }

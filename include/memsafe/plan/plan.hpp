@@ -10,15 +10,24 @@
 // before anything is allocated.
 #pragma once
 #include <algorithm>
+#include <cctype>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../core/budget.hpp"
 #include "../core/error.hpp"
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace memsafe {
 
@@ -72,16 +81,48 @@ struct tile_plan {
 
 namespace plan {
 
-/// Worker threads to use when the caller asks for `requested` (0 = MEMSAFE_NUM_THREADS or all cores).
-inline std::size_t resolve_threads(unsigned requested) {
-  if (requested) return requested;
-  if (const char* e = std::getenv("MEMSAFE_NUM_THREADS"); e && *e) {
-    long v = std::strtol(e, nullptr, 10);
-    if (v > 0) return static_cast<std::size_t>(v);
-    throw argument_error(std::string("memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"") + e + "\"");
+/// Cores this process may run on: its CPU affinity mask where the platform has one (Linux),
+/// else std::thread::hardware_concurrency(); at least 1.
+inline std::size_t available_cores() {
+#if defined(__linux__) && defined(CPU_COUNT)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int c = CPU_COUNT(&set);
+    if (c > 0) return static_cast<std::size_t>(c);
   }
+#endif
   const unsigned hc = std::thread::hardware_concurrency();
   return hc ? hc : 1;
+}
+
+/// A positive decimal integer (surrounding spaces allowed); nullopt for anything else, including
+/// values that do not fit in 64 bits.
+inline std::optional<std::uint64_t> parse_positive(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  if (s.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (v > (std::numeric_limits<std::uint64_t>::max() - std::uint64_t(c - '0')) / 10) return std::nullopt;
+    v = v * 10 + std::uint64_t(c - '0');
+  }
+  if (v == 0) return std::nullopt;
+  return v;
+}
+
+/// Worker threads to use when the caller asks for `requested` (0 = MEMSAFE_NUM_THREADS, else all
+/// cores). More threads than the cores this process may use are never planned: the request is
+/// clamped to available_cores() (the plan and the stats report what was used).
+inline std::size_t resolve_threads(unsigned requested) {
+  const std::size_t cores = available_cores();
+  if (requested) return std::min<std::size_t>(requested, cores);
+  if (const char* e = std::getenv("MEMSAFE_NUM_THREADS"); e && *e) {
+    if (auto v = parse_positive(e)) return static_cast<std::size_t>(std::min<std::uint64_t>(*v, cores));
+    throw argument_error(std::string("memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"") + e + "\"");
+  }
+  return cores;
 }
 
 inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_list<std::size_t> prefs) {
@@ -136,6 +177,9 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
       p.col_blocks = (m + bj - 1) / bj;
       p.num_tiles = p.row_blocks * p.col_blocks;
       p.threads = std::min<std::size_t>(T, p.num_tiles);
+      p.split_columns = p.row_blocks < p.threads;
+      // Threads sharing a row block each take a share of its column tiles: never more than there are.
+      if (p.split_columns) p.threads = std::min(p.threads, p.col_blocks);
       p.split_columns = p.row_blocks < p.threads;
       p.per_thread_bytes = cost(bi, bj);
       p.planned_bytes = p.threads * p.per_thread_bytes;
@@ -199,6 +243,7 @@ tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t bud
       const std::size_t blocks = symmetric ? p.row_blocks * (p.row_blocks + 1) / 2 : p.row_blocks * p.col_blocks;
       p.num_tiles = blocks * p.inner_blocks;
       p.threads = std::min<std::size_t>(T, p.num_tiles);
+      if (blocks < p.threads) p.threads = std::min(p.threads, p.inner_blocks);  // a share of the contraction each
       p.split_columns = blocks < p.threads;  // threads share the contraction
       p.per_thread_bytes = cost(bp, bq, bt);
       p.planned_bytes = p.threads * p.per_thread_bytes;
@@ -210,4 +255,7 @@ tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t bud
 }
 
 }  // namespace plan
+
+using plan::available_cores;
+
 }  // namespace memsafe
