@@ -115,8 +115,11 @@ TEST_CASE("budget: parse_bytes unlimited") {
   CHECK(parse_bytes("unlimited") == memsafe::unlimited);
   CHECK(parse_bytes("UNLIMITED") == memsafe::unlimited);
   CHECK(parse_bytes("Unlimited") == memsafe::unlimited);
-  // Larger than size_t can hold: saturates to unlimited rather than wrapping.
-  CHECK(parse_bytes("100000000TiB") == memsafe::unlimited);
+  CHECK(parse_bytes("inf") == memsafe::unlimited);
+  CHECK(parse_bytes("none") == memsafe::unlimited);
+  // More than 2^64 − 1 bytes is an error that says how to ask for no limit (never a silent
+  // "unlimited", never a wrapped small number).
+  CHECK_THROWS_WITH_AS((void)parse_bytes("100000000TiB"), doctest::Contains("unlimited"), memsafe::argument_error);
 }
 
 TEST_CASE("budget: parse_bytes rejects malformed text and quotes it") {

@@ -58,7 +58,7 @@ constexpr std::size_t operator""_MB(unsigned long long v) { return static_cast<s
 constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<std::size_t>(v) * 1000000000u; }
 }  // namespace literals
 
-/// Parse "512MiB", "1GB", "100 MB", "1.5GiB", "4096", "4096B", "unlimited".
+/// Parse "512MiB", "1GB", "100 MB", "1.5GiB", "4096", "4096B", "unlimited" (also "inf", "none").
 /// Decimal units (kB/KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB, GiB, TiB)
 /// powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
 /// Throws argument_error naming the text on anything else.
@@ -93,7 +93,9 @@ inline std::size_t parse_bytes(std::string_view text) {
   if (mult == 0) return fail("unknown unit");
   long double bytes = std::floor(value * mult);
   if (!(bytes >= 1)) return fail("a budget must be at least 1 byte");
-  if (bytes >= static_cast<long double>(unlimited)) return unlimited;
+  // 2^64 − 1 is `unlimited` itself; anything larger is not a number of bytes this machine can hold
+  // (it must not silently become unlimited).
+  if (bytes > static_cast<long double>(unlimited)) return fail("more bytes than 2^64 − 1; write \"unlimited\" for no limit");
   return static_cast<std::size_t>(bytes);
 }
 

@@ -19,6 +19,7 @@
 #include "../expr/diag.hpp"
 #include "../expr/reductions.hpp"
 #include "../plan/plan.hpp"
+#include "../rewrite/linear.hpp"
 #include "../rewrite/normalize.hpp"
 #include "chain.hpp"
 #include "executor.hpp"
@@ -78,46 +79,8 @@ auto monoid_for(const R& r) {
   else static_assert(always_false<R>, "memsafe: unknown reduction");
 }
 
-/// Linear terms split off a summed or multiplied expression by the rules scalar_hoist and
-/// diag_in_product: result = scale · (inner · M) + Σ coef_k · D_k · M.
-template <class T>
-struct linear_post {
-  double scale = 1;
-  std::vector<std::pair<double, std::function<T(std::size_t)>>> diags;
-  bool trivial() const { return scale == 1 && diags.empty(); }
-};
-
-template <class E>
-inline constexpr bool is_diag_plus = false;
-template <class E, class Dg>
-inline constexpr bool is_diag_plus<diag_plus<E, Dg>> = true;
-
-/// Peel scalar factors (and, where the node allows it, diagonal terms) off the top of a
-/// normalised expression, recording them in `post`.
-template <bool Diags, class E, class T>
-auto peel(const E& e, linear_post<T>& post, rewrite::rule_log& log, const char* where) {
-  using Op = typename unary_op_of<E>::type;
-  if constexpr (std::is_same_v<Op, op::mul_scalar<double>>) {
-    post.scale *= e.op.c;
-    log.add(std::string("scalar_hoist: ") + where + "(c*E) -> c*" + where + "(E)");
-    return peel<Diags>(e.e, post, log, where);
-  } else if constexpr (std::is_same_v<Op, op::div_scalar<double>>) {
-    post.scale /= e.op.c;
-    log.add(std::string("scalar_hoist: ") + where + "(E/c) -> " + where + "(E)/c");
-    return peel<Diags>(e.e, post, log, where);
-  } else if constexpr (std::is_same_v<Op, op::neg>) {
-    post.scale = -post.scale;
-    log.add(std::string("scalar_hoist: ") + where + "(-E) -> -" + where + "(E)");
-    return peel<Diags>(e.e, post, log, where);
-  } else if constexpr (Diags && is_diag_plus<E>) {
-    const auto d = e.d;
-    post.diags.emplace_back(post.scale, [d](std::size_t i) { return d.template at<T>(i); });
-    log.add(std::string("diag_in_product: ") + where + "(E + D) -> " + where + "(E) + " + where + "(D)");
-    return peel<Diags>(e.e, post, log, where);
-  } else {
-    return e;
-  }
-}
+using rewrite::is_diag_plus;
+using rewrite::linear_post;
 
 /// What a node evaluates: the rewritten lazy matrix, the monoid, the output layout, the
 /// linear post-step, and the rules that fired.
@@ -139,7 +102,7 @@ struct row_job<reduce_expr<R, E>> {
     auto n = rewrite::normalize(x.e, log);
     linear_post<T> post;
     if constexpr (std::is_same_v<R, red::sum>) {
-      auto in = peel<true>(n, post, log, "sum");
+      auto in = rewrite::split_linear_guarded<true>(n, post, matrix_view<const T>{nullptr, 0, 0}, log, "sum");
       return row_plan<decltype(in), decltype(monoid_for<R, T>(x.r)), T>{in, monoid_for<R, T>(x.r), post};
     } else {
       return row_plan<decltype(n), decltype(monoid_for<R, T>(x.r)), T>{n, monoid_for<R, T>(x.r), post};
@@ -152,7 +115,7 @@ struct row_job<matmul_expr<E, L>> {
   using T = typename E::value_type;
   static auto make(const matmul_expr<E, L>& x, rewrite::rule_log& log) {
     linear_post<T> post;
-    auto in = peel<true>(rewrite::normalize(x.e, log), post, log, "product");
+    auto in = rewrite::split_linear_guarded<true>(rewrite::normalize(x.e, log), post, x.rhs, log, "product");
     return row_plan<decltype(in), exec::matmul_monoid<T>, T>{in, exec::matmul_monoid<T>{x.rhs}, post, x.rhs};
   }
   static exec::out_spec<T> out(const matmul_expr<E, L>& x, T* v, index_t*) {
@@ -201,7 +164,11 @@ inline constexpr bool is_lazy_product = requires(const X& x) { x.a; x.b; };
 /// (A·Aᵀ, e.g. Kuf·Kufᵀ), so only the blocks on and below the diagonal are computed.
 template <class A, class B>
 bool is_gram(const A& a, const B& b) {
-  if constexpr (requires { typename A::formula_type; typename B::formula_type; } &&
+  if constexpr (requires { a.use_fast; }) {  // a guarded factor: its split form when the guard held
+    return a.use_fast && is_gram(a.fast, b);
+  } else if constexpr (requires { b.use_fast; }) {
+    return b.use_fast && is_gram(a, b.fast);
+  } else if constexpr (requires { typename A::formula_type; typename B::formula_type; } &&
                 std::is_same_v<typename A::formula_type, typename B::formula_type>) {
     auto same = [](const auto& u, const auto& v) {
       return u.data() == v.data() && u.rows() == v.rows() && u.cols() == v.cols() &&
@@ -219,8 +186,7 @@ template <class X>
 tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
   if constexpr (is_lazy_product<X>) {  // lazy × lazy
     linear_post<typename X::value_type> post;
-    auto a = peel<false>(rewrite::normalize(x.a, log), post, log, "product");
-    auto b = peel<false>(rewrite::normalize(x.b, log), post, log, "product");
+    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, log), rewrite::normalize(x.b, log), post, log);
     const bool gram = is_gram(a, b);
     if (gram) log.add("symmetric_product: A * transpose(A) -> lower block triangle, mirrored");
     auto p = plan::tiles_3d(
@@ -257,14 +223,17 @@ tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budg
   if constexpr (is_lazy_product<X>) {
     rewrite::rule_log quiet;
     linear_post<T> post;
-    auto a = peel<false>(rewrite::normalize(x.a, quiet), post, quiet, "product");
-    auto b = peel<false>(rewrite::normalize(x.b, quiet), post, quiet, "product");
+    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, quiet), rewrite::normalize(x.b, quiet), post, quiet);
     exec::run_product(a, b, values, x.cols(), p, acc);
     if (post.scale != 1)
       for (std::size_t q = 0; q < x.rows() * x.cols(); ++q) values[q] = static_cast<T>(post.scale * values[q]);
   } else {
     rewrite::rule_log quiet;
     auto job = row_job<X>::make(x, quiet);
+    if constexpr (requires { job.mon.scale; }) {  // the scale is applied in double, before rounding to T
+      job.mon.scale = job.post.scale;
+      job.post.scale = 1;
+    }
     const auto out = row_job<X>::out(x, values, indices);
     exec::dispatch_select(
         job.e, job.mon, [&](const auto& leaf) { exec::run_select(leaf, job.mon, out, p, acc); },
@@ -284,16 +253,24 @@ template <class F>
 inline constexpr bool zero_diagonal_distance =
     std::is_same_v<F, formula::sqdist> || std::is_same_v<F, formula::dist> || std::is_same_v<F, formula::l1>;
 
+/// Guard of rule stationary_diagonal: K(x_i, x_i) is known without evaluating it when Y is X
+/// itself and every point is finite (a NaN or ±inf coordinate makes the entry NaN as written).
 template <class P>
 bool same_points(const P& e) {
-  return e.x.data() == e.y.data() && e.x.rows() == e.y.rows() && e.x.row_stride() == e.y.row_stride() &&
-         e.x.col_stride() == e.y.col_stride() && e.params.y_sign == 1;
+  if (!(e.x.data() == e.y.data() && e.x.rows() == e.y.rows() && e.x.row_stride() == e.y.row_stride() &&
+        e.x.col_stride() == e.y.col_stride() && e.params.y_sign == 1))
+    return false;
+  for (std::size_t i = 0; i < e.x.rows(); ++i)
+    for (std::size_t k = 0; k < e.x.cols(); ++k)
+      if (!std::isfinite(e.x(i, k))) return false;
+  return true;
 }
 
 /// Bytes of temporaries the diagonal of a normalised lazy matrix needs.
 template <class E>
 std::size_t diag_bytes(const E& e, rewrite::rule_log& log) {
   using T = typename E::value_type;
+  if (e.rows() == 0) return 0;  // an empty diagonal reads nothing
   if constexpr (requires { typename E::formula_type; }) {
     using F = typename E::formula_type;
     if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>)
@@ -319,6 +296,7 @@ template <class E, class Emit>
 void diag_run(const E& e, const Emit& emit, accountant& acc, rewrite::rule_log& log) {
   using T = typename E::value_type;
   const std::size_t n = e.rows();
+  if (n == 0) return;
   if constexpr (requires { typename E::formula_type; }) {
     using F = typename E::formula_type;
     if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>) {
@@ -457,9 +435,10 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
 /// eval_into's argument checks (also used by the CUDA backend).
 template <class X>
 void check_outputs(const X& x, const typename X::value_type* values, const index_t* indices, const char* where) {
-  if (!values && x.rows() * x.cols() != 0) throw argument_error(std::string(where) + ": null output pointer");
+  const std::size_t count = checked_mul(x.rows(), x.cols(), where);
+  if (!values && count != 0) throw argument_error(std::string(where) + ": null output pointer");
   if constexpr (X::has_indices)
-    if (!indices && x.rows() * x.cols() != 0)
+    if (!indices && count != 0)
       throw argument_error(std::string(where) + ": " + x.str() + " returns indices: pass an index output");
 }
 /// A result sized for x, filled by run(values, indices) -> eval_stats.
@@ -468,8 +447,9 @@ result<typename X::value_type> into_result(const X& x, Run&& run) {
   result<typename X::value_type> r;
   r.rows = x.rows();
   r.cols = x.cols();
-  r.values.resize(r.rows * r.cols);
-  if constexpr (X::has_indices) r.indices.resize(r.rows * r.cols);
+  const std::size_t count = checked_mul(r.rows, r.cols, "memsafe: eval: the result");
+  r.values.resize(count);
+  if constexpr (X::has_indices) r.indices.resize(count);
   r.stats = run(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
   return r;
 }

@@ -46,6 +46,7 @@ struct sum_monoid {
   static constexpr const char* name = "sum";
   static void identity(std::size_t i, const out_spec<T>& out) { out.v(i, 0) = T(0); }
   double* acc = nullptr;
+  double scale = 1;  ///< rule scalar_hoist: applied to the double sum before it is rounded to T
   std::size_t accum_bytes(std::size_t ti) const { return host::align64(ti * sizeof(double)); }
   std::size_t scratch_bytes(std::size_t, std::size_t) const { return 0; }
   void bind(std::byte*& cur, std::size_t ti, std::size_t) { acc = carve<double>(cur, ti); }
@@ -57,7 +58,7 @@ struct sum_monoid {
     for (std::size_t r = 0; r < ni; ++r) acc[r] += o.acc[r];
   }
   void finish(std::size_t i0, std::size_t ni, const out_spec<T>& out) const {
-    for (std::size_t r = 0; r < ni; ++r) out.v(i0 + r, 0) = static_cast<T>(acc[r]);
+    for (std::size_t r = 0; r < ni; ++r) out.v(i0 + r, 0) = static_cast<T>(scale * acc[r]);
   }
 };
 
@@ -70,6 +71,7 @@ struct matmul_monoid {
   }
   matrix_view<const T> rhs;  // m × c
   double* acc = nullptr;
+  double scale = 1;  ///< rule scalar_hoist: applied to the double sums before they are rounded to T
   std::size_t c() const { return rhs.cols(); }
   std::size_t accum_bytes(std::size_t ti) const { return host::align64(ti * c() * sizeof(double)); }
   std::size_t scratch_bytes(std::size_t, std::size_t) const { return 0; }
@@ -91,7 +93,7 @@ struct matmul_monoid {
   void finish(std::size_t i0, std::size_t ni, const out_spec<T>& out) const {
     const std::size_t cc = c();
     for (std::size_t r = 0; r < ni; ++r)
-      for (std::size_t q = 0; q < cc; ++q) out.v(i0 + r, q) = static_cast<T>(acc[r * cc + q]);
+      for (std::size_t q = 0; q < cc; ++q) out.v(i0 + r, q) = static_cast<T>(scale * acc[r * cc + q]);
   }
 };
 

@@ -174,7 +174,7 @@ struct select_worker {
   /// Start a row block: load its rows (scaled as the tile path does) and empty its heaps.
   void start(std::size_t i0, std::size_t ni) {
     for (std::size_t r = 0; r < ni; ++r) {
-      xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d);
+      xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d, cos);
       rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r]);
       count[r] = 0;
       thr[r] = threshold(r);  // accept everything until k values are held

@@ -63,11 +63,11 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
     T xinv[R] = {};
     std::size_t r = 0;
     for (; r + R <= ni; r += R) {
-      for (int q = 0; q < R; ++q) xinv[q] = host::load_row(e.x, e.params, i0 + r + q, xs + q * d);
+      for (int q = 0; q < R; ++q) xinv[q] = host::load_row(e.x, e.params, i0 + r + q, xs + q * d, cos);
       host::pairwise_rows<F, R>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
     for (; r < ni; ++r) {
-      xinv[0] = host::load_row(e.x, e.params, i0 + r, xs);
+      xinv[0] = host::load_row(e.x, e.params, i0 + r, xs, cos);
       host::pairwise_rows<F, 1>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
   }

@@ -112,8 +112,10 @@ struct matern32 {
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
     const T s = T(3) * p.acc_scale, v = p.variance;
     for (std::size_t j = 0; j < n; ++j) {
-      T a = math::sqrt(s * r[j]);
-      r[j] = v * (T(1) + a) * math::exp(-a);
+      const T a = math::sqrt(s * r[j]);
+      // (1 + a)·e^(−a) ≤ 1 first, so σ² times it cannot overflow; at an infinite distance the
+      // kernel is 0, not (1 + inf)·0 = NaN; NaN stays NaN.
+      r[j] = math::detail::select(a == math::detail::inf_v<T>(), T(0), v * ((T(1) + a) * math::exp(-a)));
     }
   }
 };
@@ -125,9 +127,10 @@ struct matern52 {
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
     const T s = T(5) * p.acc_scale, v = p.variance;
     for (std::size_t j = 0; j < n; ++j) {
-      T a2 = s * r[j];
-      T a = math::sqrt(a2);
-      r[j] = v * (T(1) + a + a2 * T(1.0 / 3.0)) * math::exp(-a);
+      const T a2 = s * r[j];
+      const T a = math::sqrt(a2);
+      r[j] = math::detail::select(a == math::detail::inf_v<T>(), T(0),
+                                  v * ((T(1) + a + a2 * T(1.0 / 3.0)) * math::exp(-a)));
     }
   }
 };

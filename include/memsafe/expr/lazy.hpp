@@ -4,6 +4,8 @@
 // expression computes nothing and allocates nothing.
 #pragma once
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -175,10 +177,30 @@ void check_nonneg(T v, const char* what, const char* fn) {
                          std::to_string(v));
 }
 
+/// A lengthscale must keep 1/ℓ² a normal number of T with room for the formulas' constants
+/// (5/ℓ² for Matérn 5/2): ℓ in [√(8/max), √(1/min_normal)], about [1.5e-19, 9.2e18] for float and
+/// [2.1e-154, 6.7e153] for double. Outside it 1/ℓ² overflows (K_ii = 0·inf = NaN) or loses its
+/// precision to underflow, so such values are rejected instead of producing NaN.
+template <class T>
+void check_lengthscale(T ls, const char* what, const char* fn) {
+  check_positive(ls, what, fn);
+  const T ls2 = ls * ls;
+  const bool ok = ls2 >= std::numeric_limits<T>::min() && std::isfinite(ls2) &&
+                  T(1) / ls2 >= std::numeric_limits<T>::min() && std::isfinite(T(8) / ls2);
+  if (!ok) {
+    const double lo = std::sqrt(8.0 / double(std::numeric_limits<T>::max())),
+                 hi = std::sqrt(1.0 / double(std::numeric_limits<T>::min()));
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s %g is outside the range %s supports (%.3g to %.3g): 1/ℓ² is not a normal number",
+                  what, double(ls), std::is_same_v<T, float> ? "float" : "double", lo, hi);
+    throw argument_error(std::string("memsafe: ") + fn + ": " + buf + "; rescale the data (or use double)");
+  }
+}
+
 /// Scalar lengthscale → acc_scale = 1/ℓ²; ARD lengthscales → per-dimension division.
 template <class T>
 void set_lengthscale(formula_params<T>& p, T ls, std::size_t, const char* fn) {
-  check_positive(ls, "lengthscale", fn);
+  check_lengthscale(ls, "lengthscale", fn);
   p.acc_scale = T(1) / (ls * ls);
 }
 template <class T, class U>
@@ -187,7 +209,7 @@ void set_lengthscale(formula_params<T>& p, ard_view<U> ls, std::size_t d, const 
   if (ls.size != d)
     throw shape_error(std::string("memsafe: ") + fn + ": " + std::to_string(ls.size) +
                       " ARD lengthscales for points of dimension d = " + std::to_string(d));
-  for (std::size_t k = 0; k < d; ++k) check_positive(ls.data[k], "every ARD lengthscale", fn);
+  for (std::size_t k = 0; k < d; ++k) check_lengthscale(ls.data[k], "every ARD lengthscale", fn);
   p.per_dim = ls.data;
   p.kind = per_dim_kind::inverse;
 }
@@ -204,6 +226,12 @@ auto make_kernel(const XV& X, const YV& Y, LS ls, double variance, const char* f
   check_positive(static_cast<T>(alpha), "alpha", fn);
   p.variance = static_cast<T>(variance);
   p.alpha = static_cast<T>(alpha);
+  if constexpr (std::is_same_v<F, formula::rq>) {  // the formula scales r² by 1/(2αℓ²)
+    const T s = p.acc_scale / (T(2) * p.alpha);
+    if (!(T(2) * p.alpha >= std::numeric_limits<T>::min()) || !std::isfinite(s))
+      throw argument_error(std::string("memsafe: ") + fn + ": alpha " + std::to_string(alpha) +
+                           " with this lengthscale makes 1/(2αℓ²) overflow; use a larger alpha");
+  }
   return make_pairwise<F>(X, Y, p);
 }
 }  // namespace detail

@@ -46,13 +46,13 @@ template <real T, std::size_t R>
 tensor_view<T, R> tensor(const T* data, const std::size_t (&dims)[R]) {
   tensor_view<T, R> t;
   t.data = data;
-  std::size_t s = 1, count = 1;
+  std::size_t count = 1;
   for (std::size_t a = R; a-- > 0;) {
     t.shape[a] = dims[a];
-    t.strides[a] = s;
-    s *= dims[a];
-    count *= dims[a];
+    t.strides[a] = count;
+    count = detail::checked_mul(count, dims[a], "memsafe: tensor");
   }
+  detail::check_span<T>(count, 1, 1, 1, "tensor");
   detail::check_data(data, count, "tensor");
   return t;
 }

@@ -1,6 +1,7 @@
 // memsafe/expr/view.hpp — non-owning views over caller memory (capture stage terminals).
 #pragma once
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -25,10 +26,33 @@ struct extent_holder<dyn> {
   constexpr std::size_t get() const { return v; }
 };
 inline std::string shape_str(std::size_t r, std::size_t c) { return std::to_string(r) + "×" + std::to_string(c); }
+/// a·b, or argument_error starting with `what` when the product does not fit in std::size_t.
+inline std::size_t checked_mul(std::size_t a, std::size_t b, const std::string& what) {
+  std::size_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw argument_error(what + ": the extents " + std::to_string(a) + " × " +
+                         std::to_string(b) + " overflow the size type");
+  return r;
+}
 inline void check_data(const void* p, std::size_t count, const char* what) {
   if (!p && count != 0)
     throw argument_error(std::string("memsafe: ") + what + ": null data pointer with " + std::to_string(count) +
                          " elements");
+}
+/// The elements a strided view spans must be addressable: the last one's byte offset fits in
+/// std::ptrdiff_t (no extent or stride product wraps around, so no check can be bypassed by it).
+template <class T>
+void check_span(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs, const char* what) {
+  const std::size_t count = checked_mul(rows, cols, std::string("memsafe: ") + what);
+  if (count == 0) return;
+  std::size_t a, b, last, bytes;
+  if (__builtin_mul_overflow(rows - 1, rs, &a) || __builtin_mul_overflow(cols - 1, cs, &b) ||
+      __builtin_add_overflow(a, b, &last) || __builtin_add_overflow(last, std::size_t{1}, &last) ||
+      __builtin_mul_overflow(last, sizeof(T), &bytes) ||
+      bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
+                         " elements with strides (" + std::to_string(rs) + ", " + std::to_string(cs) +
+                         ") span more memory than can be addressed");
 }
 /// Static extents A and B can be equal (either is dynamic, or both agree).
 template <std::size_t A, std::size_t B>
@@ -52,6 +76,7 @@ class matrix_view {
       if (rows != R) throw shape_error("memsafe: matrix_view: static rows " + std::to_string(R) + " but given " + std::to_string(rows));
     if constexpr (C != dyn)
       if (cols != C) throw shape_error("memsafe: matrix_view: static cols " + std::to_string(C) + " but given " + std::to_string(cols));
+    detail::check_span<T>(rows, cols, row_stride, col_stride, "matrix_view");
     detail::check_data(data, rows * cols, "matrix_view");
   }
   constexpr matrix_view(T* data, std::size_t rows, std::size_t cols) : matrix_view(data, rows, cols, cols, 1) {}
@@ -95,6 +120,7 @@ class vector_view {
   constexpr vector_view(T* data, std::size_t n, std::size_t stride = 1) : data_(data), n_(n), stride_(stride) {
     if constexpr (N != dyn)
       if (n != N) throw shape_error("memsafe: vector_view: static size " + std::to_string(N) + " but given " + std::to_string(n));
+    detail::check_span<T>(n, 1, stride, 1, "vector_view");
     detail::check_data(data, n, "vector_view");
   }
   template <class U, std::size_t N2>

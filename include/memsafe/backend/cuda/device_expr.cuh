@@ -88,12 +88,26 @@ struct dev_map_of<unary_expr<Op, E>> {
   static const leaf& leaf_of(const unary_expr<Op, E>& e) { return dev_map_of<E>::leaf_of(e.e); }
 };
 
-/// A guarded rewrite: the fast form runs on the device (the run-time guard must hold).
+/// A guarded rewrite. When the original form is itself a map over the same leaf (the linear
+/// rules: c·K kept as written when c is 0 or non-finite) both forms run on the device and the
+/// run-time guard picks one per launch (a uniform branch). Otherwise (a broadcast tensor the
+/// rewrite could not turn into a pairwise formula) only the fast form runs on the device.
 template <class Fast, class Slow>
 struct dev_map_of<guarded<Fast, Slow>> {
+  static constexpr bool both =
+      dev_map_of<Slow>::supported && std::is_same_v<typename dev_map_of<Fast>::leaf, typename dev_map_of<Slow>::leaf>;
   static constexpr bool supported = dev_map_of<Fast>::supported;
   using leaf = typename dev_map_of<Fast>::leaf;
-  using type = typename dev_map_of<Fast>::type;
+  struct pair_type {
+    typename dev_map_of<Fast>::type fast;
+    typename dev_map_of<Slow>::type slow;
+    bool use_fast;
+    template <class B>
+    MEMSAFE_HD auto operator()(B base) const -> decltype(fast(base)) {
+      return use_fast ? fast(base) : static_cast<decltype(fast(base))>(slow(base));
+    }
+  };
+  using type = std::conditional_t<both, pair_type, typename dev_map_of<Fast>::type>;
   static void require_fast(const guarded<Fast, Slow>& e) {
     if (!e.use_fast)
       throw argument_error("memsafe::cuda: " + e.slow.str() +
@@ -101,12 +115,20 @@ struct dev_map_of<guarded<Fast, Slow>> {
                            "guard failed), and broadcast tensors are evaluated on the host only");
   }
   static type make(const guarded<Fast, Slow>& e) {
-    require_fast(e);
-    return dev_map_of<Fast>::make(e.fast);
+    if constexpr (both) {
+      return {dev_map_of<Fast>::make(e.fast), dev_map_of<Slow>::make(e.slow), e.use_fast};
+    } else {
+      require_fast(e);
+      return dev_map_of<Fast>::make(e.fast);
+    }
   }
   static const leaf& leaf_of(const guarded<Fast, Slow>& e) {
-    require_fast(e);
-    return dev_map_of<Fast>::leaf_of(e.fast);
+    if constexpr (both) {
+      return e.use_fast ? dev_map_of<Fast>::leaf_of(e.fast) : dev_map_of<Slow>::leaf_of(e.slow);
+    } else {
+      require_fast(e);
+      return dev_map_of<Fast>::leaf_of(e.fast);
+    }
   }
 };
 

@@ -575,7 +575,7 @@ struct row_eval {
     }
     if (s.out_host && !job.post.diags.empty()) {
       MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));
-      memsafe::detail::linear_post<T> diags = job.post;
+      rewrite::linear_post<T> diags = job.post;
       diags.scale = 1;  // the scale was applied on the device
       memsafe::detail::apply_post(diags, job.rhs, out, s.n, job.rhs.data() ? job.rhs.cols() : 1);
     }
@@ -690,9 +690,8 @@ struct product_eval {
   using T = typename A::value_type;
   static tile_plan run(const lazy_product_expr<A, B>& x, T* values, const options& o, std::size_t budget,
                        device_accountant* acc_out, bool plan_only, rewrite::rule_log& log) {
-    memsafe::detail::linear_post<T> post;
-    auto a = memsafe::detail::peel<false>(rewrite::normalize(x.a, log), post, log, "product");
-    auto b = memsafe::detail::peel<false>(rewrite::normalize(x.b, log), post, log, "product");
+    rewrite::linear_post<T> post;
+    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, log), rewrite::normalize(x.b, log), post, log);
     using EA = decltype(a);
     using EB = decltype(b);
     static_assert(device_supported<EA> && device_supported<EB>,

@@ -34,14 +34,18 @@ __device__ __forceinline__ T base_step(T x, T y, T acc) {
     return ::fma(x, y, acc);
   }
 }
-/// 1/‖v‖, 0 for a zero vector (cosine: a zero vector has similarity 0 with everything).
+/// 1/‖v‖ from ‖v‖²; 0 for a zero vector, NaN when ‖v‖² is not finite (inf or NaN coordinates, or
+/// a norm beyond T's range: the host normalises with scaling instead, see host::normalize).
 template <class T>
 __device__ __forceinline__ T inv_norm(T sq) {
+  if (!(sq <= math::detail::inf_v<T>()) || sq == math::detail::inf_v<T>()) return math::detail::nan_v<T>();
   return sq > T(0) ? T(1) / ::sqrt(sq) : T(0);
 }
+/// The host's cosine semantics: exactly 1 when either vector is zero (similarity 0 with everything),
+/// NaN for a non-finite vector, else 1 − x·y/(‖x‖‖y‖).
 template <class T>
 __device__ __forceinline__ T cosine_value(T dot, T xinv, T yinv) {
-  return ::fma(-(dot * xinv), yinv, T(1));
+  return (xinv == T(0) || yinv == T(0)) ? T(1) : ::fma(-(dot * xinv), yinv, T(1));
 }
 
 // ---- fused map-reduce ---------------------------------------------------------------------------

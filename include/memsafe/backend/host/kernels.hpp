@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "../../core/config.hpp"
+#include "../../core/math.hpp"
 #include "../../expr/formulas.hpp"
 #if defined(MEMSAFE_HAS_LAPACK)
 #include "../../linalg/fortran.hpp"
@@ -43,10 +44,52 @@ constexpr std::size_t panels(std::size_t nj) {
   return (nj + lanes<T> - 1) / lanes<T>;
 }
 
+/// Cosine works on unit vectors. Scale v[0], v[st], …, v[(d−1)·st] to unit length in place and
+/// return its weight: 1 for a nonzero vector, 0 for a zero vector (left as it is), NaN (with NaN
+/// coordinates) when a coordinate is NaN or infinite. The norm never overflows or underflows:
+/// coordinates are divided by the largest magnitude first.
+template <class T>
+T normalize(T* v, std::size_t d, std::size_t st) {
+  double amax = 0;
+  bool finite = true;
+  for (std::size_t k = 0; k < d; ++k) {
+    const double a = std::fabs(static_cast<double>(v[k * st]));
+    finite = finite && a <= std::numeric_limits<double>::max();  // false for inf and NaN
+    amax = a > amax ? a : amax;
+  }
+  if (!finite) {
+    for (std::size_t k = 0; k < d; ++k) v[k * st] = std::numeric_limits<T>::quiet_NaN();
+    return std::numeric_limits<T>::quiet_NaN();
+  }
+  if (amax == 0) return T(0);
+  double s = 0;
+  for (std::size_t k = 0; k < d; ++k) {
+    const double u = static_cast<double>(v[k * st]) / amax;
+    s += u * u;
+  }
+  const double inv = 1.0 / (amax * std::sqrt(s));  // amax·‖v/amax‖ = ‖v‖ in double: no overflow for float
+  if (std::isfinite(inv) && inv > 0) {
+    for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) * inv);
+  } else {  // double data beyond ~1e±308: scale in two steps
+    const double inv_s = 1.0 / std::sqrt(s);
+    for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) / amax * inv_s);
+  }
+  return T(1);
+}
+
+/// The cosine distance of two unit vectors with dot product `dot` and weights wx, wy (normalize's):
+/// 1 − dot, and exactly 1 when either vector is zero (similarity 0 with everything, even a
+/// non-finite vector); NaN when either is not finite (then `dot` is NaN).
+template <class T>
+inline T cosine_finish(T dot, T wx, T wy) {
+  return math::detail::select((wx == T(0)) | (wy == T(0)), T(1), T(1) - dot);
+}
+
 /// Pack rows y_{j0..j0+nj} of Y (scaled per dimension) into panels; pad with zeros.
-/// `yinv` (cosine only) receives 1/‖y‖ (0 for a zero vector).
+/// `yw` (cosine only, else null) receives each point's weight, the points being packed as unit
+/// vectors (normalize).
 template <class T, class YV>
-void pack_panels(const YV& Y, const formula_params<T>& p, std::size_t j0, std::size_t nj, T* pack, T* yinv) {
+void pack_panels(const YV& Y, const formula_params<T>& p, std::size_t j0, std::size_t nj, T* pack, T* yw) {
   constexpr std::size_t W = lanes<T>;
   const std::size_t d = Y.cols(), np = panels<T>(nj);
   for (std::size_t pnl = 0; pnl < np; ++pnl) {
@@ -62,35 +105,30 @@ void pack_panels(const YV& Y, const formula_params<T>& p, std::size_t j0, std::s
           for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = p.scale(k, y[k * cs]);
         if (p.y_sign != T(1))
           for (std::size_t k = 0; k < d; ++k) dst[k * W + w] *= p.y_sign;
+        if (yw) yw[pnl * W + w] = normalize(dst + w, d, W);
       } else {
         for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = T(0);
-      }
-    }
-    if (yinv) {
-      for (std::size_t w = 0; w < W; ++w) {
-        T s = 0;
-        for (std::size_t k = 0; k < d; ++k) s += dst[k * W + w] * dst[k * W + w];
-        yinv[pnl * W + w] = s > T(0) ? T(1) / std::sqrt(s) : T(0);
+        if (yw) yw[pnl * W + w] = T(0);
       }
     }
   }
 }
 
-/// Copy (and scale) one query row into contiguous storage; returns 1/‖x‖ for cosine.
+/// Copy (and scale) one query row into contiguous storage. With `unit` (cosine) the row is made a
+/// unit vector and its weight returned (normalize); otherwise the return value is 1.
 template <class T, class XV>
-T load_row(const XV& X, const formula_params<T>& p, std::size_t i, T* dst) {
+T load_row(const XV& X, const formula_params<T>& p, std::size_t i, T* dst, bool unit) {
   const T* x = X.row(i);
   const std::size_t d = X.cols(), cs = X.col_stride();
   if (p.kind == per_dim_kind::none)
     for (std::size_t k = 0; k < d; ++k) dst[k] = x[k * cs];
   else
     for (std::size_t k = 0; k < d; ++k) dst[k] = p.scale(k, x[k * cs]);
-  T s = 0;
-  for (std::size_t k = 0; k < d; ++k) s += dst[k] * dst[k];
-  return s > T(0) ? T(1) / std::sqrt(s) : T(0);
+  return unit ? normalize(dst, d, std::size_t{1}) : T(1);
 }
 
-/// R query rows (xs: R×d, contiguous) against all packed panels; writes R rows of `nj` values of
+/// R query rows (xs: R×d, contiguous; unit vectors with weights `xinv` for cosine, whose packed
+/// panels carry the weights `yinv`) against all packed panels; writes R rows of `nj` values of
 /// the formula F: its base is accumulated in registers and its finalise (exp, sqrt, …) applied to
 /// the register block before the store, so each tile entry is written once.
 template <class F, int R, class T>
@@ -121,7 +159,7 @@ void pairwise_rows(const T* xs, const T* xinv, const T* pack, const T* yinv, std
     }
     if constexpr (B == base_kind::cosine) {
       for (int r = 0; r < R; ++r)
-        for (std::size_t w = 0; w < W; ++w) acc[r][w] = madd(-(acc[r][w] * xinv[r]), yinv[pnl * W + w], T(1));
+        for (std::size_t w = 0; w < W; ++w) acc[r][w] = cosine_finish(acc[r][w], xinv[r], yinv[pnl * W + w]);
     }
     if constexpr (F::has_finalise)
       for (int r = 0; r < R; ++r) F::finalise(acc[r], W, params);

@@ -14,14 +14,18 @@
 //   kind     exact value                 screening (per lane)                          margin
 //   sqdist   Σ (x_k − y_k)²              ½(1−δ)‖y‖² − Σ x_k y_k  <  ½(thr − (1−δ)‖x‖²)   δ(‖x‖²+‖y‖²)
 //   l1       Σ |x_k − y_k|               the exact value itself                         0
-//   cosine   1 − (x·y)/(‖x‖‖y‖)          −(x·y)/‖y‖  <  (thr − 1 + δ)‖x‖                δ
+//   cosine   1 − x̂·ŷ (unit vectors)       −(x̂·ŷ)·w_y  <  (thr − 1 + δ)·1                 δ
 //   dot_max  x·y (largest first)         −½δ‖y‖² − x·y  <  −thr + ½δ‖x‖²               ½δ(‖x‖²+‖y‖²)
 //
 // δ = 8(d+4)u (u the unit roundoff) bounds, with a factor two to spare, the error of a d-term
 // FMA chain (γ_d) plus that of the exact value (γ_{d+2}) relative to ‖x‖²+‖y‖², which bounds
-// 2Σ|x_k y_k| and the distance. Lanes whose screening inputs are not finite (overflowing norms,
-// NaN, inf) always pass (their init is −inf, or the row threshold is NaN), so unusual data costs
-// time, never correctness. A row holding fewer than k values, or whose k-th value is NaN
+// 2Σ|x_k y_k| and the distance. Cosine works on unit vectors x̂, ŷ (host::normalize) with weights
+// w ∈ {1, 0 for a zero vector, NaN for a non-finite one}: the screening sum is the exact value's
+// dot product negated step by step (fnmadd against madd, both rounded once), so only the final
+// 1 − dot differs, by less than one rounding; w_y = 0 screens a zero point at 0 (it passes whenever
+// its exact value 1 can enter), a zero query (w_x = 0) accepts everything. Lanes whose screening
+// inputs are not finite (overflowing norms, NaN, inf) always pass (their init is −inf, or the row
+// threshold is NaN), so unusual data costs time, never correctness. A row holding fewer than k values, or whose k-th value is NaN
 // (NaN ranks last), has threshold NaN and screens nothing out (`not_ge` is an unordered
 // compare: every lane passes a NaN threshold, and NaN lanes pass any threshold).
 #pragma once
@@ -133,13 +137,13 @@ T exact_value(const T* x, const T* y, std::size_t d, std::size_t W, T xinv, T yi
       acc = madd(x[k], y[k * W], acc);
     }
   }
-  if constexpr (K == select_kind::cosine) acc = madd(-(acc * xinv), yinv, T(1));
+  if constexpr (K == select_kind::cosine) acc = cosine_finish(acc, xinv, yinv);
   return acc;
 }
 
 #if defined(MEMSAFE_SIMD_AVX512)
 /// Screen R rows (xs: R×d contiguous, d ≥ 1) against NP consecutive packed panels starting at
-/// `yp` (panel stride d·W), with offsets `init` (NP·W) and, for cosine, 1/‖y‖ in `yinv` (NP·W).
+/// `yp` (panel stride d·W), with offsets `init` (NP·W) and, for cosine, the points' weights in `yinv` (NP·W).
 /// masks[r·NP + p] receives the lanes of row r, panel p that pass thr[r]; returns whether any did
 /// (masks are written only then).
 ///
