@@ -36,11 +36,10 @@
 //
 // Exit status: 0 for status ok / oom / unavailable / budget_too_small, 1 for error, 2 for a rejected
 // command line (message on stderr, no JSON line). Diagnostics go to stderr. See bench/README.md.
-#include <memsafe/memsafe.hpp>
-#if __has_include(<memsafe/backend/cuda/eval.cuh>)
-#include <memsafe/backend/cuda/eval.cuh>
+#if __has_include(<memsafe/cuda.cuh>)
+#include <memsafe/cuda.cuh>
 #else
-#error "memsafe_bench_cuda needs the CUDA backend, include/memsafe/backend/cuda/eval.cuh"
+#error "memsafe_bench_cuda needs the CUDA backend, include/memsafe/cuda.cuh"
 #endif
 
 #include <cuda_runtime.h>

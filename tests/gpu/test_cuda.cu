@@ -3,6 +3,8 @@
 // the budget contract measured from outside (cudaMemGetInfo), and errors.
 // The shared reference cases (test_distances.cpp, test_kernels.cpp, test_products.cpp) are compiled
 // into the same executable with MEMSAFE_TEST_DEVICE: the same sweeps, on device memory.
+#include <memsafe/cuda.cuh>
+
 #include "../reference.hpp"
 
 using namespace ref;
@@ -140,6 +142,27 @@ TEST_CASE("too small a budget is a budget_error before any device allocation, na
     CHECK(std::string(err.what()).find(std::to_string(mn)) != std::string::npos);
   }
   CHECK(mc::eval(e, mc::options{mn}).stats.peak_temp_bytes <= mn);
+}
+
+TEST_CASE("plan_for plans with the device's resources, as eval does; a given device needs no GPU") {
+  const std::size_t n = 5000, m = 3000, d = 3;
+  std::vector<float> x(n * d, 1.0f), y(m * d, 2.0f);
+  dvec<float> X(x), Y(y);
+  const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), 3);
+  const mc::options o{std::size_t(64) << 20};
+  const mc::device_resources here = mc::device_resources::current();
+  CHECK(here.sms > 0);
+  CHECK(here.memory_bytes > 0);
+  const auto planned = mc::plan_for(e, o);
+  CHECK(planned.threads == mc::plan_for(e, o, here).threads);
+  const auto st = mc::eval(e, o).stats;  // device inputs, host outputs: what plan_for assumes
+  CHECK(st.plan.threads == planned.threads);
+  CHECK(st.plan.tile_rows == planned.tile_rows);
+  CHECK(st.plan.tile_cols == planned.tile_cols);
+  // Fewer SMs, fewer column splits (4 blocks per SM); the budget model is the same.
+  const auto small = mc::plan_for(e, o, mc::device_resources{1, std::size_t(1) << 30});
+  CHECK(small.threads <= planned.threads);
+  CHECK(small.min_bytes == planned.min_bytes);
 }
 
 TEST_CASE("NaN ranks last and ties go to the lower index on the device, as on the host") {

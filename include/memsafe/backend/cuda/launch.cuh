@@ -1,0 +1,135 @@
+// memsafe/backend/cuda/launch.cuh — the launches the drivers share: device coordinate scaling, tile
+// generation (cuBLAS X·Yᵀ + epilogue, or the semiring kernel), the fused kernel at its register
+// width, and cuBLAS GEMM accumulation of a tile times a dense operand.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "device_expr.cuh"
+#include "kernels.cuh"
+#include "plan.cuh"
+#include "runtime.cuh"
+
+namespace memsafe::cuda::detail {
+
+/// A leaf's coordinate scaling on the device: its ARD values (if any) copied into the budget.
+template <class T>
+struct device_scale {
+  device_buffer<T> ard;
+  dev_scale<T> scale;
+  device_scale(const formula_params<T>& p, std::size_t d, device_accountant& acc) {
+    if (p.kind != per_dim_kind::none) {
+      ard = device_buffer<T>(acc, d);
+      MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(ard.data(), p.per_dim, d * sizeof(T), cudaMemcpyDefault, acc.stream()));
+    }
+    scale = {ard.data(), p.kind};
+  }
+};
+
+/// Which generator writes tiles: cuBLAS X·Yᵀ for dot-based formulas on unit-stride data (no ARD),
+/// the semiring kernel otherwise.
+template <class Leaf>
+bool gemm_eligible(const Leaf& leaf) {
+  using F = typename Leaf::formula_type;
+  const bool dotlike = F::base != base_kind::l1;
+  return dotlike && leaf.params.kind == per_dim_kind::none && leaf.dim() >= 32;
+}
+
+/// Writes map(F(x_i, y_j)) for the block Xb × Yc into `tile` (row-major, ld).
+template <class Map, class Leaf, class T>
+void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& Xb,
+                   const dev_points<T>& Yc, T* tile, std::int64_t ld, bool gemm, blas* bl, T* xn, T* yn,
+                   cudaStream_t s) {
+  using F = typename Leaf::formula_type;
+  constexpr base_kind B = F::base;
+  const T ysign = leaf.params.y_sign;
+  if (Xb.n == 0 || Yc.n == 0) return;
+  if (gemm && Xb.cs == 1 && Yc.cs == 1) {
+    if constexpr (B != base_kind::l1) {
+      const T one = 1, zero = 0;
+      // Row-major C (ni × nj) = X·Yᵀ is column-major Cᵀ = Y·Xᵀ: op(A) = Yᵀ-storage transposed.
+      if constexpr (std::is_same_v<T, float>)
+        MEMSAFE_CUDA_CHECK(cublasSgemm(bl->get(), CUBLAS_OP_T, CUBLAS_OP_N, int(Yc.n), int(Xb.n), int(Xb.d), &one,
+                                       Yc.p, int(Yc.rs), Xb.p, int(Xb.rs), &zero, tile, int(ld)));
+      else
+        MEMSAFE_CUDA_CHECK(cublasDgemm(bl->get(), CUBLAS_OP_T, CUBLAS_OP_N, int(Yc.n), int(Xb.n), int(Xb.d), &one,
+                                       Yc.p, int(Yc.rs), Xb.p, int(Xb.rs), &zero, tile, int(ld)));
+      if constexpr (B != base_kind::dot) {
+        kernels::norms_kernel<B><<<unsigned(cdiv(Xb.n, 256)), 256, 0, s>>>(Xb, xn);
+        MEMSAFE_CUDA_LAUNCHED("norms_kernel");
+        kernels::norms_kernel<B><<<unsigned(cdiv(Yc.n, 256)), 256, 0, s>>>(Yc, yn);
+        MEMSAFE_CUDA_LAUNCHED("norms_kernel");
+      }
+      const std::int64_t total = Xb.n * Yc.n;
+      const unsigned blocks = unsigned(std::min<std::int64_t>(cdiv(total, 256), 65535));
+      kernels::gemm_epilogue_kernel<Map, B><<<blocks, 256, 0, s>>>(map, tile, ld, Xb.n, Yc.n, xn, yn, ysign);
+      MEMSAFE_CUDA_LAUNCHED("gemm_epilogue_kernel");
+      return;
+    }
+  }
+  const dim3 grid(unsigned(cdiv(Yc.n, kernels::tile_bn)), unsigned(cdiv(Xb.n, kernels::tile_bm)));
+  kernels::tile_kernel<Map, B><<<grid, kernels::tile_threads, 0, s>>>(map, Xb, sc, Yc, sc, ysign, tile, ld);
+  MEMSAFE_CUDA_LAUNCHED("tile_kernel");
+}
+
+/// Launch the fused kernel for one (row block, column chunk) with DB coordinates in registers.
+template <int DB, int R, class Map, class DMon, class Leaf, class T>
+void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc,
+                     const dev_points<T>& Xb, const dev_points<T>& Yc, std::int64_t j_base, int S,
+                     typename DMon::state* part, bool first, cudaStream_t s) {
+  using F = typename Leaf::formula_type;
+  const std::int64_t ni = Xb.n;
+  const std::int64_t cps = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(Yc.n, 1), S)));
+  const dim3 grid(unsigned(cdiv(std::max<std::int64_t>(ni, 1), fused_tj * R)), unsigned(S));
+  kernels::fused_rows_kernel<Map, DMon, F::base, DB, R, fused_tj><<<grid, fused_tj, 0, s>>>(
+      map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, cps, part, ni, first);
+  MEMSAFE_CUDA_LAUNCHED("fused_rows_kernel");
+}
+/// Rows per thread: more when the coordinates and the state are small (reuse of each y load).
+template <int DB, class DMon>
+constexpr int fused_rows_per_thread() {
+  constexpr std::size_t sb = sizeof(typename DMon::state);
+  if (sb > 64) return 1;
+  return DB <= 4 ? 4 : DB <= 16 ? 2 : 1;
+}
+template <class Map, class DMon, class Leaf, class T>
+void launch_fused(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& Xb,
+                  const dev_points<T>& Yc, std::int64_t j_base, int S, typename DMon::state* part, bool first,
+                  cudaStream_t s) {
+  const std::size_t d = leaf.dim();
+  if (d <= 4) launch_fused_db<4, fused_rows_per_thread<4, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  else if (d <= 16) launch_fused_db<16, fused_rows_per_thread<16, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  else launch_fused_db<64, fused_rows_per_thread<64, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+}
+template <class DMon>
+int rows_per_thread_for(std::size_t d) {
+  return d <= 4 ? fused_rows_per_thread<4, DMon>() : d <= 16 ? fused_rows_per_thread<16, DMon>()
+                                                               : fused_rows_per_thread<64, DMon>();
+}
+
+/// acc (ni × c, row-major, ld c) += tile (ni × nj, ld) · B (rows of the column operand, nj × c).
+template <class T>
+void gemm_accumulate(blas& bl, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
+                     const dev_points<T>& Bc, T* acc, std::int64_t c) {
+  if (ni == 0 || nj == 0) return;
+  const T one = 1;
+  // Column-major accᵀ (c × ni) += Bᵀ (c × nj) · tileᵀ (nj × ni).
+  cublasOperation_t opb;
+  int ldb;
+  if (Bc.cs == 1) { opb = CUBLAS_OP_N; ldb = int(Bc.rs); }      // row-major B is column-major Bᵀ
+  else if (Bc.rs == 1) { opb = CUBLAS_OP_T; ldb = int(Bc.cs); }  // column-major B
+  else throw argument_error("memsafe::cuda: the dense operand of a product must have unit row or column stride on the device");
+  if constexpr (std::is_same_v<T, float>)
+    MEMSAFE_CUDA_CHECK(cublasSgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, ldb, tile,
+                                   int(ld), &one, acc, int(c)));
+  else
+    MEMSAFE_CUDA_CHECK(cublasDgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, ldb, tile,
+                                   int(ld), &one, acc, int(c)));
+}
+
+inline unsigned blocks_for(std::int64_t count, int threads = 256) {
+  return unsigned(std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(count, 1), threads))));
+}
+
+}  // namespace memsafe::cuda::detail
