@@ -40,6 +40,36 @@ static_assert(std::is_same_v<rw<ms::transpose_expr<ms::transpose_expr<K>>>, K>);
 static_assert(std::is_same_v<rw<ms::diag_plus<ms::transpose_expr<K>, ms::scalar_diagonal>>,
                              ms::diag_plus<K, ms::scalar_diagonal>>);
 
+// scalar_hoist / diag_in_product (rewrite/linear.hpp): scalar maps and diagonal terms at the top
+// are split off; with nothing to split the type is unchanged; the guarded form keeps the original.
+using Dv = ms::op::div_scalar<double>;
+using Ng = ms::op::neg;
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, ms::unary_expr<M, ms::unary_expr<Dv, K>>>, K>);
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, ms::unary_expr<Ng, ms::diag_plus<K, ms::scalar_diagonal>>>, K>);
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<false, ms::diag_plus<K, ms::scalar_diagonal>>,
+                             ms::diag_plus<K, ms::scalar_diagonal>>);  // products of two lazy factors: scalars only
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, ms::unary_expr<ms::op::exp, K>>, ms::unary_expr<ms::op::exp, K>>);
+static_assert(std::is_same_v<decltype(ms::rewrite::split_linear_guarded<true>(
+                                 std::declval<const ms::unary_expr<M, K>&>(),
+                                 std::declval<ms::rewrite::linear_post<double>&>(), std::declval<const X2&>(),
+                                 std::declval<ms::rewrite::rule_log&>(), "sum")),
+                             ms::guarded<K, ms::unary_expr<M, K>>>);
+// stationary_diagonal / diagonal_of_map / diagonal_of_sum (rewrite/diagonal.hpp).
+template <class E>
+using dg = ms::rewrite::diagonal_t<E>;
+using Cos = ms::pairwise<ms::formula::cosine, double, ms::dyn, ms::dyn, ms::dyn>;
+static_assert(std::is_same_v<dg<K>, ms::guarded<ms::rewrite::diag_constant<double>, ms::rewrite::diag_entries<K>>>);
+static_assert(std::is_same_v<dg<sqd>, ms::guarded<ms::rewrite::diag_constant<double>, ms::rewrite::diag_entries<sqd>>>);
+static_assert(std::is_same_v<dg<Cos>, ms::rewrite::diag_entries<Cos>>);  // no rule knows cos(x, x)
+static_assert(std::is_same_v<dg<ms::unary_expr<M, Cos>>, ms::rewrite::diag_map<M, ms::rewrite::diag_entries<Cos>>>);
+static_assert(std::is_same_v<dg<ms::diag_plus<Cos, ms::scalar_diagonal>>,
+                             ms::rewrite::diag_add<ms::rewrite::diag_entries<Cos>, ms::scalar_diagonal>>);
+// symmetric_product (rewrite/symmetric.hpp): only leaves of one formula are candidates.
+static_assert(ms::rewrite::symmetric_candidate<K, K>);
+static_assert(ms::rewrite::symmetric_candidate<ms::guarded<K, ms::unary_expr<M, K>>, K>);
+static_assert(!ms::rewrite::symmetric_candidate<K, sqd>);
+static_assert(!ms::rewrite::symmetric_candidate<ms::unary_expr<ms::op::exp, K>, K>);
+
 /// Naive n×m reference of Σ_k f(x_ik, y_jk).
 template <class F>
 std::vector<double> naive_pairs(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,

@@ -149,6 +149,7 @@ struct chain_eval {
   std::array<std::string, N> names;
   std::size_t threads = 1;
   accountant* acc = nullptr;
+  rewrite::rule_log* log = nullptr;  ///< the chain's log: each step's rules are reported with it
   // Dry run: walk the chosen order without data, adding each step's minimum workspace to the
   // intermediates alive at that point; the result is the smallest budget the order can run in.
   bool dry = false;
@@ -220,8 +221,7 @@ struct chain_eval {
         dry_peak = std::max(dry_peak, dry_cur);
       }
       if constexpr (I == J) {
-        rewrite::rule_log quiet;
-        dry_step(make_plan(std::get<I>(c.f).x, unlimited, 1, quiet).min_bytes);
+        dry_step(make_plan(std::get<I>(c.f).x, unlimited, 1, *log).min_bytes);
       } else {
         dispatch<I, J, I>(ord.split[I * N + J], nullptr);
       }
@@ -234,8 +234,7 @@ struct chain_eval {
     }
     if constexpr (I == J) {  // a pinned factor
       const auto& f = std::get<I>(c.f);
-      rewrite::rule_log quiet;
-      plan_and_run(f.x, out, nullptr, left(), threads, *acc, quiet);
+      plan_and_run(f.x, out, nullptr, left(), threads, *acc, *log);
     } else {
       dispatch<I, J, I>(ord.split[I * N + J], out);
     }
@@ -276,10 +275,9 @@ struct chain_eval {
   template <class A, class B>
   void multiply(const A& a, const B& b, T* out) {
     constexpr bool ad = is_view(static_cast<const A*>(nullptr)), bd = is_view(static_cast<const B*>(nullptr));
-    rewrite::rule_log quiet;
     auto step = [&](const auto& x) {
-      if (dry) dry_step(make_plan(x, unlimited, 1, quiet).min_bytes);
-      else plan_and_run(x, out, nullptr, left(), threads, *acc, quiet);
+      if (dry) dry_step(make_plan(x, unlimited, 1, *log).min_bytes);
+      else plan_and_run(x, out, nullptr, left(), threads, *acc, *log);
     };
     if constexpr (ad && bd) {
       if (dry) dry_step(dense_product_bytes(a, b));
@@ -344,6 +342,7 @@ struct chain_eval {
 template <class... Fs>
 tile_plan chain_plan(chain_eval<Fs...>& ce, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
   constexpr std::size_t N = sizeof...(Fs);
+  ce.log = &log;
   const double need = ce.choose(double(budget));
   tile_plan p;
   p.expression = ce.ord.order(0, N - 1, ce.names);

@@ -19,8 +19,10 @@
 #include "../expr/diag.hpp"
 #include "../expr/reductions.hpp"
 #include "../plan/plan.hpp"
+#include "../rewrite/diagonal.hpp"
 #include "../rewrite/linear.hpp"
 #include "../rewrite/normalize.hpp"
+#include "../rewrite/symmetric.hpp"
 #include "chain.hpp"
 #include "executor.hpp"
 #include "monoids.hpp"
@@ -157,248 +159,255 @@ void apply_post(const linear_post<T>& post, const matrix_view<const T>& rhs, con
     }
 }
 
+/// Bytes of temporaries a diagonal tree (rewrite/diagonal.hpp) needs: a 1×1 tile where pairs
+/// are read, nothing elsewhere.
+template <class D>
+std::size_t diag_bytes(const D& d) {
+  using T = typename D::value_type;
+  if (d.rows() == 0) return 0;  // an empty diagonal reads nothing
+  if constexpr (requires { d.use_fast; }) {
+    return d.use_fast ? diag_bytes(d.fast) : diag_bytes(d.slow);
+  } else if constexpr (requires { d.d; }) {  // diag_map, diag_add
+    return diag_bytes(d.d);
+  } else if constexpr (requires { d.e; }) {  // diag_entries
+    using E = std::remove_cvref_t<decltype(d.e)>;
+    return host::align64(sizeof(T)) + exec::tile_gen<E>::workspace_bytes(d.e, 1, 1);
+  } else {  // diag_constant
+    return 0;
+  }
+}
+
+/// emit(i, K_ii) for every i of a diagonal tree.
+template <class D, class Emit>
+void diag_run(const D& d, const Emit& emit, accountant& acc) {
+  using T = typename D::value_type;
+  const std::size_t n = d.rows();
+  if (n == 0) return;
+  if constexpr (requires { d.use_fast; }) {
+    if (d.use_fast) diag_run(d.fast, emit, acc);
+    else diag_run(d.slow, emit, acc);
+  } else if constexpr (requires { d.term; }) {  // diag_add
+    const auto& t = d.term;
+    diag_run(d.d, [&](std::size_t i, T v) { emit(i, v + t.template at<T>(i)); }, acc);
+  } else if constexpr (requires { d.op; }) {  // diag_map
+    const auto& op = d.op;
+    diag_run(d.d, [&](std::size_t i, T v) { emit(i, op(v)); }, acc);
+  } else if constexpr (requires { d.e; }) {  // diag_entries: one 1×1 tile per entry
+    using E = std::remove_cvref_t<decltype(d.e)>;
+    temp_buffer<std::byte> ws(acc, diag_bytes(d));
+    std::byte* cur = ws.data();
+    T* cell = exec::carve<T>(cur, 1);
+    exec::tile_gen<E> gen(d.e);
+    gen.bind(cur, 1, 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      gen.fill(i, 1, i, 1, cell, 1);
+      emit(i, *cell);
+    }
+  } else {  // diag_constant
+    for (std::size_t i = 0; i < n; ++i) emit(i, d.value);
+  }
+}
+
 template <class X>
 inline constexpr bool is_lazy_product = requires(const X& x) { x.a; x.b; };
-
-/// Rule `symmetric_product`: B is Aᵀ for pairwise leaves over the same points and parameters
-/// (A·Aᵀ, e.g. Kuf·Kufᵀ), so only the blocks on and below the diagonal are computed.
-template <class A, class B>
-bool is_gram(const A& a, const B& b) {
-  if constexpr (requires { a.use_fast; }) {  // a guarded factor: its split form when the guard held
-    return a.use_fast && is_gram(a.fast, b);
-  } else if constexpr (requires { b.use_fast; }) {
-    return b.use_fast && is_gram(a, b.fast);
-  } else if constexpr (requires { typename A::formula_type; typename B::formula_type; } &&
-                std::is_same_v<typename A::formula_type, typename B::formula_type>) {
-    auto same = [](const auto& u, const auto& v) {
-      return u.data() == v.data() && u.rows() == v.rows() && u.cols() == v.cols() &&
-             u.row_stride() == v.row_stride() && u.col_stride() == v.col_stride();
-    };
-    const auto &pa = a.params, &pb = b.params;
-    return same(a.x, b.y) && same(a.y, b.x) && pa.variance == pb.variance && pa.alpha == pb.alpha &&
-           pa.acc_scale == pb.acc_scale && pa.per_dim == pb.per_dim && pa.kind == pb.kind && pa.y_sign == pb.y_sign;
-  } else {
-    return false;
-  }
-}
-
-template <class X>
-tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
-  if constexpr (is_lazy_product<X>) {  // lazy × lazy
-    linear_post<typename X::value_type> post;
-    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, log), rewrite::normalize(x.b, log), post, log);
-    const bool gram = is_gram(a, b);
-    if (gram) log.add("symmetric_product: A * transpose(A) -> lower block triangle, mirrored");
-    auto p = plan::tiles_3d(
-        a.rows(), b.cols(), a.cols(), budget, threads,
-        [&](std::size_t tp, std::size_t tq, std::size_t tt) { return exec::product_bytes(a, b, tp, tq, tt); }, x.str(),
-        gram);
-    p.expression = a.str() + " * " + b.str();
-    if (post.scale != 1) p.expression = std::to_string(post.scale) + " * (" + p.expression + ")";
-    p.reduction = "tiled lazy x lazy product (double accumulation)";
-    return p;
-  } else {
-    auto job = row_job<X>::make(x, log);
-    auto p = exec::dispatch_select(
-        job.e, job.mon,
-        [&](const auto& leaf) { return exec::plan_select(leaf, job.mon, budget, threads, x.str()); },
-        [&](const auto& e) {
-          auto q = plan::tiles_2d(
-              e.rows(), e.cols(), budget, threads,
-              [&](std::size_t ti, std::size_t tj) { return exec::per_thread_bytes(e, job.mon, ti, tj); }, x.str());
-          q.reduction = std::string(decltype(job.mon)::name) + " over j, fused with tile generation";
-          return q;
-        });
-    p.expression = job.e.str();
-    if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
-    for (std::size_t k = 0; k < job.post.diags.size(); ++k) p.expression += " + D" + std::to_string(k) + "·M";
-    return p;
-  }
-}
-
-template <class X, class T = typename X::value_type>
-tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
-                       accountant& acc, rewrite::rule_log& log) {
-  tile_plan p = make_plan(x, budget, threads, log);  // throws budget_error before any allocation
-  if constexpr (is_lazy_product<X>) {
-    rewrite::rule_log quiet;
-    linear_post<T> post;
-    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, quiet), rewrite::normalize(x.b, quiet), post, quiet);
-    exec::run_product(a, b, values, x.cols(), p, acc);
-    if (post.scale != 1)
-      for (std::size_t q = 0; q < x.rows() * x.cols(); ++q) values[q] = static_cast<T>(post.scale * values[q]);
-  } else {
-    rewrite::rule_log quiet;
-    auto job = row_job<X>::make(x, quiet);
-    if constexpr (requires { job.mon.scale; }) {  // the scale is applied in double, before rounding to T
-      job.mon.scale = job.post.scale;
-      job.post.scale = 1;
-    }
-    const auto out = row_job<X>::out(x, values, indices);
-    exec::dispatch_select(
-        job.e, job.mon, [&](const auto& leaf) { exec::run_select(leaf, job.mon, out, p, acc); },
-        [&](const auto& e) { exec::run_rows(e, job.mon, out, p, acc); });
-    apply_post(job.post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
-  }
-  return p;
-}
-
-// ---- diag(K) and trace(K) ----------------------------------------------------------------------
-
-template <class F>
-inline constexpr bool stationary_kernel =
-    std::is_same_v<F, formula::rbf> || std::is_same_v<F, formula::matern12> || std::is_same_v<F, formula::matern32> ||
-    std::is_same_v<F, formula::matern52> || std::is_same_v<F, formula::rq>;
-template <class F>
-inline constexpr bool zero_diagonal_distance =
-    std::is_same_v<F, formula::sqdist> || std::is_same_v<F, formula::dist> || std::is_same_v<F, formula::l1>;
-
-/// Guard of rule stationary_diagonal: K(x_i, x_i) is known without evaluating it when Y is X
-/// itself and every point is finite (a NaN or ±inf coordinate makes the entry NaN as written).
-template <class P>
-bool same_points(const P& e) {
-  if (!(e.x.data() == e.y.data() && e.x.rows() == e.y.rows() && e.x.row_stride() == e.y.row_stride() &&
-        e.x.col_stride() == e.y.col_stride() && e.params.y_sign == 1))
-    return false;
-  for (std::size_t i = 0; i < e.x.rows(); ++i)
-    for (std::size_t k = 0; k < e.x.cols(); ++k)
-      if (!std::isfinite(e.x(i, k))) return false;
-  return true;
-}
-
-/// Bytes of temporaries the diagonal of a normalised lazy matrix needs.
-template <class E>
-std::size_t diag_bytes(const E& e, rewrite::rule_log& log) {
-  using T = typename E::value_type;
-  if (e.rows() == 0) return 0;  // an empty diagonal reads nothing
-  if constexpr (requires { typename E::formula_type; }) {
-    using F = typename E::formula_type;
-    if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>)
-      if (same_points(e)) {
-        log.add(std::string("stationary_diagonal: diag(") + F::name + "(X, X)) -> " +
-                (stationary_kernel<F> ? "variance" : "0") + ", no pairs evaluated");
-        return 0;
-      }
-  } else if constexpr (requires { e.use_fast; }) {
-    return e.use_fast ? diag_bytes(e.fast, log) : diag_bytes(e.slow, log);
-  } else if constexpr (is_diag_plus<E>) {
-    log.add("diagonal_of_sum: diag(E + D) -> diag(E) + D");
-    return diag_bytes(e.e, log);
-  } else if constexpr (!std::is_void_v<typename unary_op_of<E>::type>) {
-    log.add("diagonal_of_map: diag(op(E)) -> op(diag(E))");
-    return diag_bytes(e.e, log);
-  }
-  return host::align64(sizeof(T)) + exec::tile_gen<E>::workspace_bytes(e, 1, 1);
-}
-
-/// emit(i, K_ii) for every i, reading pairs only where no rule knows the value.
-template <class E, class Emit>
-void diag_run(const E& e, const Emit& emit, accountant& acc, rewrite::rule_log& log) {
-  using T = typename E::value_type;
-  const std::size_t n = e.rows();
-  if (n == 0) return;
-  if constexpr (requires { typename E::formula_type; }) {
-    using F = typename E::formula_type;
-    if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>) {
-      if (same_points(e)) {
-        const T v = stationary_kernel<F> ? e.params.variance : T(0);
-        for (std::size_t i = 0; i < n; ++i) emit(i, v);
-        return;
-      }
-    }
-  } else if constexpr (requires { e.use_fast; }) {
-    if (e.use_fast) diag_run(e.fast, emit, acc, log);
-    else diag_run(e.slow, emit, acc, log);
-    return;
-  } else if constexpr (is_diag_plus<E>) {
-    const auto d = e.d;
-    diag_run(e.e, [&](std::size_t i, T v) { emit(i, v + d.template at<T>(i)); }, acc, log);
-    return;
-  } else if constexpr (!std::is_void_v<typename unary_op_of<E>::type>) {
-    const auto op = e.op;
-    diag_run(e.e, [&](std::size_t i, T v) { emit(i, op(v)); }, acc, log);
-    return;
-  }
-  // Generic: one 1×1 tile per diagonal entry.
-  temp_buffer<std::byte> ws(acc, diag_bytes(e, log));
-  std::byte* cur = ws.data();
-  T* cell = exec::carve<T>(cur, 1);
-  exec::tile_gen<E> gen(e);
-  gen.bind(cur, 1, 1);
-  for (std::size_t i = 0; i < n; ++i) {
-    gen.fill(i, 1, i, 1, cell, 1);
-    emit(i, *cell);
-  }
-}
-
 template <class X>
 inline constexpr bool is_diag_node = false;
 template <class E>
 inline constexpr bool is_diag_node<diag_expr<E>> = true;
 template <class E>
 inline constexpr bool is_diag_node<trace_expr<E>> = true;
-
-template <class X>
-  requires is_diag_node<X>
-tile_plan make_plan(const X& x, std::size_t budget, std::size_t, rewrite::rule_log& log) {
-  auto e = rewrite::normalize(x.e, log);
-  tile_plan p;
-  p.expression = x.str().substr(0, 5) + "(" + e.str() + ")";
-  p.reduction = "diagonal entries only (no pairs off the diagonal)";
-  p.rows = e.rows();
-  p.cols = 1;
-  p.budget = budget;
-  p.threads = 1;
-  p.tile_rows = p.tile_cols = 1;
-  p.per_thread_bytes = p.planned_bytes = p.min_bytes = diag_bytes(e, log);
-  p.row_blocks = p.num_tiles = e.rows();
-  p.col_blocks = 1;
-  if (p.min_bytes > budget) plan::too_small(x.str(), budget, p.min_bytes);
-  return p;
-}
-template <class X, class T = typename X::value_type>
-  requires is_diag_node<X>
-tile_plan plan_and_run(const X& x, T* values, index_t*, std::size_t budget, std::size_t threads, accountant& acc,
-                       rewrite::rule_log& log) {
-  tile_plan p = make_plan(x, budget, threads, log);
-  rewrite::rule_log quiet;
-  auto e = rewrite::normalize(x.e, quiet);
-  if constexpr (std::is_same_v<X, trace_expr<decltype(x.e)>>) {
-    double s = 0;
-    diag_run(e, [&](std::size_t, T v) { s += static_cast<double>(v); }, acc, quiet);
-    values[0] = static_cast<T>(s);
-  } else {
-    diag_run(e, [&](std::size_t i, T v) { values[i] = v; }, acc, quiet);
-  }
-  return p;
-}
-
-// ---- batches of lazy matrices (broadcast tensors with leading batch axes) ------------------------
-
 template <class X>
 inline constexpr bool is_batched_node = false;
 template <class R, class S>
 inline constexpr bool is_batched_node<batched_reduce_expr<R, S>> = true;
 
-template <class X>
-  requires is_batched_node<X>
-tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
-  tile_plan p = make_plan(x.slice_expr(0), budget, threads, log);
-  p.expression = "batch of " + std::to_string(x.s.batch()) + " x [" + p.expression + "]";
+// ---- lower: every rule fires here, once per evaluation ------------------------------------------
+
+/// A lazy × lazy product, lowered: the factors (scalar_hoist applied with its guard), the
+/// hoisted scale and whether only the lower block triangle is computed (symmetric_product).
+template <class A, class B, class T>
+struct product_job {
+  A a;
+  B b;
+  linear_post<T> post;
+  bool symmetric = false;
+};
+/// diag(K) or trace(K), lowered: the diagonal tree (rewrite/diagonal.hpp).
+template <class D, bool Trace>
+struct diag_job {
+  D d;
+  std::string expression;
+};
+/// A batch, lowered slice by slice (each slice once, into the same log).
+template <class J, class T>
+struct batch_job {
+  std::vector<J> slices;
+  std::vector<exec::out_spec<T>> outs;
+};
+
+/// The job for x: the rewritten expression(s) with every rule applied, `log` filled once.
+/// Output pointers are bound here (row and batch jobs carry their output layout).
+template <class X, class T = typename X::value_type>
+auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
+  if constexpr (is_lazy_product<X>) {
+    linear_post<T> post;
+    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, log), rewrite::normalize(x.b, log), post, log);
+    const bool sym = rewrite::symmetric_product(a, b, log);
+    return product_job<decltype(a), decltype(b), T>{a, b, std::move(post), sym};
+  } else if constexpr (is_diag_node<X>) {
+    auto e = rewrite::normalize(x.e, log);
+    auto d = rewrite::diagonal(e, log);
+    constexpr bool trace = std::is_same_v<X, trace_expr<std::remove_cvref_t<decltype(x.e)>>>;
+    return diag_job<decltype(d), trace>{d, x.str().substr(0, 5) + "(" + e.str() + ")"};
+  } else if constexpr (is_batched_node<X>) {
+    using S = decltype(x.slice_expr(0));
+    using J = decltype(row_job<S>::make(x.slice_expr(0), log));
+    batch_job<J, T> job;
+    const std::size_t B = x.s.batch();
+    job.slices.reserve(B);
+    job.outs.reserve(B);
+    for (std::size_t b = 0; b < B; ++b) {
+      const auto sx = x.slice_expr(b);
+      const std::size_t off = b * sx.rows() * sx.cols();
+      job.slices.push_back(row_job<S>::make(sx, log));
+      job.outs.push_back(row_job<S>::out(sx, values ? values + off : nullptr, indices ? indices + off : nullptr));
+    }
+    return job;
+  } else {
+    struct bound {
+      decltype(row_job<X>::make(x, log)) job;
+      exec::out_spec<T> out;
+    };
+    return bound{row_job<X>::make(x, log), row_job<X>::out(x, values, indices)};
+  }
+}
+
+// ---- plan: a pure function of the job, the budget and the threads --------------------------------
+
+template <class A, class B, class T>
+tile_plan plan_job(const product_job<A, B, T>& j, std::size_t budget, std::size_t threads, const std::string& what) {
+  auto p = plan::tiles_3d(
+      j.a.rows(), j.b.cols(), j.a.cols(), budget, threads,
+      [&](std::size_t tp, std::size_t tq, std::size_t tt) { return exec::product_bytes(j.a, j.b, tp, tq, tt); }, what,
+      j.symmetric);
+  p.expression = j.a.str() + " * " + j.b.str();
+  if (j.post.scale != 1) p.expression = std::to_string(j.post.scale) + " * (" + p.expression + ")";
+  p.reduction = "tiled lazy x lazy product (double accumulation)";
   return p;
 }
+template <class D, bool Trace>
+tile_plan plan_job(const diag_job<D, Trace>& j, std::size_t budget, std::size_t, const std::string& what) {
+  tile_plan p;
+  p.expression = j.expression;
+  p.reduction = "diagonal entries only (no pairs off the diagonal)";
+  p.rows = j.d.rows();
+  p.cols = 1;
+  p.budget = budget;
+  p.threads = 1;
+  p.tile_rows = p.tile_cols = 1;
+  p.per_thread_bytes = p.planned_bytes = p.min_bytes = diag_bytes(j.d);
+  p.row_blocks = p.num_tiles = j.d.rows();
+  p.col_blocks = 1;
+  if (p.min_bytes > budget) plan::too_small(what, budget, p.min_bytes);
+  return p;
+}
+template <class J>
+  requires requires(const J& j) { j.job.mon; }
+tile_plan plan_job(const J& b, std::size_t budget, std::size_t threads, const std::string& what) {
+  const auto& job = b.job;
+  auto p = exec::dispatch_select(
+      job.e, job.mon, [&](const auto& leaf) { return exec::plan_select(leaf, job.mon, budget, threads, what); },
+      [&](const auto& e) {
+        auto q = plan::tiles_2d(
+            e.rows(), e.cols(), budget, threads,
+            [&](std::size_t ti, std::size_t tj) { return exec::per_thread_bytes(e, job.mon, ti, tj); }, what);
+        q.reduction = std::string(decltype(job.mon)::name) + " over j, fused with tile generation";
+        return q;
+      });
+  p.expression = job.e.str();
+  if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
+  for (std::size_t k = 0; k < job.post.diags.size(); ++k) p.expression += " + D" + std::to_string(k) + "·M";
+  return p;
+}
+/// A batch: every slice planned before any runs (a guard may choose another form in one slice);
+/// the plan shown is slice 0's with the largest minimum of all slices.
+template <class J, class T>
+std::vector<tile_plan> plan_slices(const batch_job<J, T>& b, std::size_t budget, std::size_t threads,
+                                   const std::string& what) {
+  std::vector<tile_plan> ps;
+  ps.reserve(b.slices.size());
+  for (std::size_t k = 0; k < b.slices.size(); ++k) {
+    struct bound {
+      const J& job;
+    };
+    ps.push_back(plan_job(bound{b.slices[k]}, budget, threads, what));
+  }
+  return ps;
+}
+template <class J, class T>
+tile_plan plan_job(const batch_job<J, T>& b, std::size_t budget, std::size_t threads, const std::string& what) {
+  const auto ps = plan_slices(b, budget, threads, what);
+  tile_plan p = ps.empty() ? tile_plan{} : ps.front();
+  for (const auto& q : ps) p.min_bytes = std::max(p.min_bytes, q.min_bytes);
+  p.expression = "batch of " + std::to_string(b.slices.size()) + " x [" + p.expression + "]";
+  return p;
+}
+
+// ---- run: executes a job under a plan, fires no rule ---------------------------------------------
+
+template <class A, class B, class T>
+void run_job(const product_job<A, B, T>& j, const tile_plan& p, T* values, index_t*, accountant& acc) {
+  const std::size_t n = j.a.rows() * j.b.cols();
+  exec::run_product(j.a, j.b, values, j.b.cols(), p, acc);
+  if (j.post.scale != 1)
+    for (std::size_t q = 0; q < n; ++q) values[q] = static_cast<T>(j.post.scale * values[q]);
+}
+template <class D, bool Trace, class T>
+void run_job(const diag_job<D, Trace>& j, const tile_plan&, T* values, index_t*, accountant& acc) {
+  if constexpr (Trace) {
+    double s = 0;
+    diag_run(j.d, [&](std::size_t, T v) { s += static_cast<double>(v); }, acc);
+    values[0] = static_cast<T>(s);
+  } else {
+    diag_run(j.d, [&](std::size_t i, T v) { values[i] = v; }, acc);
+  }
+}
+template <class Job, class Out>
+void run_rows_job(Job job, const Out& out, const tile_plan& p, accountant& acc) {
+  if constexpr (requires { job.mon.scale; }) {  // the scale is applied in double, before rounding to T
+    job.mon.scale = job.post.scale;
+    job.post.scale = 1;
+  }
+  exec::dispatch_select(
+      job.e, job.mon, [&](const auto& leaf) { exec::run_select(leaf, job.mon, out, p, acc); },
+      [&](const auto& e) { exec::run_rows(e, job.mon, out, p, acc); });
+  apply_post(job.post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
+}
+template <class J, class T>
+  requires requires(const J& j) { j.job.mon; }
+void run_job(const J& b, const tile_plan& p, T*, index_t*, accountant& acc) {
+  run_rows_job(b.job, b.out, p, acc);
+}
+template <class J, class T>
+void run_job(const batch_job<J, T>& b, const tile_plan&, T*, index_t*, accountant& acc, std::size_t budget,
+             std::size_t threads, const std::string& what) {
+  const auto ps = plan_slices(b, budget, threads, what);
+  for (std::size_t k = 0; k < b.slices.size(); ++k) run_rows_job(b.slices[k], b.outs[k], ps[k], acc);
+}
+
+/// The plan eval would follow (lower + plan).
+template <class X>
+tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
+  return plan_job(lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log), budget, threads, x.str());
+}
+/// lower + plan + run; the budget_error of a plan that does not fit comes before any allocation.
 template <class X, class T = typename X::value_type>
-  requires is_batched_node<X>
 tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
                        accountant& acc, rewrite::rule_log& log) {
-  tile_plan p = make_plan(x, budget, threads, log);
-  const std::size_t B = x.s.batch();
-  for (std::size_t b = 0; b < B; ++b) {
-    const auto sx = x.slice_expr(b);
-    const std::size_t off = b * sx.rows() * sx.cols();
-    rewrite::rule_log quiet;
-    plan_and_run(sx, values + off, indices ? indices + off : nullptr, budget, threads, acc, quiet);
-  }
+  const auto job = lower(x, values, indices, log);
+  tile_plan p = plan_job(job, budget, threads, x.str());
+  if constexpr (is_batched_node<X>) run_job(job, p, values, indices, acc, budget, threads, x.str());
+  else run_job(job, p, values, indices, acc);
   return p;
 }
 
@@ -497,11 +506,30 @@ result<typename X::value_type> eval(const X& x, budget_bytes b) {
   return eval(x, options{b.bytes, 0});
 }
 
+namespace detail {
+template <class X>
+inline constexpr bool is_chain_node = false;
+template <class... Fs>
+inline constexpr bool is_chain_node<chain_expr<Fs...>> = true;
+
+/// Lower x once and return planner(budget, threads) → tile_plan over that lowering (a chain's
+/// planner is its order search).
+template <class X>
+auto planner_for(const X& x, rewrite::rule_log& log) {
+  if constexpr (is_chain_node<X>) {
+    return [&x, &log](std::size_t budget, std::size_t threads) { return make_plan(x, budget, threads, log); };
+  } else {
+    return [job = lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log), w = x.str()](
+               std::size_t budget, std::size_t threads) { return plan_job(job, budget, threads, w); };
+  }
+}
+}  // namespace detail
+
 /// The plan eval would follow (nothing is allocated or computed). Throws budget_error like eval.
 template <evaluable X>
 tile_plan plan_for(const X& x, const options& o = {}) {
   rewrite::rule_log log;
-  auto p = detail::make_plan(x, resolve_budget(o.budget), plan::resolve_threads(o.threads), log);
+  auto p = detail::planner_for(x, log)(resolve_budget(o.budget), plan::resolve_threads(o.threads));
   p.rules = log.fired;
   return p;
 }
@@ -515,13 +543,17 @@ tile_plan plan_for(const X& x, budget_bytes b) {
 template <evaluable X>
 std::string explain(const X& x, const options& o = {}) {
   std::string s = "as written:   " + x.str() + "\n";
+  const std::size_t budget = resolve_budget(o.budget);
+  rewrite::rule_log log;
+  const auto planner = detail::planner_for(x, log);
   try {
-    s += plan_for(x, o).describe();
-  } catch (const budget_error& e) {
-    rewrite::rule_log log;
-    auto p = detail::make_plan(x, unlimited, 1, log);
+    auto p = planner(budget, plan::resolve_threads(o.threads));
     p.rules = log.fired;
-    p.budget = resolve_budget(o.budget);
+    s += p.describe();
+  } catch (const budget_error& e) {
+    auto p = planner(unlimited, 1);
+    p.rules = log.fired;
+    p.budget = budget;
     s += p.describe_rewrite() + "plan:         does not fit: " + e.what() + "\n";
   }
   return s;
