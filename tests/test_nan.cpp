@@ -1,4 +1,4 @@
-// NaN / infinity / tie semantics of the reductions (exec/monoids.hpp header comment):
+// NaN / infinity / tie semantics of the reductions (backend/host/monoids.hpp header comment):
 //   sum: IEEE propagation. min/max/argmin/argmax/top-k: NaN ranks after every number (for the
 //   smallest and the largest), ties go to the lower index. logsumexp: NaN if any NaN, else +inf
 //   if any +inf (−inf for an all −inf row). softmax_sum: NaN for a row containing NaN or +inf, or

@@ -36,6 +36,9 @@ using M = ms::op::mul_scalar<double>;
 static_assert(std::is_same_v<rw<ms::unary_expr<M, ms::unary_expr<M, K>>>, ms::unary_expr<M, K>>);
 static_assert(std::is_same_v<rw<ms::unary_expr<ms::op::neg, ms::unary_expr<ms::op::neg, K>>>, K>);
 static_assert(std::is_same_v<rw<ms::transpose_expr<ms::transpose_expr<K>>>, K>);
+// transpose_pushdown: F(X, Y)ᵀ → F(Y, X) and op(E)ᵀ → op(Eᵀ); no transpose node is left.
+static_assert(std::is_same_v<rw<ms::transpose_expr<K>>, K>);
+static_assert(std::is_same_v<rw<ms::transpose_expr<ms::unary_expr<M, K>>>, ms::unary_expr<M, K>>);
 // diag_plus survives normalisation around the rewritten child.
 static_assert(std::is_same_v<rw<ms::diag_plus<ms::transpose_expr<K>, ms::scalar_diagonal>>,
                              ms::diag_plus<K, ms::scalar_diagonal>>);
@@ -69,6 +72,34 @@ static_assert(ms::rewrite::symmetric_candidate<K, K>);
 static_assert(ms::rewrite::symmetric_candidate<ms::guarded<K, ms::unary_expr<M, K>>, K>);
 static_assert(!ms::rewrite::symmetric_candidate<K, sqd>);
 static_assert(!ms::rewrite::symmetric_candidate<ms::unary_expr<ms::op::exp, K>, K>);
+// chain_order (rewrite/chain.hpp): factor kinds from the types, the order from the extents.
+static_assert(ms::rewrite::factor_kind<ms::dense_factor<double>> == 0);
+static_assert(ms::rewrite::factor_kind<K> == 1);
+static_assert(ms::rewrite::factor_kind<ms::pinned<K>> == 2);
+/// The root split of a chain of three factors with the given kinds and extents p×q·q×r·r×s.
+constexpr std::size_t chain3_root(std::array<int, 3> kinds, std::array<std::size_t, 4> dims, double budget) {
+  ms::rewrite::chain_order<3> o;
+  o.dims = dims;
+  o.kind = kinds;
+  for (std::size_t i = 0; i < 3; ++i) o.cost[i] = kinds[i] == 1 ? 29.0 : 0.0;
+  o.solve(budget);
+  return o.split[0 * 3 + 2];
+}
+// A·B·v (dense, 1000×1000 each, v 1000×1): A(Bv) (split after A), never (AB)v.
+static_assert(chain3_root({0, 0, 0}, {1000, 1000, 1000, 1}, 1e12) == 0);
+// vᵀ·A·B: (vᵀA)B.
+static_assert(chain3_root({0, 0, 0}, {1, 1000, 1000, 1000}, 1e12) == 1);
+// K·Kᵀ·v with lazy K (n×m, m×n): K(Kᵀv); the n×n intermediate of (KKᵀ)v is never cheaper.
+static_assert(chain3_root({1, 1, 0}, {2000, 50, 2000, 1}, 1e12) == 0);
+// A budget that holds no 1000×1000 intermediate still gets the order whose intermediate is a vector.
+static_assert(chain3_root({0, 0, 0}, {1000, 1000, 1000, 1}, 8.0 * 1000) == 0);
+static_assert([] {
+  ms::rewrite::chain_order<3> o;
+  o.dims = {1000, 1000, 1000, 1};
+  o.solve(1e12);
+  return o.flops[2] == 2.0 * 1000 * 1000 * 1 * 2 && o.peak[2] == 8.0 * 1000 &&  // two matvecs; one vector held
+         o.left_to_right() == 2.0 * 1000 * 1000 * 1000 + 2.0 * 1000 * 1000;
+}());
 
 /// Naive n×m reference of Σ_k f(x_ik, y_jk).
 template <class F>

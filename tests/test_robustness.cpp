@@ -151,7 +151,7 @@ TEST_CASE("threads: when the system refuses a thread the work still completes on
     int code = 0;
     try {
       std::atomic<std::size_t> ran{0};
-      memsafe::exec::parallel(8, [&](std::size_t) { ran.fetch_add(1); });
+      memsafe::host::parallel(8, [&](std::size_t) { ran.fetch_add(1); });
       if (ran.load() != 8) code = 4;
       auto got = memsafe::eval(e, memsafe::options{.budget = 1u << 20, .threads = 8});
       for (std::size_t i = 0; i < n; ++i)

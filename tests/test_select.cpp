@@ -1,4 +1,4 @@
-// The fused k-nearest selection (exec/select.hpp, backend/host/select.hpp) against the portable
+// The fused k-nearest selection (backend/host/select_driver.hpp, backend/host/select.hpp) against the portable
 // tile path (MEMSAFE_KERNELS=reference) and against an independent dense reference in double:
 // indices equal, values bitwise equal, at every budget, on awkward data (ties, NaN, inf, values
 // whose squares overflow, zero vectors), for every supported formula, both precisions.

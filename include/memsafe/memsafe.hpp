@@ -1,6 +1,7 @@
 // memsafe/memsafe.hpp — the one header to include.
 //
-//   capture (expr/) → rewrite (rewrite/) → plan (plan/) → execute (exec/, backend/host/)
+//   capture (expr/) → rewrite (rewrite/) → lower (lower/) → plan (plan/) → execute (backend/host/,
+//   backend/cuda/ through <memsafe/cuda.cuh>) — the entry points eval, plan_for, explain in api/
 #pragma once
 
 #include "core/accounting.hpp"
@@ -8,7 +9,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/math.hpp"
-#include "exec/eval.hpp"
+#include "api/eval.hpp"
 #include "expr/batched.hpp"
 #include "expr/chain.hpp"
 #include "expr/diag.hpp"
@@ -17,7 +18,10 @@
 #include "expr/lazy.hpp"
 #include "expr/reductions.hpp"
 #include "expr/view.hpp"
+#include "lower/job.hpp"
+#include "plan/options.hpp"
 #include "plan/plan.hpp"
+#include "rewrite/chain.hpp"
 #include "rewrite/normalize.hpp"
 
 // Dense linear algebra on views (Cholesky, triangular solves, GEMM) through BLAS/LAPACK: only with

@@ -2,7 +2,7 @@
 //
 // `A * B * v`, `K * (transpose(K) * v)`, `(K * transpose(K)) * v` are captured as one flat chain
 // of factors; the evaluation order is chosen at evaluation time from the run-time extents
-// (exec/chain.hpp: cost in flops and temporary bytes against the budget). `pin(x)` is a barrier:
+// (rewrite/chain.hpp: cost in flops and temporary bytes against the budget). `pin(x)` is a barrier:
 // the pinned product is evaluated on its own first and enters the chain as a dense factor.
 #pragma once
 #include <cstddef>

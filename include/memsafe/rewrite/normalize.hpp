@@ -9,11 +9,14 @@
 //   double_transpose     transpose(transpose(E)) → E
 //   broadcast_sqdist     sum<2>((X[:,None,:] ∓ Y[None,:,:])²) → sqdist(X, ±Y)   (rewrite/broadcast.hpp)
 //   constant_fold        (E·a)·b → E·(ab);  (E + a) + b → E + (a+b);  −(−E) → E;  (−E)·a → E·(−a)
-//   scalar_hoist         sum(c·E) → c·sum(E);  (c·E)·M → c·(E·M)   (applied by the evaluator)
-//   diag_in_product      (E + D)·M → E·M + D·M                     (applied by the evaluator)
-//   stationary_diagonal  diag(k(X, X)) → variance                  (applied by the evaluator)
-//   symmetric_product    A·Aᵀ → lower block triangle, mirrored     (applied by the evaluator)
-//   chain_order          cheapest order of a product chain          (exec/chain.hpp)
+//   scalar_hoist         sum(c·E) → c·sum(E);  (c·E)·M → c·(E·M)   (rewrite/linear.hpp)
+//   diag_in_product      (E + D)·M → E·M + D·M                     (rewrite/linear.hpp)
+//   stationary_diagonal  diag(k(X, X)) → variance                  (rewrite/diagonal.hpp)
+//   diagonal_of_map      diag(op(E)) → op(diag(E))                 (rewrite/diagonal.hpp)
+//   diagonal_of_sum      diag(E + D) → diag(E) + D                 (rewrite/diagonal.hpp)
+//   symmetric_product    A·Aᵀ → lower block triangle, mirrored     (rewrite/symmetric.hpp)
+//   chain_order          cheapest order of a product chain          (rewrite/chain.hpp)
+// The rules outside this file fire from lower/job.hpp, once per evaluation, into the same log.
 //
 // After normalisation no transpose node is left: every reduction runs over the column index j
 // of a tree of pairwise leaves, guarded rewrites, diagonal terms and elementwise maps.

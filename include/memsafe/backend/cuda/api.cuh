@@ -6,7 +6,8 @@
 #include <utility>
 
 #include "../../core/budget.hpp"
-#include "../../exec/eval.hpp"
+#include "../../lower/job.hpp"
+#include "../../plan/options.hpp"
 #include "plan.cuh"
 #include "product.cuh"
 #include "rows.cuh"
@@ -15,21 +16,11 @@
 namespace memsafe::cuda {
 namespace detail {
 
+// The node kinds are the ones lowering uses (lower/job.hpp), shared with the host backend.
 template <class X>
-inline constexpr bool is_product_node = false;
-template <class A, class B>
-inline constexpr bool is_product_node<lazy_product_expr<A, B>> = true;
-
+inline constexpr bool is_product_node = jobs::is_lazy_product<X>;
 template <class X>
-inline constexpr bool is_row_node = false;
-template <class R, class E>
-inline constexpr bool is_row_node<reduce_expr<R, E>> = true;
-template <class E, bool L>
-inline constexpr bool is_row_node<matmul_expr<E, L>> = true;
-template <class E>
-inline constexpr bool is_row_node<softmax_sum_expr<E>> = true;
-template <class E>
-inline constexpr bool is_row_node<dense_expr<E>> = true;
+inline constexpr bool is_row_node = jobs::is_rows_node<X>;
 
 /// Plan (and, unless plan_only, evaluate) with the driver of the expression's node.
 template <class X>

@@ -139,7 +139,7 @@ inline constexpr bool device_supported = dev_map_of<E>::supported;
 // ---- ranking keys (min/max/top-k) ----------------------------------------------------------------
 
 /// (value, index) as two unsigned words whose lexicographic order is the host's ranking order
-/// (exec::ranks_before): numbers before NaN, smaller (largest first for Max) values first, ties to
+/// (host::ranks_before): numbers before NaN, smaller (largest first for Max) values first, ties to
 /// the lower index; −0 and +0 tie. The empty key (all ones) ranks after every real entry.
 struct rank_key {
   unsigned long long v, i;

@@ -1,6 +1,6 @@
 // memsafe/backend/cuda/device_monoids.cuh — the host's reductions as device monoids.
 //
-// Same protocol as exec/monoids.hpp, per row and in registers:
+// Same protocol as backend/host/monoids.hpp, per row and in registers:
 //   init(s)                      identity
 //   fold(s, v, jg, jl)           one entry: value v at global column jg (jl: column within the chunk)
 //   merge(s, o)                  combine with a partial state over other columns

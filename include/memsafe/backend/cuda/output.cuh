@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "../../exec/eval.hpp"
+#include "../../lower/job.hpp"
+#include "../../plan/options.hpp"
 #include "device_expr.cuh"
 #include "device_monoids.cuh"
 #include "runtime.cuh"
@@ -17,7 +18,7 @@ namespace memsafe::cuda::detail {
 template <class T>
 class row_output {
  public:
-  row_output(const exec::out_spec<T>& out, double scale, bool host, std::size_t ti, std::size_t c, bool idx,
+  row_output(const jobs::out_spec<T>& out, double scale, bool host, std::size_t ti, std::size_t c, bool idx,
              device_accountant& acc)
       : out_(out), scale_(scale), host_(host), c_(c), idx_(idx) {
     if (host_) {
@@ -51,7 +52,7 @@ class row_output {
   }
 
  private:
-  exec::out_spec<T> out_;
+  jobs::out_spec<T> out_;
   double scale_;
   bool host_;
   std::size_t c_;

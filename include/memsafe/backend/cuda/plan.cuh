@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "../../core/budget.hpp"
-#include "../../exec/eval.hpp"
+#include "../../lower/job.hpp"
+#include "../../plan/options.hpp"
 #include "device_expr.cuh"
 #include "kernels.cuh"
 #include "runtime.cuh"
@@ -81,7 +82,7 @@ inline const char* path_name(kernel_path p) {
 
 namespace detail {
 
-using memsafe::detail::row_job;
+using jobs::rows_lowering;
 
 inline constexpr int fused_tj = 128;                ///< points of Y per shared-memory tile (= threads)
 inline constexpr std::size_t fused_max_d = 64;      ///< coordinates held in registers
@@ -98,52 +99,27 @@ inline std::size_t feeder_bytes(bool host, int slots, std::size_t rows, std::siz
 
 // ---- classification of the reduction --------------------------------------------------------------
 
-template <class M>
-struct red_traits {
-  static constexpr bool known = false;
-};
-template <class T>
-struct red_traits<exec::sum_monoid<T>> {
-  static constexpr bool known = true;
-};
-template <class T, bool Max, bool WI>
-struct red_traits<exec::best_monoid<T, Max, WI>> {
-  static constexpr bool known = true;
-};
-template <class T>
-struct red_traits<exec::logsumexp_monoid<T>> {
-  static constexpr bool known = true;
-};
-template <class T, bool Max>
-struct red_traits<exec::topk_monoid<T, Max>> {
-  static constexpr bool known = true;
-};
-template <class T>
-struct red_traits<exec::matmul_monoid<T>> {
-  static constexpr bool known = true;
-};
-template <class T>
-struct red_traits<exec::softmax_sum_monoid<T>> {
-  static constexpr bool known = true;
-};
-template <class T>
-struct red_traits<exec::dense_monoid<T>> {
-  static constexpr bool known = true;
-};
+/// The reduction tags (lower/job.hpp) the device implements: all of them.
+template <class R, class T>
+inline constexpr bool red_known =
+    std::is_same_v<R, red::sum> || std::is_same_v<R, red::min> || std::is_same_v<R, red::max> ||
+    std::is_same_v<R, red::argmin> || std::is_same_v<R, red::argmax> || std::is_same_v<R, red::argkmin> ||
+    std::is_same_v<R, red::argkmax> || std::is_same_v<R, red::logsumexp> || std::is_same_v<R, red::matmul<T>> ||
+    std::is_same_v<R, red::softmax_sum<T>> || std::is_same_v<R, red::dense>;
 
 /// Columns of the output per row, and the dense column operand (v, M or V) if any.
-template <class Mon, class T>
-std::size_t out_cols(const Mon& mon, std::size_t m) {
-  if constexpr (requires { mon.k; }) return mon.k;
-  else if constexpr (requires { mon.rhs; }) return mon.rhs.cols();
-  else if constexpr (requires { mon.values; }) return mon.values.cols();
-  else if constexpr (std::is_same_v<Mon, exec::dense_monoid<T>>) return m;
+template <class R, class T>
+std::size_t out_cols(const R& r, std::size_t m) {
+  if constexpr (requires { r.k; }) return r.k;
+  else if constexpr (requires { r.rhs; }) return r.rhs.cols();
+  else if constexpr (requires { r.values; }) return r.values.cols();
+  else if constexpr (std::is_same_v<R, red::dense>) return m;
   else return 1;
 }
-template <class Mon, class T>
-matrix_view<const T> column_operand(const Mon& mon) {
-  if constexpr (requires { mon.rhs; }) return mon.rhs;
-  else if constexpr (requires { mon.values; }) return mon.values;
+template <class R, class T>
+matrix_view<const T> column_operand(const R& r) {
+  if constexpr (requires { r.rhs; }) return r.rhs;
+  else if constexpr (requires { r.values; }) return r.values;
   else return {nullptr, 0, 0};
 }
 
@@ -228,14 +204,20 @@ inline layout plan_layout(const job_shape& s, std::size_t budget, const std::str
   const auto tis = halvings(s.n, ti_cap, 1);
   const auto tjs = chunked ? halvings(s.m, std::size_t(1) << 16, std::min<std::size_t>(s.m, 64))
                            : std::vector<std::size_t>{std::max<std::size_t>(s.m, 1)};
+  // Preference order: the largest row block, then the largest column chunk, with the column splits
+  // that fill the GPU before one split; the first that fits (plan::best_fit, constant score).
+  std::vector<layout> cands;
   for (std::size_t ti : tis)
     for (std::size_t tj : tjs) {
       const int S = splits_for(s, ti, tj);
-      for (int sp : {S, 1}) {
-        const std::size_t b = layout_bytes(s, ti, tj, sp);
-        if (b <= budget) return {ti, tj, sp, b};
-      }
+      for (int sp : {S, 1}) cands.push_back({ti, tj, sp, 0});
     }
+  const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
+  if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
+    layout L = cands[k];
+    L.bytes = bytes(L);
+    return L;
+  }
   const std::size_t minimum = layout_bytes(s, 1, tjs.back(), 1);
   plan::too_small(what + " on the GPU", budget, minimum);
 }
@@ -273,14 +255,16 @@ inline product_layout plan_product(const product_shape& s, std::size_t budget, c
              tts = halvings(s.N, std::size_t(1) << 14, std::min<std::size_t>(s.N, 64));
   product_layout L;
   L.min_bytes = product_bytes(s, 1, 1, tts.back());
-  for (std::size_t i = 0; i < std::max(tps.size(), tqs.size()) && !L.tp; ++i)
-    for (std::size_t ttc : tts) {
-      const std::size_t p1 = tps[std::min(i, tps.size() - 1)], q1 = tqs[std::min(i, tqs.size() - 1)];
-      if (product_bytes(s, p1, q1, ttc) <= budget) {
-        L.tp = p1, L.tq = q1, L.tt = ttc;
-        break;
-      }
-    }
+  // Preference order: output blocks shrunk together (tp, tq), for each the largest inner chunk;
+  // the first that fits (plan::best_fit, constant score).
+  std::vector<product_layout> cands;
+  for (std::size_t i = 0; i < std::max(tps.size(), tqs.size()); ++i)
+    for (std::size_t ttc : tts)
+      cands.push_back({tps[std::min(i, tps.size() - 1)], tqs[std::min(i, tqs.size() - 1)], ttc, 0, 0});
+  const std::size_t k = plan::best_fit(
+      cands, budget, [&](const product_layout& c) { return product_bytes(s, c.tp, c.tq, c.tt); },
+      [](const product_layout&) { return 0; });
+  if (k != plan::npos) L.tp = cands[k].tp, L.tq = cands[k].tq, L.tt = cands[k].tt;
   if (!L.tp) plan::too_small(what + " on the GPU", budget, L.min_bytes);
   L.bytes = product_bytes(s, L.tp, L.tq, L.tt);
   return L;

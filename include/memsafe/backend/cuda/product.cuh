@@ -8,7 +8,8 @@
 #include <string>
 #include <type_traits>
 
-#include "../../exec/eval.hpp"
+#include "../../lower/job.hpp"
+#include "../../plan/options.hpp"
 #include "device_expr.cuh"
 #include "launch.cuh"
 #include "plan.cuh"
@@ -25,15 +26,18 @@ struct product_eval {
   static tile_plan run(const lazy_product_expr<A, B>& x, T* values, const options& o, std::size_t budget,
                        const device_resources& /*dev: the product's plan does not depend on it*/,
                        device_accountant* acc_out, bool plan_only, rewrite::rule_log& log) {
-    rewrite::linear_post<T> post;
-    auto [a, b] = rewrite::split_product(rewrite::normalize(x.a, log), rewrite::normalize(x.b, log), post, log);
-    using EA = decltype(a);
-    using EB = decltype(b);
+    const auto job = jobs::lower(x, values, nullptr, log);  // every rule fired once, logged
+    const auto& a = job.a;
+    const auto& b = job.b;
+    const auto& post = job.post;
+    using EA = std::remove_cvref_t<decltype(a)>;
+    using EB = std::remove_cvref_t<decltype(b)>;
     static_assert(device_supported<EA> && device_supported<EB>,
                   "memsafe::cuda: A * B: each factor must be one pairwise formula with elementwise maps over it");
     const product_shape s = shape(a, b, values, plan_only);
     const product_layout L = plan_product(s, budget, x.str());
     tile_plan p = describe(a, b, post, s, L, budget);
+    if (job.symmetric) p.reduction += "; symmetric, but every block is computed on the GPU";
     if (plan_only) return p;
     execute(a, b, T(post.scale), s, L, values, o, *acc_out);
     return p;

@@ -10,7 +10,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "../../exec/eval.hpp"
+#include "../../lower/job.hpp"
+#include "../../plan/options.hpp"
 #include "device_expr.cuh"
 #include "device_monoids.cuh"
 #include "kernels.cuh"
@@ -31,17 +32,17 @@ struct row_eval {
   template <class Job>
   static job_shape shape(const Job& job, bool out_host, bool with_index, int sms, bool query) {
     using E = std::remove_cvref_t<decltype(job.e)>;
-    using Mon = std::remove_cvref_t<decltype(job.mon)>;
+    using R = typename std::remove_cvref_t<decltype(job)>::reduction;
     const auto& leaf = dev_map_of<E>::leaf_of(job.e);
     job_shape s;
     s.n = job.e.rows();
     s.m = job.e.cols();
     s.d = leaf.dim();
     s.tsize = sizeof(T);
-    s.c = out_cols<Mon, T>(job.mon, s.m);
+    s.c = out_cols<R, T>(job.red, s.m);
     s.x_host = query && space_of(leaf.x.data()) == memory_space::host;
     s.y_host = query && space_of(leaf.y.data()) == memory_space::host;
-    const auto rhs = column_operand<Mon, T>(job.mon);
+    const auto rhs = column_operand<R, T>(job.red);
     s.rhs_cols = rhs.data() ? rhs.cols() : 0;
     s.rhs_host = query && rhs.data() && space_of(rhs.data()) == memory_space::host;
     s.out_host = out_host;
@@ -49,18 +50,18 @@ struct row_eval {
     s.with_index = with_index;
     s.sms = sms;
     const bool small_d = s.d <= fused_max_d;
-    if constexpr (std::is_same_v<Mon, exec::softmax_sum_monoid<T>>) s.path = kernel_path::tile_softmax;
-    else if constexpr (std::is_same_v<Mon, exec::dense_monoid<T>>) s.path = kernel_path::tile_dense;
-    else if constexpr (std::is_same_v<Mon, exec::matmul_monoid<T>>)
+    if constexpr (std::is_same_v<R, red::softmax_sum<T>>) s.path = kernel_path::tile_softmax;
+    else if constexpr (std::is_same_v<R, red::dense>) s.path = kernel_path::tile_dense;
+    else if constexpr (std::is_same_v<R, red::matmul<T>>)
       s.path = s.c > 1 ? kernel_path::tile_matmul : (small_d ? kernel_path::fused : kernel_path::tile_fold);
-    else if constexpr (requires { job.mon.k; }) {
-      s.k = job.mon.k;
+    else if constexpr (requires { job.red.k; }) {
+      s.k = job.red.k;
       s.path = s.k > std::size_t(fused_max_k) ? kernel_path::tile_topk
                                               : (small_d ? kernel_path::fused : kernel_path::tile_fold);
     } else s.path = small_d ? kernel_path::fused : kernel_path::tile_fold;
     s.gemm = s.path != kernel_path::fused && gemm_eligible(leaf);
     if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) {
-      with_dmon(job.mon, [&](const auto& dm) {
+      with_dmon(job.red, [&](const auto& dm) {
         using DM = std::remove_cvref_t<decltype(dm)>;
         s.state_bytes = sizeof(typename DM::state);
         s.rows_per_thread = rows_per_thread_for<DM>(s.d);
@@ -69,31 +70,31 @@ struct row_eval {
     return s;
   }
 
-  /// Call f with the device monoid of a foldable host reduction.
-  template <class Mon, class Fn>
-  static void with_dmon(const Mon& mon, Fn&& f) {
-    if constexpr (std::is_same_v<Mon, exec::sum_monoid<T>>) f(dmon_sum<T>{});
-    else if constexpr (std::is_same_v<Mon, exec::logsumexp_monoid<T>>) f(dmon_logsumexp<T>{});
-    else if constexpr (std::is_same_v<Mon, exec::best_monoid<T, false, false>>) f(dmon_best<T, false, false>{});
-    else if constexpr (std::is_same_v<Mon, exec::best_monoid<T, true, false>>) f(dmon_best<T, true, false>{});
-    else if constexpr (std::is_same_v<Mon, exec::best_monoid<T, false, true>>) f(dmon_best<T, false, true>{});
-    else if constexpr (std::is_same_v<Mon, exec::best_monoid<T, true, true>>) f(dmon_best<T, true, true>{});
-    else if constexpr (std::is_same_v<Mon, exec::matmul_monoid<T>>) f(dmon_matvec<T>{});
-    else if constexpr (requires { mon.k; }) {
-      constexpr bool Max = std::is_same_v<Mon, exec::topk_monoid<T, true>>;
-      if (mon.k <= 4) f(dmon_topk<T, Max, 4>{int(mon.k)});
-      else if (mon.k <= std::size_t(fused_max_k)) f(dmon_topk<T, Max, fused_max_k>{int(mon.k)});
+  /// Call f with the device monoid of a foldable reduction tag.
+  template <class R, class Fn>
+  static void with_dmon(const R& r, Fn&& f) {
+    if constexpr (std::is_same_v<R, red::sum>) f(dmon_sum<T>{});
+    else if constexpr (std::is_same_v<R, red::logsumexp>) f(dmon_logsumexp<T>{});
+    else if constexpr (std::is_same_v<R, red::min>) f(dmon_best<T, false, false>{});
+    else if constexpr (std::is_same_v<R, red::max>) f(dmon_best<T, true, false>{});
+    else if constexpr (std::is_same_v<R, red::argmin>) f(dmon_best<T, false, true>{});
+    else if constexpr (std::is_same_v<R, red::argmax>) f(dmon_best<T, true, true>{});
+    else if constexpr (std::is_same_v<R, red::matmul<T>>) f(dmon_matvec<T>{});
+    else if constexpr (requires { r.k; }) {
+      constexpr bool Max = std::is_same_v<R, red::argkmax>;
+      if (r.k <= 4) f(dmon_topk<T, Max, 4>{int(r.k)});
+      else if (r.k <= std::size_t(fused_max_k)) f(dmon_topk<T, Max, fused_max_k>{int(r.k)});
     }
   }
 
   /// The plan as plan_for shows it, from the shape and the chosen layout.
   template <class Job>
   static tile_plan describe(const Job& job, const job_shape& s, const layout& L, std::size_t budget) {
-    using Mon = std::remove_cvref_t<decltype(job.mon)>;
+    using R = typename std::remove_cvref_t<decltype(job)>::reduction;
     tile_plan p;
     p.expression = job.e.str();
     if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
-    p.reduction = std::string(Mon::name) + " on the GPU: " + path_name(s.path) +
+    p.reduction = std::string(R::name) + " on the GPU: " + path_name(s.path) +
                   (s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "");
     p.rows = s.n;
     p.cols = s.m;
@@ -116,14 +117,14 @@ struct row_eval {
   static tile_plan run(const X& x, T* values, index_t* indices, const options& o, std::size_t budget,
                        const device_resources& dev, device_accountant* acc_out, bool plan_only,
                        rewrite::rule_log& log) {
-    auto job = row_job<X>::make(x, log);
+    auto job = rows_lowering<X>::make(x, log);
     using E = std::remove_cvref_t<decltype(job.e)>;
-    using Mon = std::remove_cvref_t<decltype(job.mon)>;
+    using R = typename std::remove_cvref_t<decltype(job)>::reduction;
     static_assert(device_supported<E>,
                   "memsafe::cuda: this lazy matrix cannot be evaluated on the GPU: the device backend takes one "
                   "pairwise formula with elementwise maps over it (rbf(X,Y), exp(-sqdist(X,Y)/2), ...); combine "
                   "two pairwise matrices, broadcast tensors or diagonal terms inside a reduction on the host");
-    static_assert(red_traits<Mon>::known, "memsafe::cuda: this reduction has no device implementation");
+    static_assert(red_known<R, T>, "memsafe::cuda: this reduction has no device implementation");
     const bool out_host = plan_only ? true : space_of(values) == memory_space::host;
     if (!job.post.diags.empty() && !out_host && !plan_only)
       throw argument_error("memsafe::cuda: " + x.str() +
@@ -157,7 +158,7 @@ struct row_eval {
     device_buffer<T>& tile;
     device_buffer<T>& xn;
     device_buffer<T>& yn;
-    const exec::out_spec<T>& out;
+    const jobs::out_spec<T>& out;
     device_accountant& acc;
   };
 
@@ -167,7 +168,7 @@ struct row_eval {
   static void execute(const X& x, const Job& job, const job_shape& s, const layout& L, T* values,
                       index_t* indices, const options& o, device_accountant& acc) {
     using E = std::remove_cvref_t<decltype(job.e)>;
-    using Mon = std::remove_cvref_t<decltype(job.mon)>;
+    using R = typename std::remove_cvref_t<decltype(job)>::reduction;
     const auto& leaf = dev_map_of<E>::leaf_of(job.e);
     const cudaStream_t st = acc.stream();
     std::unique_ptr<stream> copy_stream;
@@ -178,7 +179,7 @@ struct row_eval {
     const device_scale<T> ds(leaf.params, s.d, acc);
     feeder<T> xf(matrix_view<const T>(leaf.x), s.x_host, 1, L.ti, acc, cps);
     feeder<T> yf(matrix_view<const T>(leaf.y), s.y_host, 2, L.tj, acc, cps);
-    feeder<T> rf(column_operand<Mon, T>(job.mon), s.rhs_host, 2, L.tj, acc, cps);
+    feeder<T> rf(column_operand<R, T>(job.red), s.rhs_host, 2, L.tj, acc, cps);
     std::unique_ptr<blas> bl;
     if (s.gemm || s.path == kernel_path::tile_matmul || s.path == kernel_path::tile_softmax)
       bl = std::make_unique<blas>(acc, o.allow_tf32);
@@ -189,7 +190,7 @@ struct row_eval {
       xn = device_buffer<T>(acc, L.ti);
       yn = device_buffer<T>(acc, L.tj);
     }
-    const exec::out_spec<T> out = row_job<X>::out(x, values, indices);
+    const jobs::out_spec<T> out = rows_lowering<X>::out(x, values, indices);
     using Leaf = std::remove_cvref_t<decltype(leaf)>;
     using Map = std::remove_cvref_t<decltype(map)>;
     const pass<Job, Map, Leaf> r{s, L, job, map, leaf, ds.scale, xf, yf, rf, bl.get(), tile, xn, yn, out, acc};
@@ -199,7 +200,7 @@ struct row_eval {
       MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));
       rewrite::linear_post<T> diags = job.post;
       diags.scale = 1;  // the scale was applied on the device
-      memsafe::detail::apply_post(diags, job.rhs, out, s.n, job.rhs.data() ? job.rhs.cols() : 1);
+      jobs::apply_post(diags, job.rhs, out, s.n, job.rhs.data() ? job.rhs.cols() : 1);
     }
   }
 
@@ -207,7 +208,7 @@ struct row_eval {
 
   template <class P>
   static void run_fold(const P& r) {
-    with_dmon(r.job.mon, [&](auto dm) {
+    with_dmon(r.job.red, [&](auto dm) {
       using DM = decltype(dm);
       const cudaStream_t st = r.acc.stream();
       device_buffer<typename DM::state> part(r.acc, r.L.ti * std::size_t(r.L.splits));
@@ -296,8 +297,7 @@ struct row_eval {
   }
 
   template <class Job>
-  static constexpr bool topk_max = std::is_same_v<std::remove_cvref_t<decltype(std::declval<Job>().mon)>,
-                                                  exec::topk_monoid<T, true>>;
+  static constexpr bool topk_max = std::is_same_v<typename Job::reduction, red::argkmax>;
 
   template <class P>
   static void run_tiles(const P& r) {

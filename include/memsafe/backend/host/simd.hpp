@@ -3,7 +3,7 @@
 // One 64-byte register of T (16 floats or 8 doubles). The AVX-512 specialisations are compiled
 // when the translation unit targets AVX-512 (-march=native on such a CPU, or -mavx512f);
 // `host::simd_fast` says whether they exist. Without them the fused kernels are not compiled
-// and every expression takes the portable tile path (exec/tile.hpp + exec/monoids.hpp), which
+// and every expression takes the portable tile path (tile.hpp + monoids.hpp), which
 // is also the reference the fused kernels are tested against.
 #pragma once
 #include <cstdint>

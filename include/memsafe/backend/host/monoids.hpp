@@ -1,4 +1,4 @@
-// memsafe/exec/monoids.hpp — reductions over the column index j as monoids.
+// memsafe/backend/host/monoids.hpp — reductions over the column index j as monoids.
 //
 // Each monoid is built per worker thread over a block of at most `ti` rows and keeps one
 // accumulator per row in the thread's accounted workspace:
@@ -21,24 +21,16 @@
 #include <cstddef>
 #include <limits>
 
-#include "../backend/host/kernels.hpp"
-#include "../core/config.hpp"
-#include "../core/math.hpp"
-#include "../expr/view.hpp"
+#include "kernels.hpp"
+#include "../../core/config.hpp"
+#include "../../core/math.hpp"
+#include "../../expr/view.hpp"
 #include "tile.hpp"
+#include "../../lower/job.hpp"
 
-namespace memsafe::exec {
+namespace memsafe::host {
 
-/// Where a row reduction writes: values (rows × cols, any strides) and optionally indices.
-template <class T>
-struct out_spec {
-  T* values = nullptr;
-  std::ptrdiff_t vrs = 0, vcs = 1;
-  index_t* indices = nullptr;
-  std::ptrdiff_t irs = 0, ics = 1;
-  T& v(std::size_t i, std::size_t c) const { return values[std::ptrdiff_t(i) * vrs + std::ptrdiff_t(c) * vcs]; }
-  index_t& ix(std::size_t i, std::size_t c) const { return indices[std::ptrdiff_t(i) * irs + std::ptrdiff_t(c) * ics]; }
-};
+using jobs::out_spec;
 
 // ---- sum --------------------------------------------------------------------------------------
 template <class T>
@@ -425,4 +417,4 @@ struct dense_monoid {
   void finish(std::size_t, std::size_t, const out_spec<T>&) const {}
 };
 
-}  // namespace memsafe::exec
+}  // namespace memsafe::host

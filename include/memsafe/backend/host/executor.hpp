@@ -1,4 +1,4 @@
-// memsafe/exec/executor.hpp — the tile loop: one pass over tiles, fused generate → reduce.
+// memsafe/backend/host/executor.hpp — the tile loop: one pass over tiles, fused generate → reduce.
 //
 // All temporaries are allocated up front from the accountant, one workspace per worker thread,
 // sized by the plan; nothing is allocated per tile. Threads take row blocks from a shared counter;
@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
-#include "../core/accounting.hpp"
-#include "../plan/plan.hpp"
+#include "../../core/accounting.hpp"
+#include "../../plan/plan.hpp"
 #include "monoids.hpp"
 #include "tile.hpp"
 
-namespace memsafe::exec {
+namespace memsafe::host {
 
 /// Run `body(t)` for every t in [0, n): t = 0 on the caller, the others on new threads; rethrow the
 /// first exception once every started thread has been joined. When the system refuses a thread
@@ -252,4 +252,4 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
   mirror();
 }
 
-}  // namespace memsafe::exec
+}  // namespace memsafe::host

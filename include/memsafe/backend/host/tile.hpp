@@ -1,4 +1,4 @@
-// memsafe/exec/tile.hpp — tile generators: fill an ni×nj block of a (normalised) lazy matrix.
+// memsafe/backend/host/tile.hpp — tile generators: fill an ni×nj block of a (normalised) lazy matrix.
 //
 // One generator per node type. A generator is built per worker thread, asks for its workspace
 // (`workspace_bytes`, used by the planner) and carves it from the thread's accounted buffer
@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "../backend/host/kernels.hpp"
-#include "../expr/diag.hpp"
-#include "../expr/lazy.hpp"
-#include "../expr/tensor.hpp"
-#include "../rewrite/rules.hpp"
+#include "kernels.hpp"
+#include "../../expr/diag.hpp"
+#include "../../expr/lazy.hpp"
+#include "../../expr/tensor.hpp"
+#include "../../rewrite/rules.hpp"
 
-namespace memsafe::exec {
+namespace memsafe::host {
 
 /// Carve `bytes` (64-byte aligned) from a cursor into a thread's workspace.
 template <class U>
@@ -231,5 +231,5 @@ struct tile_gen<diag_plus<E, Dg>> : child_gen<diag_plus<E, Dg>, E> {
   }
 };
 
-}  // namespace memsafe::exec
+}  // namespace memsafe::host
 

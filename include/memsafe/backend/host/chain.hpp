@@ -1,15 +1,13 @@
-// memsafe/exec/chain.hpp — evaluate a product chain in the cheapest order that fits the budget.
+// memsafe/backend/host/chain.hpp — evaluate a product chain in the order the rule chain_order
+// (rewrite/chain.hpp) chooses, on the host.
 //
-// Rule `chain_order`. The factors' kinds are known at compile time (dense, lazy, pinned); the
-// extents at run time. For every interval of factors the planner computes, by dynamic
-// programming over the split points, the flops of the best order and the peak of temporaries it
-// needs (every intermediate product is a dense temporary and counts against the budget; the
-// final product is the caller's output; lazy factors are never materialised):
-//   dense·dense  2pqr (GEMM)          lazy·dense, dense·lazy  c·pq + 2pqr (tiled, fused)
-//   lazy·lazy    c·(pq + qr)·regeneration + 2pqr (tiled lazy × lazy product)
-// where c is the cost of generating one lazy entry. Among orders whose peak fits the budget the
-// cheapest is taken; if none fits, budget_error names the smallest peak, before any work.
-// Execution follows the chosen splits by compile-time recursion over the intervals.
+// The order is chosen once per evaluation: the cheapest order (in flops) whose intermediates fit
+// the budget; a dry walk over that order adds each step's smallest workspace to the intermediates
+// alive beside it, and if that does not fit, the leanest order is taken; if even that does not fit,
+// budget_error names its minimum before any work. Execution follows the chosen splits by
+// compile-time recursion over the intervals; every intermediate product is a dense temporary
+// counted against the budget, the final product is the caller's output, lazy factors are never
+// materialised, and each step is planned and tiled on its own with what the intermediates leave.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -19,115 +17,24 @@
 #include <string>
 #include <utility>
 
-#include "../core/budget.hpp"
+#include "../../core/budget.hpp"
 
-#include "../core/accounting.hpp"
-#include "../expr/chain.hpp"
-#include "../plan/plan.hpp"
-#include "../rewrite/rules.hpp"
-#include "../backend/host/kernels.hpp"
+#include "../../core/accounting.hpp"
+#include "../../expr/chain.hpp"
+#include "../../plan/plan.hpp"
+#include "../../rewrite/chain.hpp"
+#include "../../rewrite/rules.hpp"
+#include "kernels.hpp"
 
-namespace memsafe::detail {
+namespace memsafe::host {
 
-template <class F>
-inline constexpr bool is_dense_factor = false;
-template <class T, std::size_t R, std::size_t C>
-inline constexpr bool is_dense_factor<dense_factor<T, R, C>> = true;
-template <class F>
-inline constexpr bool is_pinned_factor = false;
-template <class X>
-inline constexpr bool is_pinned_factor<pinned<X>> = true;
+using rewrite::chain_order;
+using rewrite::entry_cost;
+using rewrite::is_dense_factor;
+using rewrite::is_pinned_factor;
 
-/// Flops to generate one entry of a lazy factor (a rough, monotone estimate).
-template <class E>
-double entry_cost(const E& e) {
-  if constexpr (requires { e.dim(); }) return 3.0 * double(e.dim()) + 20.0;
-  else if constexpr (requires { e.e; }) return entry_cost(e.e) + 2.0;
-  else if constexpr (requires { e.a; e.b; }) return entry_cost(e.a) + entry_cost(e.b) + 1.0;
-  else if constexpr (requires { e.slow; }) return entry_cost(e.fast);
-  else return 40.0;
-}
 
-/// Order of a chain of N factors: per interval [i, j] the best split, flops and peak bytes.
-template <std::size_t N>
-struct chain_order {
-  std::array<std::size_t, N + 1> dims{};
-  std::array<int, N> kind{};  // 0 dense, 1 lazy, 2 pinned
-  std::array<double, N> cost{};
-  std::array<double, N * N> flops{};
-  std::array<double, N * N> peak{};
-  std::array<std::size_t, N * N> split{};
-  std::size_t elem = 8;
-
-  double bytes(std::size_t i, std::size_t j) const {  // a materialised [i, j]
-    return double(dims[i]) * double(dims[j + 1]) * double(elem);
-  }
-  bool lazy_single(std::size_t i, std::size_t j) const { return i == j && kind[i] == 1; }
-  /// Temporary bytes the result of [i, j] occupies while it is an operand.
-  double held(std::size_t i, std::size_t j) const {
-    if (i == j) return kind[i] == 2 ? bytes(i, i) : 0.0;
-    return bytes(i, j);
-  }
-  double combine_flops(std::size_t i, std::size_t s, std::size_t j) const {
-    const double p = double(dims[i]), q = double(dims[s + 1]), r = double(dims[j + 1]);
-    const bool ll = lazy_single(i, s), rl = lazy_single(s + 1, j);
-    double f = 2.0 * p * q * r;
-    if (ll && rl) {
-      f += cost[i] * p * q * std::max(1.0, r / 256.0) + cost[s + 1] * q * r * std::max(1.0, p / 256.0);
-    } else {
-      if (ll) f += cost[i] * p * q;
-      if (rl) f += cost[s + 1] * q * r;
-    }
-    return f;
-  }
-
-  /// Fill the tables for a budget; the root [0, N−1] writes into the caller's output.
-  void solve(double budget) {
-    for (std::size_t i = 0; i < N; ++i) {
-      flops[i * N + i] = 0;
-      peak[i * N + i] = kind[i] == 2 ? bytes(i, i) : 0.0;
-    }
-    for (std::size_t len = 2; len <= N; ++len)
-      for (std::size_t i = 0; i + len <= N; ++i) {
-        const std::size_t j = i + len - 1;
-        const bool root = i == 0 && j == N - 1;
-        const double out = root ? 0.0 : bytes(i, j);
-        double best = std::numeric_limits<double>::infinity(), bestpk = best;
-        std::size_t bs = i;
-        double minpk = std::numeric_limits<double>::infinity();
-        std::size_t ms = i;
-        for (std::size_t s = i; s < j; ++s) {
-          const double hl = held(i, s), hr = held(s + 1, j);
-          const double pk = std::max({peak[i * N + s], hl + peak[(s + 1) * N + j], hl + hr + out});
-          const double f = flops[i * N + s] + flops[(s + 1) * N + j] + combine_flops(i, s, j);
-          if (pk < minpk) { minpk = pk; ms = s; }
-          if (pk <= budget && f < best) { best = f; bestpk = pk; bs = s; }
-        }
-        if (best == std::numeric_limits<double>::infinity()) {  // nothing fits: keep the leanest
-          bs = ms;
-          bestpk = minpk;
-          best = flops[i * N + ms] + flops[(ms + 1) * N + j] + combine_flops(i, ms, j);
-        }
-        split[i * N + j] = bs;
-        flops[i * N + j] = best;
-        peak[i * N + j] = bestpk;
-      }
-  }
-  template <class Names>
-  std::string order(std::size_t i, std::size_t j, const Names& names) const {
-    if (i == j) return names[i];
-    const std::size_t s = split[i * N + j];
-    return "(" + order(i, s, names) + " " + order(s + 1, j, names) + ")";
-  }
-  /// Flops of the left-to-right order, for comparison in explain.
-  double left_to_right() const {
-    double f = 0;
-    for (std::size_t j = 1; j < N; ++j) f += combine_flops(0, j - 1, j);
-    return f;
-  }
-};
-
-// Declared here, defined in exec/eval.hpp (the default template argument is given there).
+// Declared here, defined in backend/host/eval.hpp (the default template argument is given there).
 template <class X>
 tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log);
 template <class... Fs>
@@ -169,7 +76,7 @@ struct chain_eval {
   }
   template <class F>
   static int kind_of(const F&) {
-    return is_dense_factor<F> ? 0 : is_pinned_factor<F> ? 2 : 1;
+    return rewrite::factor_kind<F>;
   }
   template <class F>
   static double cost_of(const F& f) {
@@ -379,4 +286,4 @@ tile_plan plan_and_run(const chain_expr<Fs...>& x, T* values, index_t*, std::siz
   return p;
 }
 
-}  // namespace memsafe::detail
+}  // namespace memsafe::host

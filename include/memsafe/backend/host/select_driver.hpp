@@ -1,4 +1,4 @@
-// memsafe/exec/select.hpp — fused k-nearest selection on the host (no distance tile at all).
+// memsafe/backend/host/select_driver.hpp — fused k-nearest selection on the host (no distance tile at all).
 //
 // For argkmin/argmin/min of sqdist, l1 and cosine, and argkmax/argmax/max of dot, a worker packs a
 // column tile of Y once per row block, then screens blocks of 8 query rows × 32 points in
@@ -19,16 +19,16 @@
 #include <cstring>
 #include <vector>
 
-#include "../backend/host/kernels.hpp"
-#include "../backend/host/select.hpp"
-#include "../core/accounting.hpp"
-#include "../expr/formulas.hpp"
-#include "../expr/lazy.hpp"
-#include "../plan/plan.hpp"
+#include "kernels.hpp"
+#include "select.hpp"
+#include "../../core/accounting.hpp"
+#include "../../expr/formulas.hpp"
+#include "../../expr/lazy.hpp"
+#include "../../plan/plan.hpp"
 #include "executor.hpp"
 #include "monoids.hpp"
 
-namespace memsafe::exec {
+namespace memsafe::host {
 
 /// The fused path is on unless MEMSAFE_KERNELS=reference (then every expression takes the
 /// portable tile path — for comparisons and debugging).
@@ -315,4 +315,4 @@ void run_select(const E&, const Mon&, const out_spec<typename E::value_type>&, c
 
 #endif
 
-}  // namespace memsafe::exec
+}  // namespace memsafe::host

@@ -1,0 +1,88 @@
+// memsafe/api/eval.hpp — the public entry points on the host: eval, eval_into, plan_for, explain.
+//
+// eval(expr, budget) = lower (lower/job.hpp: every rule fired once) → plan (tiles, threads, bytes;
+// budget_error if the smallest plan does not fit) → run (one pass over tiles, temporaries from an
+// accountant whose limit is the budget), in backend/host/eval.hpp. Outputs belong to the caller
+// (eval_into) or to the returned result; they are not temporaries and do not count against the
+// budget. The CUDA backend's entry points are memsafe::cuda::eval/eval_into/plan_for
+// (<memsafe/cuda.cuh>); nothing under backend/ includes this layer.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "../backend/host/eval.hpp"
+#include "../core/budget.hpp"
+#include "../expr/reductions.hpp"
+#include "../plan/options.hpp"
+#include "../plan/plan.hpp"
+
+namespace memsafe {
+
+/// Evaluate into caller-owned, contiguous row-major outputs of shape rows × cols
+/// (`expr.rows()`, `expr.cols()`); `indices` is required for argmin/argmax/argkmin/argkmax
+/// and ignored otherwise. Returns the evaluation's stats.
+template <evaluable X>
+eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, const options& o = {}) {
+  detail::check_outputs(x, values, indices, "memsafe: eval_into");
+  return host::run(x, values, indices, o);
+}
+
+/// Evaluate with run-time options (budget, threads).
+template <evaluable X>
+result<typename X::value_type> eval(const X& x, const options& o) {
+  return detail::into_result(x, [&](auto* v, index_t* ix) { return host::run(x, v, ix, o); });
+}
+
+/// Evaluate with a compile-time budget (`eval<budget<64_MiB>>(e)`), or with MEMSAFE_BUDGET /
+/// the default when no budget is given (`eval(e)`).
+template <class Budget = detail::no_budget, evaluable X>
+result<typename X::value_type> eval(const X& x) {
+  static_assert(detail::valid_budget_param<Budget>,
+                "memsafe: eval<B>(expr): B must be memsafe::budget<Bytes> (e.g. budget<64_MiB>)");
+  return eval(x, options{detail::static_budget<Budget>(), 0});
+}
+
+/// Evaluate with a run-time budget.
+template <class Budget = detail::no_budget, evaluable X>
+result<typename X::value_type> eval(const X& x, budget_bytes b) {
+  static_assert(std::is_same_v<Budget, detail::no_budget>,
+                "memsafe: give the budget once: either eval<budget<N>>(expr) or eval(expr, budget_bytes(n))");
+  return eval(x, options{b.bytes, 0});
+}
+
+/// The plan eval would follow (nothing is allocated or computed). Throws budget_error like eval.
+template <evaluable X>
+tile_plan plan_for(const X& x, const options& o = {}) {
+  rewrite::rule_log log;
+  auto p = host::planner_for(x, log)(resolve_budget(o.budget), plan::resolve_threads(o.threads));
+  p.rules = log.fired;
+  return p;
+}
+template <evaluable X>
+tile_plan plan_for(const X& x, budget_bytes b) {
+  return plan_for(x, options{b.bytes, 0});
+}
+
+/// A human-readable account of an evaluation: the expression as written, as rewritten, the rules
+/// that fired, and the plan (or why no plan fits and the minimum budget that would).
+template <evaluable X>
+std::string explain(const X& x, const options& o = {}) {
+  std::string s = "as written:   " + x.str() + "\n";
+  const std::size_t budget = resolve_budget(o.budget);
+  rewrite::rule_log log;
+  const auto planner = host::planner_for(x, log);
+  try {
+    auto p = planner(budget, plan::resolve_threads(o.threads));
+    p.rules = log.fired;
+    s += p.describe();
+  } catch (const budget_error& e) {
+    auto p = planner(unlimited, 1);
+    p.rules = log.fired;
+    p.budget = budget;
+    s += p.describe_rewrite() + "plan:         does not fit: " + e.what() + "\n";
+  }
+  return s;
+}
+
+}  // namespace memsafe

@@ -1,0 +1,105 @@
+// memsafe/plan/options.hpp — what every backend shares above its executor: the options an
+// evaluation is planned with, the stats it reports, the result it returns, and the output checks.
+// Backend-neutral: included by backend/host/, backend/cuda/ and the API layer (api/eval.hpp).
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/accounting.hpp"
+#include "../core/budget.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "../core/math.hpp"
+#include "plan.hpp"
+
+namespace memsafe {
+
+/// Run-time evaluation options.
+struct options {
+  std::optional<std::size_t> budget;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then default
+  unsigned threads = 0;               ///< worker threads; 0: MEMSAFE_NUM_THREADS, then all cores
+};
+
+/// What one evaluation did.
+struct eval_stats {
+  std::size_t budget_bytes = 0;
+  std::size_t peak_temp_bytes = 0;     ///< measured by the accountant
+  std::size_t planned_temp_bytes = 0;  ///< what the plan predicted
+  std::size_t min_budget_bytes = 0;    ///< the smallest budget this evaluation could run with
+  std::size_t temp_allocations = 0;
+  std::size_t tile_rows = 0, tile_cols = 0, tile_inner = 0, num_tiles = 0, threads = 0;
+  double seconds = 0;
+  tile_plan plan;
+};
+
+/// The result of eval: values (rows × cols, row-major), indices for arg-reductions, stats.
+template <class T>
+struct result {
+  std::vector<T> values;
+  std::vector<index_t> indices;
+  std::size_t rows = 0, cols = 0;
+  eval_stats stats;
+  T operator()(std::size_t i, std::size_t j) const { return values[i * cols + j]; }
+  T operator[](std::size_t i) const { return values[i]; }
+  index_t index(std::size_t i, std::size_t j = 0) const { return indices[i * cols + j]; }
+  std::size_t size() const { return values.size(); }
+};
+
+namespace detail {
+
+/// The stats of an evaluation that followed plan p under an accountant (host or device).
+template <class Accountant>
+eval_stats make_stats(tile_plan p, const Accountant& acc, std::size_t budget, double seconds) {
+  eval_stats s;
+  s.seconds = seconds;
+  s.budget_bytes = budget;
+  s.peak_temp_bytes = acc.peak();
+  s.planned_temp_bytes = p.planned_bytes;
+  s.min_budget_bytes = p.min_bytes;
+  s.temp_allocations = acc.allocations();
+  s.tile_rows = p.tile_rows;
+  s.tile_cols = p.tile_cols;
+  s.tile_inner = p.tile_inner;
+  s.num_tiles = p.num_tiles;
+  s.threads = p.threads;
+  s.plan = std::move(p);
+  return s;
+}
+
+/// eval_into's argument checks (every backend's).
+template <class X>
+void check_outputs(const X& x, const typename X::value_type* values, const index_t* indices, const char* where) {
+  const std::size_t count = checked_mul(x.rows(), x.cols(), where);
+  if (!values && count != 0) throw argument_error(std::string(where) + ": null output pointer");
+  if constexpr (X::has_indices)
+    if (!indices && count != 0)
+      throw argument_error(std::string(where) + ": " + x.str() + " returns indices: pass an index output");
+}
+/// A result sized for x, filled by run(values, indices) -> eval_stats.
+template <class X, class Run>
+result<typename X::value_type> into_result(const X& x, Run&& run) {
+  result<typename X::value_type> r;
+  r.rows = x.rows();
+  r.cols = x.cols();
+  const std::size_t count = checked_mul(r.rows, r.cols, "memsafe: eval: the result");
+  r.values.resize(count);
+  if constexpr (X::has_indices) r.indices.resize(count);
+  r.stats = run(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
+  return r;
+}
+
+template <class B>
+inline constexpr bool valid_budget_param = is_budget<B>::value || std::is_same_v<B, no_budget>;
+
+template <class B>
+std::optional<std::size_t> static_budget() {
+  if constexpr (is_budget<B>::value) return B::bytes;
+  else return std::nullopt;
+}
+
+}  // namespace detail
+}  // namespace memsafe
