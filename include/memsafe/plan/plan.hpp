@@ -7,7 +7,9 @@
 // up to 64 bytes. The planner searches tile shapes from cache-sized (64×1024) down to 1×1 and
 // thread counts from the requested number down to 1, and takes the first plan that fits.
 // If even one thread with a 1×1 tile does not fit, it throws budget_error naming that minimum,
-// before anything is allocated.
+// before anything is allocated. Every planner's search (tiles_2d, tiles_3d here; the CUDA
+// backend's row layouts and product blocks) is the one routine best_fit over the backend's own
+// candidates and byte model; tests/test_planner.cpp drives it with synthetic costs.
 #pragma once
 #include <algorithm>
 #include <cctype>
@@ -20,6 +22,8 @@
 #include <string_view>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../core/budget.hpp"
@@ -141,6 +145,29 @@ inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_
                      budget, minimum);
 }
 
+inline constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+/// The one search routine of every planner (the host's tiles_2d/tiles_3d, the CUDA backend's row
+/// layouts and product blocks): among `cands`, the index of the candidate of highest `score`
+/// whose `cost` fits `limit`; equal scores keep the earlier candidate, so a constant score takes
+/// the first that fits (a preference order). npos when none fits. Each backend brings its own
+/// candidates and byte model; nothing here knows about tiles or devices.
+template <class Cand, class Cost, class Score>
+std::size_t best_fit(const std::vector<Cand>& cands, std::size_t limit, Cost&& cost, Score&& score) {
+  std::size_t best = npos;
+  using S = std::remove_cvref_t<decltype(score(cands.front()))>;
+  S best_score{};
+  for (std::size_t k = 0; k < cands.size(); ++k) {
+    if (cost(cands[k]) > limit) continue;
+    S sc = score(cands[k]);
+    if (best == npos || best_score < sc) {
+      best = k;
+      best_score = std::move(sc);
+    }
+  }
+  return best;
+}
+
 /// Plan a 2-D tiling of an n×m index space. `cost(ti, tj)` gives the per-thread bytes.
 /// `tis`/`tjs` are the tile extents to try (each ≤ the extent; the largest area that fits wins).
 template <class Cost>
@@ -157,19 +184,16 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
   p.min_bytes = cost(1, 1);
   if (p.min_bytes > budget) too_small(what, budget, p.min_bytes);
   const std::size_t reasonable = std::min<std::size_t>(n, 16) * std::min<std::size_t>(m, 256);
+  std::vector<std::pair<std::size_t, std::size_t>> grid;  // (ti, tj)
+  for (std::size_t ti : tis)
+    for (std::size_t tj : tjs) grid.emplace_back(ti, tj);
   for (std::size_t T = max_threads; T >= 1; --T) {
-    std::size_t best_area = 0, bi = 0, bj = 0;
-    for (std::size_t ti : tis)
-      for (std::size_t tj : tjs) {
-        const std::size_t c = cost(ti, tj);
-        if (c > budget / T) continue;
-        const std::size_t area = ti * tj;
-        if (area > best_area || (area == best_area && tj > bj)) {
-          best_area = area;
-          bi = ti;
-          bj = tj;
-        }
-      }
+    // The largest area that fits budget / T; equal areas: the wider tile.
+    const std::size_t k = best_fit(
+        grid, budget / T, [&](const auto& t) { return cost(t.first, t.second); },
+        [](const auto& t) { return std::pair<std::size_t, std::size_t>(t.first * t.second, t.second); });
+    const std::size_t best_area = k == npos ? 0 : grid[k].first * grid[k].second;
+    const std::size_t bi = k == npos ? 0 : grid[k].first, bj = k == npos ? 0 : grid[k].second;
     if (best_area && (best_area >= reasonable || T == 1)) {
       p.tile_rows = bi;
       p.tile_cols = bj;
@@ -217,18 +241,22 @@ tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t bud
   const auto tps = candidates(P, {256, 128, 64, 32, 16, 8, 4, 2, 1});
   const auto tqs = candidates(Q, {256, 128, 64, 32, 16, 8, 4, 2, 1});
   const auto tts = candidates(Tn, {512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
+  struct block {
+    std::size_t tp, tq, tt;
+  };
+  std::vector<block> grid;
+  for (std::size_t tp : tps)
+    for (std::size_t tq : tqs)
+      for (std::size_t tt : tts)
+        if (!symmetric || tq == tp) grid.push_back({tp, tq, tt});  // symmetric: square blocks mirror
   for (std::size_t T = max_threads; T >= 1; --T) {
-    double best = 0;
-    std::size_t bp = 0, bq = 0, bt = 0;
-    for (std::size_t tp : tps)
-      for (std::size_t tq : tqs)
-        for (std::size_t tt : tts) {
-          if (symmetric && tq != tp) continue;  // square blocks, so the diagonal blocks mirror
-          if (cost(tp, tq, tt) > budget / T) continue;
-          // Work per generated entry grows with tp·tq/(tp+tq); favour wide contraction tiles too.
-          const double score = double(tp) * double(tq) / double(tp + tq) * std::min<double>(double(tt), 64.0);
-          if (score > best) { best = score; bp = tp; bq = tq; bt = tt; }
-        }
+    // Work per generated entry grows with tp·tq/(tp+tq); favour wide contraction tiles too.
+    const auto score = [](const block& b) {
+      return double(b.tp) * double(b.tq) / double(b.tp + b.tq) * std::min<double>(double(b.tt), 64.0);
+    };
+    const std::size_t k = best_fit(grid, budget / T, [&](const block& b) { return cost(b.tp, b.tq, b.tt); }, score);
+    const double best = k == npos ? 0.0 : score(grid[k]);
+    const std::size_t bp = k == npos ? 0 : grid[k].tp, bq = k == npos ? 0 : grid[k].tq, bt = k == npos ? 0 : grid[k].tt;
     const double reasonable = double(std::min<std::size_t>(P, 16)) * double(std::min<std::size_t>(Q, 16)) /
                               double(std::min<std::size_t>(P, 16) + std::min<std::size_t>(Q, 16)) *
                               std::min<double>(double(std::min<std::size_t>(Tn, 64)), 64.0);
