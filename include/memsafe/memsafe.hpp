@@ -6,6 +6,7 @@
 #include "core/accounting.hpp"
 #include "core/budget.hpp"
 #include "core/config.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/math.hpp"
 #include "exec/eval.hpp"
