@@ -13,11 +13,7 @@
 // var_f = k(x*, x*) − ‖L⁻¹ku*‖² + ‖LB⁻¹L⁻¹ku*‖², with ku* evaluated for batches of at most m test
 // points (an m×batch block, never test_n×m). RMSE and NLPD are in the original target units.
 // See examples/README.md for every option and field.
-#include <memsafe/memsafe.hpp>
-
-#if !defined(MEMSAFE_HAS_LAPACK)
-#error "sgpr_bound needs memsafe::linalg: link memsafe::lapack"
-#endif
+#include <memsafe/linalg.hpp>  // memsafe::linalg: an #error unless linked to memsafe::lapack
 
 #include <algorithm>
 #include <chrono>

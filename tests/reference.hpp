@@ -8,6 +8,9 @@
 #include <functional>
 #include <limits>
 #include <memsafe/memsafe.hpp>
+#if defined(__CUDACC__)
+#include <memsafe/cuda.cuh>  // memsafe::cuda for MEMSAFE_TEST_DEVICE (the GPU tests nvcc compiles)
+#endif
 #include <numeric>
 #include <random>
 #include <string>

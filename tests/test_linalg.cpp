@@ -4,8 +4,7 @@
 #if defined(MEMSAFE_HAS_LAPACK)
 #include <cmath>
 #include <cstddef>
-#include <memsafe/linalg/dense.hpp>
-#include <memsafe/memsafe.hpp>
+#include <memsafe/linalg.hpp>
 #include <random>
 #include <string>
 #include <vector>

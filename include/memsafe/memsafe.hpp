@@ -1,12 +1,18 @@
-// memsafe/memsafe.hpp — the one header to include.
+// memsafe/memsafe.hpp — the core: everything that needs only a C++20 compiler (target
+// memsafe::memsafe), the same header in every translation unit.
 //
 //   capture (expr/) → rewrite (rewrite/) → lower (lower/) → plan (plan/) → execute (backend/host/,
 //   backend/cuda/ through <memsafe/cuda.cuh>) — the entry points eval, plan_for, explain in api/
+//
+// Opt-in entry headers add the parts that need more, each including this one:
+//   <memsafe/linalg.hpp>  memsafe::linalg, dense linear algebra through BLAS/LAPACK (memsafe::lapack);
+//   <memsafe/cuda.cuh>    memsafe::cuda, the CUDA backend, in files nvcc compiles (memsafe::cuda).
 #pragma once
 
 #include "core/accounting.hpp"
 #include "core/budget.hpp"
 #include "core/config.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/math.hpp"
 #include "api/eval.hpp"
@@ -24,14 +30,3 @@
 #include "rewrite/chain.hpp"
 #include "rewrite/normalize.hpp"
 
-// Dense linear algebra on views (Cholesky, triangular solves, GEMM) through BLAS/LAPACK: only with
-// the CMake target memsafe::lapack, which defines MEMSAFE_HAS_LAPACK.
-#if defined(MEMSAFE_HAS_LAPACK)
-#include "linalg/dense.hpp"
-#endif
-
-// The CUDA backend (memsafe::cuda::eval): only in translation units compiled by nvcc, with the
-// CMake target memsafe::cuda (cudart, cuBLAS, CCCL).
-#if defined(__CUDACC__)
-#include "backend/cuda/eval.cuh"
-#endif

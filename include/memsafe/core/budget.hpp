@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "env.hpp"
 #include "error.hpp"
 
 namespace memsafe {
@@ -114,11 +115,12 @@ inline std::string format_bytes(std::size_t b) {
   return std::string(buf) + (u ? " (" + std::to_string(b) + " B)" : "");
 }
 
-/// MEMSAFE_BUDGET, parsed; nullopt when unset or empty. Throws argument_error when malformed.
+/// MEMSAFE_BUDGET (core/env.hpp), parsed; nullopt when unset or empty. Throws argument_error when
+/// malformed.
 inline std::optional<std::size_t> env_budget() {
-  const char* e = std::getenv("MEMSAFE_BUDGET");
-  if (!e || !*e) return std::nullopt;
-  return parse_bytes(e);
+  const auto e = env::budget();
+  if (!e) return std::nullopt;
+  return parse_bytes(*e);
 }
 
 /// Resolve the budget of one call following the documented precedence.

@@ -1,7 +1,7 @@
 // memsafe/linalg/dense.hpp — small dense linear algebra through BLAS/LAPACK, on memsafe views.
 //
 // For the m×m matrices that follow a memsafe reduction (Kuu, Kuf·Kufᵀ, …): Cholesky, triangular
-// solves, log-determinant, GEMM and SYRK. Requires MEMSAFE_HAS_LAPACK (link memsafe::lapack).
+// solves, log-determinant, GEMM and SYRK. Reached through <memsafe/linalg.hpp> (link memsafe::lapack).
 // These routines allocate nothing themselves; the BLAS/LAPACK's own internal buffers (OpenBLAS's
 // per-thread GEMM buffers) are outside memsafe's budget accounting (docs/design.md).
 //
@@ -20,7 +20,7 @@
 #pragma once
 
 #if !defined(MEMSAFE_HAS_LAPACK)
-#error "memsafe/linalg/dense.hpp needs BLAS/LAPACK: link the CMake target memsafe::lapack (which defines MEMSAFE_HAS_LAPACK=1 and links LAPACK), not only memsafe::memsafe"
+#error "memsafe/linalg/dense.hpp needs MEMSAFE_HAS_LAPACK: include <memsafe/linalg.hpp> and link memsafe::lapack"
 #endif
 
 #include <climits>

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../core/budget.hpp"
+#include "../core/env.hpp"
 #include "../core/error.hpp"
 
 #if defined(__linux__)
@@ -122,9 +123,9 @@ inline std::optional<std::uint64_t> parse_positive(std::string_view s) {
 inline std::size_t resolve_threads(unsigned requested) {
   const std::size_t cores = available_cores();
   if (requested) return std::min<std::size_t>(requested, cores);
-  if (const char* e = std::getenv("MEMSAFE_NUM_THREADS"); e && *e) {
-    if (auto v = parse_positive(e)) return static_cast<std::size_t>(std::min<std::uint64_t>(*v, cores));
-    throw argument_error(std::string("memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"") + e + "\"");
+  if (const auto e = env::num_threads()) {
+    if (auto v = parse_positive(*e)) return static_cast<std::size_t>(std::min<std::uint64_t>(*v, cores));
+    throw argument_error("memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"" + std::string(*e) + "\"");
   }
   return cores;
 }

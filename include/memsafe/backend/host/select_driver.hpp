@@ -22,6 +22,7 @@
 #include "kernels.hpp"
 #include "select.hpp"
 #include "../../core/accounting.hpp"
+#include "../../core/env.hpp"
 #include "../../expr/formulas.hpp"
 #include "../../expr/lazy.hpp"
 #include "../../plan/plan.hpp"
@@ -33,8 +34,8 @@ namespace memsafe::host {
 /// The fused path is on unless MEMSAFE_KERNELS=reference (then every expression takes the
 /// portable tile path — for comparisons and debugging).
 inline bool fused_kernels_enabled() {
-  const char* e = std::getenv("MEMSAFE_KERNELS");
-  return !(e && std::strcmp(e, "reference") == 0);
+  const auto e = env::kernels();
+  return !(e && *e == "reference");
 }
 
 template <class F, bool Max>

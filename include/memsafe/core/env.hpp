@@ -1,0 +1,48 @@
+// memsafe/core/env.hpp — the environment variables the library reads, all read here.
+//
+// Each variable has one function returning its text, or nullopt when it is unset or set to the
+// empty string (an empty variable counts as unset everywhere). The text is parsed where its
+// meaning is owned; a malformed value is an argument_error quoting the text:
+//
+//   MEMSAFE_BUDGET       the budget of a call that gives none (docs/budget.md for the precedence).
+//                        A number with an optional unit, case insensitive, spaces ignored:
+//                        B, kB/KB, MB, GB, TB (powers of 10), KiB, MiB, GiB, TiB (powers of 2),
+//                        fractions ("1.5GiB"), or unlimited / inf / none for no limit.
+//                        Parsed by parse_bytes (core/budget.hpp); anything else, zero and more
+//                        than 2^64 − 1 bytes included, is an argument_error.
+//   MEMSAFE_NUM_THREADS  the worker threads of a call whose options::threads is 0. A positive
+//                        decimal integer, surrounding spaces allowed, clamped to the cores this
+//                        process may use; anything else ("2abc", "0", "-1") is an argument_error.
+//                        Parsed by plan::resolve_threads (plan/plan.hpp). Unset: all those cores.
+//   MEMSAFE_KERNELS      "reference" turns off the fused k-nearest kernels of the host backend
+//                        (exec/select.hpp): every expression takes the portable tile path, for
+//                        comparisons and debugging. Any other value leaves them on.
+//
+// The variables are read at every call that needs them, never cached. MEMSAFE_BUDGET applies to
+// the CUDA backend too. Other MEMSAFE_* variables (MEMSAFE_DATA_DIR, MEMSAFE_DATA_MIRROR,
+// MEMSAFE_FUZZ_*) belong to the examples, benchmarks, scripts and tests, not to the library.
+#pragma once
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+namespace memsafe::env {
+
+/// The text of the environment variable `name`; nullopt when unset or empty. The view is valid
+/// until the environment is next modified.
+inline std::optional<std::string_view> get(const char* name) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return std::nullopt;
+  return std::string_view(e);
+}
+
+/// MEMSAFE_BUDGET (see above).
+inline std::optional<std::string_view> budget() { return get("MEMSAFE_BUDGET"); }
+
+/// MEMSAFE_NUM_THREADS (see above).
+inline std::optional<std::string_view> num_threads() { return get("MEMSAFE_NUM_THREADS"); }
+
+/// MEMSAFE_KERNELS (see above).
+inline std::optional<std::string_view> kernels() { return get("MEMSAFE_KERNELS"); }
+
+}  // namespace memsafe::env
