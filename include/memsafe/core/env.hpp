@@ -15,7 +15,7 @@
 //                        process may use; anything else ("2abc", "0", "-1") is an argument_error.
 //                        Parsed by plan::resolve_threads (plan/plan.hpp). Unset: all those cores.
 //   MEMSAFE_KERNELS      "reference" turns off the fused k-nearest kernels of the host backend
-//                        (exec/select.hpp): every expression takes the portable tile path, for
+//                        (backend/host/select_driver.hpp): every expression takes the portable tile path, for
 //                        comparisons and debugging. Any other value leaves them on.
 //
 // The variables are read at every call that needs them, never cached. MEMSAFE_BUDGET applies to
