@@ -10,7 +10,8 @@
 # Prints one JSON line per workload: min and median seconds of each side, new/old ratios, and
 # whether the dumps (the first ≤ 2000 rows of kNN indices / matvec entries) are identical; then one
 # line per (revision, translation unit, compiler) from bench/compile_time.sh. Exit status 1 when a
-# dump differs. Builds go to $WORK (default /tmp/memsafe-compare), one git worktree per revision.
+# dump differs. Builds go to $WORK (default /tmp/memsafe-compare), one git worktree per revision;
+# CT_RUNS compile-time runs per translation unit (default 3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD=${1:?usage: compare_revs.sh OLD_REV [NEW_REV] [ROUNDS]}
@@ -77,6 +78,6 @@ done
 for side in "$OLD:$old_dir" "$NEW:$new_dir"; do
   rev=${side%%:*}
   dir=${side#*:}
-  (cd "$dir/src" && bash bench/compile_time.sh 3) | sed "s/^{/{\"rev\": \"$(git rev-parse --short "$rev")\", /"
+  (cd "$dir/src" && bash bench/compile_time.sh "${CT_RUNS:-3}") | sed "s/^{/{\"rev\": \"$(git rev-parse --short "$rev")\", /"
 done
 exit $status
