@@ -193,9 +193,8 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
     const std::size_t k = best_fit(
         grid, budget / T, [&](const auto& t) { return cost(t.first, t.second); },
         [](const auto& t) { return std::pair<std::size_t, std::size_t>(t.first * t.second, t.second); });
-    const std::size_t best_area = k == npos ? 0 : grid[k].first * grid[k].second;
-    const std::size_t bi = k == npos ? 0 : grid[k].first, bj = k == npos ? 0 : grid[k].second;
-    if (best_area && (best_area >= reasonable || T == 1)) {
+    if (k != npos && (grid[k].first * grid[k].second >= reasonable || T == 1)) {
+      const auto [bi, bj] = grid[k];
       p.tile_rows = bi;
       p.tile_cols = bj;
       p.row_blocks = (n + bi - 1) / bi;
@@ -250,18 +249,17 @@ tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t bud
     for (std::size_t tq : tqs)
       for (std::size_t tt : tts)
         if (!symmetric || tq == tp) grid.push_back({tp, tq, tt});  // symmetric: square blocks mirror
+  // Work per generated entry grows with tp·tq/(tp+tq); favour wide contraction tiles too.
+  const auto score = [](const block& b) {
+    return double(b.tp) * double(b.tq) / double(b.tp + b.tq) * std::min<double>(double(b.tt), 64.0);
+  };
+  const double reasonable = double(std::min<std::size_t>(P, 16)) * double(std::min<std::size_t>(Q, 16)) /
+                            double(std::min<std::size_t>(P, 16) + std::min<std::size_t>(Q, 16)) *
+                            std::min<double>(double(std::min<std::size_t>(Tn, 64)), 64.0);
   for (std::size_t T = max_threads; T >= 1; --T) {
-    // Work per generated entry grows with tp·tq/(tp+tq); favour wide contraction tiles too.
-    const auto score = [](const block& b) {
-      return double(b.tp) * double(b.tq) / double(b.tp + b.tq) * std::min<double>(double(b.tt), 64.0);
-    };
     const std::size_t k = best_fit(grid, budget / T, [&](const block& b) { return cost(b.tp, b.tq, b.tt); }, score);
-    const double best = k == npos ? 0.0 : score(grid[k]);
-    const std::size_t bp = k == npos ? 0 : grid[k].tp, bq = k == npos ? 0 : grid[k].tq, bt = k == npos ? 0 : grid[k].tt;
-    const double reasonable = double(std::min<std::size_t>(P, 16)) * double(std::min<std::size_t>(Q, 16)) /
-                              double(std::min<std::size_t>(P, 16) + std::min<std::size_t>(Q, 16)) *
-                              std::min<double>(double(std::min<std::size_t>(Tn, 64)), 64.0);
-    if (best > 0 && (best >= reasonable || T == 1)) {
+    if (k != npos && (score(grid[k]) >= reasonable || T == 1)) {
+      const auto [bp, bq, bt] = grid[k];
       p.tile_rows = bp;
       p.tile_cols = bq;
       p.tile_inner = bt;

@@ -48,9 +48,6 @@ auto monoid_for(const R& r) {
   else if constexpr (std::is_same_v<R, red::dense>) return dense_monoid<T>{};
   else static_assert(detail::always_false<R>, "memsafe: the host has no monoid for this reduction");
 }
-template <class J>
-using monoid_of = decltype(monoid_for<typename J::value_type>(std::declval<const typename J::reduction&>()));
-
 /// Bytes of temporaries a diagonal tree (rewrite/diagonal.hpp) needs: a 1×1 tile where pairs
 /// are read, nothing elsewhere.
 template <class D>
@@ -162,13 +159,17 @@ std::vector<tile_plan> plan_slices(const batch_job<J, T>& b, std::size_t budget,
   for (const auto& slice : b.slices) ps.push_back(plan_rows(slice, budget, threads, what));
   return ps;
 }
+/// The plan shown for a batch, from its slices' plans.
 template <class J, class T>
-tile_plan plan_job(const batch_job<J, T>& b, std::size_t budget, std::size_t threads, const std::string& what) {
-  const auto ps = plan_slices(b, budget, threads, what);
+tile_plan batch_plan(const batch_job<J, T>& b, const std::vector<tile_plan>& ps) {
   tile_plan p = ps.empty() ? tile_plan{} : ps.front();
   for (const auto& q : ps) p.min_bytes = std::max(p.min_bytes, q.min_bytes);
   p.expression = "batch of " + std::to_string(b.slices.size()) + " x [" + p.expression + "]";
   return p;
+}
+template <class J, class T>
+tile_plan plan_job(const batch_job<J, T>& b, std::size_t budget, std::size_t threads, const std::string& what) {
+  return batch_plan(b, plan_slices(b, budget, threads, what));
 }
 
 // ---- run: executes a job under a plan, fires no rule ---------------------------------------------
@@ -192,7 +193,7 @@ void run_job(const diag_job<D, Trace>& j, const tile_plan&, T* values, index_t*,
 }
 template <class E, class R, class T>
 void run_rows_job(const jobs::rows_job<E, R, T>& job, const jobs::out_spec<T>& out, const tile_plan& p,
-              accountant& acc) {
+                  accountant& acc) {
   auto mon = monoid_for<T>(job.red);
   auto post = job.post;
   if constexpr (requires { mon.scale; }) {  // the scale is applied in double, before rounding to T
@@ -208,10 +209,9 @@ template <class J, class T>
 void run_job(const bound_rows<J, T>& b, const tile_plan& p, T*, index_t*, accountant& acc) {
   run_rows_job(b.job, b.out, p, acc);
 }
+/// A batch runs each slice under its own plan (planned once, before any slice runs).
 template <class J, class T>
-void run_job(const batch_job<J, T>& b, const tile_plan&, T*, index_t*, accountant& acc, std::size_t budget,
-             std::size_t threads, const std::string& what) {
-  const auto ps = plan_slices(b, budget, threads, what);
+void run_job(const batch_job<J, T>& b, const std::vector<tile_plan>& ps, accountant& acc) {
   for (std::size_t k = 0; k < b.slices.size(); ++k) run_rows_job(b.slices[k], b.outs[k], ps[k], acc);
 }
 
@@ -225,10 +225,16 @@ template <class X, class T = typename X::value_type>
 tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
                        accountant& acc, rewrite::rule_log& log) {
   const auto job = jobs::lower(x, values, indices, log);
-  tile_plan p = plan_job(job, budget, threads, x.str());
-  if constexpr (jobs::is_batched_node<X>) run_job(job, p, values, indices, acc, budget, threads, x.str());
-  else run_job(job, p, values, indices, acc);
-  return p;
+  if constexpr (jobs::is_batched_node<X>) {
+    const auto ps = plan_slices(job, budget, threads, x.str());
+    tile_plan p = batch_plan(job, ps);
+    run_job(job, ps, acc);
+    return p;
+  } else {
+    tile_plan p = plan_job(job, budget, threads, x.str());
+    run_job(job, p, values, indices, acc);
+    return p;
+  }
 }
 
 template <class X, class T = typename X::value_type>
@@ -241,7 +247,7 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
   tile_plan p = plan_and_run(x, values, indices, budget, threads, acc, log);
   p.rules = log.fired;
   return detail::make_stats(std::move(p), acc, budget,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 /// Lower x once and return planner(budget, threads) → tile_plan over that lowering (a chain's
