@@ -78,9 +78,7 @@ inline constexpr bool zero_diagonal_distance =
 /// Guard of stationary_diagonal: Y is X itself (same view, y not negated) and every point finite.
 template <class P>
 bool same_finite_points(const P& e) {
-  if (!(e.x.data() == e.y.data() && e.x.rows() == e.y.rows() && e.x.row_stride() == e.y.row_stride() &&
-        e.x.col_stride() == e.y.col_stride() && e.params.y_sign == 1))
-    return false;
+  if (!(same_view(e.x, e.y) && e.params.y_sign == 1)) return false;
   for (std::size_t i = 0; i < e.x.rows(); ++i)
     for (std::size_t k = 0; k < e.x.cols(); ++k)
       if (!std::isfinite(e.x(i, k))) return false;

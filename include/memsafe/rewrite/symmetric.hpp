@@ -44,12 +44,8 @@ bool is_symmetric_product(const A& a, const B& b) {
   } else if constexpr (requires { b.use_fast; }) {
     return b.use_fast && is_symmetric_product(a, b.fast);
   } else {
-    auto same = [](const auto& u, const auto& v) {
-      return u.data() == v.data() && u.rows() == v.rows() && u.cols() == v.cols() &&
-             u.row_stride() == v.row_stride() && u.col_stride() == v.col_stride();
-    };
     const auto &pa = a.params, &pb = b.params;
-    return same(a.x, b.y) && same(a.y, b.x) && pa.variance == pb.variance && pa.alpha == pb.alpha &&
+    return same_view(a.x, b.y) && same_view(a.y, b.x) && pa.variance == pb.variance && pa.alpha == pb.alpha &&
            pa.acc_scale == pb.acc_scale && pa.per_dim == pb.per_dim && pa.kind == pb.kind && pa.y_sign == pb.y_sign;
   }
 }

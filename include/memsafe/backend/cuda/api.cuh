@@ -16,25 +16,19 @@
 namespace memsafe::cuda {
 namespace detail {
 
-// The node kinds are the ones lowering uses (lower/job.hpp), shared with the host backend.
-template <class X>
-inline constexpr bool is_product_node = jobs::is_lazy_product<X>;
-template <class X>
-inline constexpr bool is_row_node = jobs::is_rows_node<X>;
-
 /// Plan (and, unless plan_only, evaluate) with the driver of the expression's node.
 template <class X>
 tile_plan dispatch(const X& x, typename X::value_type* values, index_t* indices, const options& o,
                    std::size_t budget, const device_resources& dev, device_accountant* acc, bool plan_only,
                    rewrite::rule_log& log) {
-  if constexpr (is_product_node<X>)
+  if constexpr (jobs::is_lazy_product<X>)  // node kinds as lowering reads them (lower/job.hpp)
     return product_eval<decltype(x.a), decltype(x.b)>::run(x, values, o, budget, dev, acc, plan_only, log);
   else return row_eval<X>::run(x, values, indices, o, budget, dev, acc, plan_only, log);
 }
 
 template <class X>
 void check_node() {
-  static_assert(is_row_node<X> || is_product_node<X>,
+  static_assert(jobs::is_rows_node<X> || jobs::is_lazy_product<X>,
                 "memsafe::cuda: the GPU backend evaluates reductions (sum, min, argkmin, logsumexp, ...), products "
                 "K*v, K*M, v*K, M*K, softmax_sum, dense(E) and lazy x lazy products; product chains, batches and "
                 "diag/trace are evaluated on the host (memsafe::eval)");
