@@ -3,7 +3,9 @@
 // resources — with no expression and nothing allocated.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstddef>
+#include <string>
 #include <random>
 #include <utility>
 #include <vector>
@@ -144,6 +146,53 @@ TEST_CASE("resources: a thread request above the usable cores is clamped to them
   CHECK(cores >= 1);
   CHECK(plan::resolve_threads(1) == 1);
   CHECK(plan::resolve_threads(4000000000u) == cores);
+}
+
+
+TEST_CASE("chain planner: the walk over the ordered steps, the leanest order when the cheapest does not fit") {
+  // A·B·C with p×q·q×r·r×s = 100×2·2×100·100×1, all dense, 8-byte entries.
+  memsafe::rewrite::chain_order<3> o;
+  o.dims = {100, 2, 100, 1};
+  o.kind = {0, 0, 0};
+  const std::array<std::string, 3> names{"A", "B", "C"};
+  memsafe::rewrite::rule_log log;
+  // Synthetic step workspaces: 1000 bytes for the product with the column C, 0 otherwise.
+  std::vector<memsafe::jobs::chain_step> asked;
+  auto step = [&](const memsafe::jobs::chain_step& st, std::size_t budget, std::size_t) {
+    memsafe::tile_plan p;
+    p.min_bytes = st.j == 2 ? 1000 : 0;
+    p.budget = budget;
+    asked.push_back(st);
+    return p;
+  };
+  // The cheapest order is A·(B·C) (400 + 200 flops vs 40000 + 20000): B·C is a 2×1 intermediate.
+  auto cp = plan::plan_chain(o, names, "A*B*C", std::size_t(1) << 20, 1, log, step);
+  CHECK(cp.shown.expression == "(A (B C))");
+  REQUIRE(cp.steps.size() == 2);
+  CHECK((cp.steps[0].i == 1 && cp.steps[0].s == 1 && cp.steps[0].j == 2));
+  CHECK((cp.steps[1].i == 0 && cp.steps[1].s == 0 && cp.steps[1].j == 2));
+  CHECK(cp.steps[1].right == 0);  // the root consumes step 0's result
+  CHECK(cp.steps[1].left == memsafe::jobs::chain_step::none);
+  // Peak: B·C's result (16 B) beside its 1000-byte workspace; the root writes the caller's output.
+  CHECK(cp.shown.min_bytes == 1016);
+  CHECK(cp.step_budget[0] == (std::size_t(1) << 20) - 16);
+  CHECK(cp.step_budget[1] == (std::size_t(1) << 20) - 16);  // B·C is alive while the root runs
+  CHECK(log.fired.front() == "chain_order: (A (B C))");
+  // Exactly the minimum fits; one byte less is a budget_error naming it.
+  CHECK(plan::plan_chain(o, names, "A*B*C", 1016, 1, log, step).shown.min_bytes == 1016);
+  try {
+    plan::plan_chain(o, names, "A*B*C", 1015, 1, log, step);
+    FAIL("expected a budget_error");
+  } catch (const memsafe::budget_error& e) {
+    CHECK(e.minimum_bytes == 1016);
+  }
+  // A pinned middle factor is a step of its own, before the product that reads it.
+  o.kind = {0, 2, 0};
+  auto pp = plan::plan_chain(o, names, "A*pin(B)*C", std::size_t(1) << 20, 1, log, step);
+  REQUIRE(pp.steps.size() == 3);
+  CHECK(pp.steps[0].pinned_leaf());
+  CHECK(pp.steps[0].i == 1);
+  CHECK(pp.shown.min_bytes == 1600 + 16 + 1000);  // pin(B) (2×100) beside B·C's result and workspace
 }
 
 }  // TEST_SUITE

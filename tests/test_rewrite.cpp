@@ -340,6 +340,48 @@ TEST_CASE("matrix chains take the cheapest order and never form K K^T") {
   CHECK_THROWS_AS((void)(A * C), ms::shape_error);
 }
 
+TEST_CASE("a chain runs in its planned minimum; an intermediate is checked by the diag_in_product guard") {
+  const std::size_t n = 300, d = 3;
+  auto x = data(n, d, 31), w = data(n, 1, 32), v = data(n, 1, 33);
+  auto X = ms::points(x.data(), n, d);
+  auto K = ms::rbf(X, X, 0.8, 1.1);
+  auto W = ms::vec(w.data(), n);
+  auto V = ms::vec(v.data(), n);
+  auto ch = (K + ms::diag(V)) * (ms::transpose(K) * W);
+  // The planned minimum is what the walk over the steps needs: it runs there, not one byte lower.
+  const std::size_t minimum = ms::plan_for(ch, ms::budget_bytes(1 << 20)).min_bytes;
+  auto at_min = ms::eval(ch, ms::budget_bytes(minimum));
+  CHECK(at_min.stats.peak_temp_bytes <= minimum);
+  try {
+    (void)ms::eval(ch, ms::budget_bytes(minimum - 1));
+    FAIL("expected a budget_error");
+  } catch (const ms::budget_error& e) {
+    CHECK(e.minimum_bytes == minimum);
+  }
+  // The same as evaluating the two products one after the other (the intermediate Kᵀw bound into
+  // the step exactly as a caller's vector would be).
+  auto ktw = ms::eval(ms::transpose(K) * W);
+  auto two = ms::eval((K + ms::diag(V)) * ms::vec(ktw.values.data(), n));
+  std::vector<double> sc(n);
+  for (std::size_t i = 0; i < n; ++i) sc[i] = std::fabs(two[i]) + 1;
+  expect_close(at_min.values, two.values, sc, "(K + D) (K^T w) at the chain's minimum");
+  CHECK(ms::explain(ch).find("diag_in_product") != std::string::npos);
+  // An infinite entry in the intermediate: the split (K + D)·M → K·M + D·M is not exact, the guard
+  // of the step keeps the original form, as it does for a caller's vector with that entry.
+  w[7] = std::numeric_limits<double>::infinity();
+  auto inf_chain = ms::eval(ch);
+  auto ktw_inf = ms::eval(ms::transpose(K) * W);
+  auto two_inf = ms::eval((K + ms::diag(V)) * ms::vec(ktw_inf.values.data(), n));
+  REQUIRE(inf_chain.values.size() == two_inf.values.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = inf_chain.values[i], b = two_inf.values[i];
+    CHECK(((std::isnan(a) && std::isnan(b)) || a == b));
+  }
+  bool kept = false;
+  for (const auto& r : inf_chain.stats.plan.rules) kept = kept || r.find("not applied") != std::string::npos;
+  CHECK(kept);
+}
+
 TEST_CASE("symmetric_product computes A A^T from the lower block triangle") {
   const std::size_t mu = 150, n = 700, d = 3;
   auto u = data(mu, d, 23), x = data(n, d, 24);

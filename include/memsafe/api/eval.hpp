@@ -71,7 +71,7 @@ std::string explain(const X& x, const options& o = {}) {
   std::string s = "as written:   " + x.str() + "\n";
   const std::size_t budget = resolve_budget(o.budget);
   rewrite::rule_log log;
-  const auto planner = host::planner_for(x, log);
+  auto planner = host::planner_for(x, log);
   try {
     auto p = planner(budget, plan::resolve_threads(o.threads));
     p.rules = log.fired;

@@ -80,6 +80,11 @@ template <class X>
 pinned<X> pin(const X& x) {
   return {x};
 }
+/// pin(pin(x)) is pin(x).
+template <class X>
+pinned<X> pin(const pinned<X>& p) {
+  return p;
+}
 
 namespace detail {
 template <class E>

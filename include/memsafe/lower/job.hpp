@@ -11,8 +11,8 @@
 //   diag_job<D, Trace>       diag(K) / trace(K): the diagonal tree (rewrite/diagonal.hpp)
 //   batch_job<J, T>          a batch: one rows_job and one output layout per slice
 //
-// A chain (expr/chain.hpp) is not lowered here: its order is chosen by the rule chain_order
-// (rewrite/chain.hpp) from the extents, and each step is a product lowered when its operand exists.
+// A chain (expr/chain.hpp) lowers to a chain_job (lower/chain.hpp): the inputs of the rule
+// chain_order, whose order depends on the budget, and its steps, each lowered once.
 // The reduction tags are backend-neutral: the host maps them to its monoids
 // (backend/host/eval.hpp), the CUDA backend to its device monoids (backend/cuda/plan.cuh).
 #pragma once
@@ -230,7 +230,7 @@ auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
     }
     return job;
   } else {
-    static_assert(is_rows_node<X>, "memsafe: this node has no lowering (chains are ordered by rewrite/chain.hpp)");
+    static_assert(is_rows_node<X>, "memsafe: this node has no lowering (chains lower in lower/chain.hpp)");
     using J = decltype(rows_lowering<X>::make(x, log));
     return bound_rows<J, T>{rows_lowering<X>::make(x, log), rows_lowering<X>::out(x, values, indices)};
   }

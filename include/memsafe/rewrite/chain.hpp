@@ -43,6 +43,14 @@ constexpr double entry_cost(const E& e) {
   else return 40.0;
 }
 
+/// A factor's cost in the order search: 0 for dense and pinned factors (their entries are read),
+/// entry_cost for a lazy one (generated).
+template <class F>
+constexpr double factor_cost(const F& f) {
+  if constexpr (factor_kind<F> == 1) return entry_cost(f);
+  else return 0.0;
+}
+
 /// Order of a chain of N factors: per interval [i, j] the best split, flops and peak bytes.
 template <std::size_t N>
 struct chain_order {

@@ -118,6 +118,24 @@ auto split_linear_guarded(const E& e, linear_post<T>& post, const matrix_view<co
   }
 }
 
+/// The guard of split_linear_guarded again, for a dense factor bound after lowering (a chain's
+/// intermediate product): if the split is not exact for it, the original form is evaluated and
+/// `post` becomes trivial. True if it switched.
+template <class E, class T>
+bool recheck_linear_guard(E& e, linear_post<T>& post, const matrix_view<const T>& rhs, rule_log& log,
+                          const char* where) {
+  if constexpr (requires { e.use_fast; e.slow; }) {
+    if (e.use_fast && !split_is_exact(post, rhs)) {
+      e.use_fast = false;
+      post = {};
+      log.add(std::string("scalar_hoist/diag_in_product not applied to ") + where +
+              ": zero or non-finite scale, or a non-finite dense factor (kept as written)");
+      return true;
+    }
+  }
+  return false;
+}
+
 namespace detail {
 template <class S, class E>
 auto keep_or_guard(const S& s, const E& e, bool ok) {

@@ -167,13 +167,6 @@ auto normalize(const transpose_expr<transpose_expr<E>>& e, rule_log& log) {
   return normalize(e.e.e, log);
 }
 
-/// Normalise without keeping the log.
-template <class E>
-auto normalize(const E& e) {
-  rule_log log;
-  return normalize(e, log);
-}
-
 /// The type an expression has after normalisation.
 template <class E>
 using normalized_t = decltype(normalize(std::declval<const E&>(), std::declval<rule_log&>()));

@@ -1,289 +1,197 @@
-// memsafe/backend/host/chain.hpp — evaluate a product chain in the order the rule chain_order
-// (rewrite/chain.hpp) chooses, on the host.
+// memsafe/backend/host/chain.hpp — plan and run a lowered chain (lower/chain.hpp) on the host.
 //
-// The order is chosen once per evaluation: the cheapest order (in flops) whose intermediates fit
-// the budget; a dry walk over that order adds each step's smallest workspace to the intermediates
-// alive beside it, and if that does not fit, the leanest order is taken; if even that does not fit,
-// budget_error names its minimum before any work. Execution follows the chosen splits by
-// compile-time recursion over the intervals; every intermediate product is a dense temporary
-// counted against the budget, the final product is the caller's output, lazy factors are never
-// materialised, and each step is planned and tiled on its own with what the intermediates leave.
+// plan_chain: the chain planner (plan/chain.hpp) with the host's plan of one step as byte model; a
+// step is lowered the first time the planner asks for it (jobs::lower_step) and planned with
+// plan_job. run_chain walks the planned steps in order: a step's result is a dense temporary
+// counted against the budget (the root writes into the caller's output), freed once the step that
+// consumes it has run; lazy factors are never materialised. A K·M step whose M is an intermediate
+// gets it bound (jobs::bind_rhs) just before it runs.
 #pragma once
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <cstddef>
-#include <limits>
 #include <string>
-#include <utility>
-
-#include "../../core/budget.hpp"
+#include <type_traits>
+#include <vector>
 
 #include "../../core/accounting.hpp"
-#include "../../expr/chain.hpp"
+#include "../../core/budget.hpp"
+#include "../../lower/chain.hpp"
+#include "../../plan/chain.hpp"
 #include "../../plan/plan.hpp"
-#include "../../rewrite/chain.hpp"
-#include "../../rewrite/rules.hpp"
+#include "jobs.hpp"
 #include "kernels.hpp"
 
 namespace memsafe::host {
 
-using rewrite::chain_order;
-using rewrite::entry_cost;
-using rewrite::is_dense_factor;
-using rewrite::is_pinned_factor;
-
-
-// Declared here, defined in backend/host/eval.hpp (the default template argument is given there).
-template <class X>
-tile_plan make_plan(const X& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log);
+template <class J>
+inline constexpr bool is_chain_job = false;
 template <class... Fs>
-tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log);
-template <class X, class T>
-tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
-                       accountant& acc, rewrite::rule_log& log);
-template <class... Fs, class T>
-tile_plan plan_and_run(const chain_expr<Fs...>& x, T* values, index_t*, std::size_t budget, std::size_t threads,
-                       accountant& acc, rewrite::rule_log& log);
+inline constexpr bool is_chain_job<jobs::chain_job<Fs...>> = true;
+template <class J>
+inline constexpr bool is_dense_step = false;
+template <class T>
+inline constexpr bool is_dense_step<jobs::dense_step<T>> = true;
+template <class J>
+inline constexpr bool is_rows_job = false;
+template <class E, class R, class T>
+inline constexpr bool is_rows_job<jobs::rows_job<E, R, T>> = true;
+
+/// Workspace of a dense·dense step: none for contiguous double operands (gemm_acc), else one
+/// row of double accumulators. An intermediate (a placeholder while planning) is contiguous.
+template <class T>
+std::size_t dense_product_bytes(const jobs::dense_step<T>& s) {
+  auto contiguous = [](const matrix_view<const T>& v) { return v.col_stride() == 1 || jobs::is_placeholder(v); };
+  if (std::is_same_v<T, double> && contiguous(s.a) && contiguous(s.b)) return 0;
+  return s.b.cols() * sizeof(double);
+}
+
+/// out (p×r) = A (p×q) · B (q×r), double accumulation; contiguous double operands go to gemm_acc
+/// (BLAS where linked), others through a strided loop.
+template <class T>
+void dense_product(const matrix_view<const T>& A, const matrix_view<const T>& B, T* out, accountant& acc) {
+  const std::size_t p = A.rows(), q = A.cols(), r = B.cols();
+  if constexpr (std::is_same_v<T, double>) {
+    if (A.col_stride() == 1 && B.col_stride() == 1) {
+      std::fill(out, out + p * r, 0.0);
+      host::gemm_acc(p, r, q, A.data(), A.row_stride(), B.data(), B.row_stride(), out, r);
+      return;
+    }
+  }
+  temp_buffer<double> row(acc, r);
+  for (std::size_t i = 0; i < p; ++i) {
+    std::fill(row.data(), row.data() + r, 0.0);
+    for (std::size_t k = 0; k < q; ++k) {
+      const double av = static_cast<double>(A(i, k));
+      for (std::size_t j = 0; j < r; ++j) row[j] += av * static_cast<double>(B(k, j));
+    }
+    for (std::size_t j = 0; j < r; ++j) out[i * r + j] = static_cast<T>(row[j]);
+  }
+}
 
 template <class... Fs>
-struct chain_eval {
-  using C = chain_expr<Fs...>;
-  using T = typename C::value_type;
-  static constexpr std::size_t N = sizeof...(Fs);
-  const C& c;
-  chain_order<N> ord;
-  std::array<std::string, N> names;
-  std::size_t threads = 1;
-  accountant* acc = nullptr;
-  rewrite::rule_log* log = nullptr;  ///< the chain's log: each step's rules are reported with it
-  // Dry run: walk the chosen order without data, adding each step's minimum workspace to the
-  // intermediates alive at that point; the result is the smallest budget the order can run in.
-  bool dry = false;
-  double dry_cur = 0, dry_peak = 0;
+plan::chain_plan plan_chain(jobs::chain_job<Fs...>& job, std::size_t budget, std::size_t threads,
+                            rewrite::rule_log& log);
 
-  explicit chain_eval(const C& ch) : c(ch) {
-    ord.elem = sizeof(T);
-    ord.dims[0] = c.rows();
-    std::size_t k = 0;
-    std::apply(
-        [&](const auto&... f) {
-          ((ord.dims[k + 1] = f.cols(), ord.kind[k] = kind_of(f), ord.cost[k] = cost_of(f),
-            names[k] = f.str(), ++k),
-           ...);
-        },
-        c.f);
+/// The host's plan of one lowered step under a budget.
+template <class X, class J>
+tile_plan plan_step(jobs::step_entry<X, J>& e, std::size_t budget, std::size_t threads) {
+  if constexpr (is_dense_step<J>) {
+    tile_plan p;
+    p.expression = e.job.str();
+    p.reduction = "dense product (double accumulation)";
+    p.rows = e.job.a.rows();
+    p.cols = e.job.b.cols();
+    p.budget = budget;
+    p.min_bytes = p.planned_bytes = p.per_thread_bytes = dense_product_bytes(e.job);
+    if (p.min_bytes > budget) plan::too_small(p.expression, budget, p.min_bytes);
+    return p;
+  } else if constexpr (is_chain_job<J>) {  // a pinned chain: its own order, under this budget
+    rewrite::rule_log nested;
+    auto p = plan_chain(e.job, budget, threads, nested).shown;
+    e.rules = std::move(nested.fired);  // the rules of its last planning, which is the one that runs
+    return p;
+  } else if constexpr (is_rows_job<J>) {
+    return plan_rows(e.job, budget, threads, e.x.str());
+  } else {
+    return plan_job(e.job, budget, threads, e.x.str());
   }
-  template <class F>
-  static int kind_of(const F&) {
-    return rewrite::factor_kind<F>;
-  }
-  template <class F>
-  static double cost_of(const F& f) {
-    if constexpr (is_dense_factor<F> || is_pinned_factor<F>) return 0.0;
-    else return entry_cost(f);
-  }
+}
 
-  /// A dense operand: a view plus the temporary that holds it (if any).
-  struct dense_operand {
-    temp_buffer<T> buf;
-    matrix_view<const T> m{nullptr, 0, 0};
-    chain_eval* dry_owner = nullptr;
-    double dry_bytes = 0;
-    dense_operand() = default;
-    dense_operand(dense_operand&& o) noexcept
-        : buf(std::move(o.buf)), m(o.m), dry_owner(std::exchange(o.dry_owner, nullptr)), dry_bytes(o.dry_bytes) {}
-    dense_operand& operator=(dense_operand&& o) noexcept {
-      release();
-      buf = std::move(o.buf);
-      m = o.m;
-      dry_owner = std::exchange(o.dry_owner, nullptr);
-      dry_bytes = o.dry_bytes;
-      return *this;
-    }
-    void release() {
-      if (dry_owner) dry_owner->dry_cur -= dry_bytes;
-      dry_owner = nullptr;
-    }
-    ~dense_operand() { release(); }
+template <class... Fs>
+plan::chain_plan plan_chain(jobs::chain_job<Fs...>& job, std::size_t budget, std::size_t threads,
+                            rewrite::rule_log& log) {
+  using Job = jobs::chain_job<Fs...>;
+  auto step_plan = [&](const jobs::chain_step& st, std::size_t b, std::size_t t) {
+    tile_plan p;
+    jobs::visit_step<Job>(st, [&](auto I, auto S, auto J) { p = plan_step(jobs::lower_step<I, S, J>(job), b, t); });
+    return p;
   };
-  static const T* dummy() {
-    static const T z[1] = {T(0)};
-    return z;
-  }
-  void dry_step(std::size_t min_bytes) { dry_peak = std::max(dry_peak, dry_cur + double(min_bytes)); }
-
-  std::size_t left() const { return acc->limit() - acc->current(); }
-
-  /// Evaluate [I, J] into `out` (row-major, ld = cols) when given, else into a new temporary.
-  template <std::size_t I, std::size_t J>
-  dense_operand materialise(T* out) {
-    dense_operand d;
-    const std::size_t r = ord.dims[I], q = ord.dims[J + 1];
-    if (dry) {
-      if (!out) {
-        d.dry_owner = this;
-        d.dry_bytes = double(host::align64(r * q * sizeof(T)));
-        dry_cur += d.dry_bytes;
-        dry_peak = std::max(dry_peak, dry_cur);
-      }
-      if constexpr (I == J) {
-        dry_step(make_plan(std::get<I>(c.f).x, unlimited, 1, *log).min_bytes);
-      } else {
-        dispatch<I, J, I>(ord.split[I * N + J], nullptr);
-      }
-      d.m = matrix_view<const T>(dummy(), r, q, 0, 0);
-      return d;
-    }
-    if (!out) {
-      d.buf = temp_buffer<T>(*acc, r * q);
-      out = d.buf.data();
-    }
-    if constexpr (I == J) {  // a pinned factor
-      const auto& f = std::get<I>(c.f);
-      plan_and_run(f.x, out, nullptr, left(), threads, *acc, *log);
-    } else {
-      dispatch<I, J, I>(ord.split[I * N + J], out);
-    }
-    d.m = matrix_view<const T>(out, r, q);
-    return d;
-  }
-  template <std::size_t I, std::size_t J, std::size_t S>
-  void dispatch(std::size_t s, T* out) {
-    if constexpr (S < J) {
-      if (s == S) combine<I, S, J>(out);
-      else dispatch<I, J, S + 1>(s, out);
-    }
-  }
-  /// The operand for [I, J]: the factor itself (lazy or dense) or a materialised product.
-  template <std::size_t I, std::size_t J>
-  decltype(auto) operand(dense_operand& hold) {
-    if constexpr (I == J && !is_pinned_factor<std::tuple_element_t<I, std::tuple<Fs...>>>) {
-      const auto& f = std::get<I>(c.f);
-      if constexpr (is_dense_factor<std::remove_cvref_t<decltype(f)>>) return f.m;
-      else return f;
-    } else {
-      hold = materialise<I, J>(nullptr);
-      return hold.m;
-    }
-  }
-  template <std::size_t I, std::size_t S, std::size_t J>
-  void combine(T* out) {
-    dense_operand hl, hr;
-    const auto a = operand<I, S>(hl);
-    const auto b = operand<S + 1, J>(hr);
-    multiply(a, b, out);
-  }
-
-  static constexpr bool is_view(const matrix_view<const T>*) { return true; }
-  template <class U>
-  static constexpr bool is_view(const U*) { return false; }
-
-  template <class A, class B>
-  void multiply(const A& a, const B& b, T* out) {
-    constexpr bool ad = is_view(static_cast<const A*>(nullptr)), bd = is_view(static_cast<const B*>(nullptr));
-    auto step = [&](const auto& x) {
-      if (dry) dry_step(make_plan(x, unlimited, 1, *log).min_bytes);
-      else plan_and_run(x, out, nullptr, left(), threads, *acc, *log);
-    };
-    if constexpr (ad && bd) {
-      if (dry) dry_step(dense_product_bytes(a, b));
-      else dense_product(a, b, out);
-    } else if constexpr (!ad && bd) {
-      step(matmul_expr<A>{{}, a, b, false, false});
-    } else if constexpr (ad && !bd) {
-      using Tt = transpose_expr<B>;
-      step(matmul_expr<Tt, true>{{}, Tt{{}, b}, a.t(), false, true});
-    } else {
-      step(lazy_product_expr<A, B>{{}, a, b});
-    }
-  }
-  static std::size_t dense_product_bytes(const matrix_view<const T>& A, const matrix_view<const T>& B) {
-    if (std::is_same_v<T, double> && A.col_stride() == 1 && B.col_stride() == 1) return 0;
-    return host::align64(B.cols() * sizeof(double));
-  }
-  /// Minimum bytes of the order in `ord` (intermediates plus each step's smallest workspace).
-  double dry_run() {
-    dry = true;
-    dry_cur = dry_peak = 0;
-    materialise<0, N - 1>(const_cast<T*>(dummy()));
-    dry = false;
-    return dry_peak;
-  }
-  /// Pick the order: the cheapest whose held intermediates fit; if its steps do not fit beside
-  /// them, the leanest order. Returns the minimum budget of the chosen order.
-  double choose(double budget) {
-    ord.solve(budget);
-    double need = dry_run();
-    if (need > budget) {
-      ord.solve(0.0);
-      need = dry_run();
-    }
-    return need;
-  }
-  /// out (p×r) = A (p×q) · B (q×r), double accumulation; contiguous operands go to gemm_acc
-  /// (BLAS where linked), others through a strided loop.
-  void dense_product(const matrix_view<const T>& A, const matrix_view<const T>& B, T* out) {
-    const std::size_t p = A.rows(), q = A.cols(), r = B.cols();
-    if constexpr (std::is_same_v<T, double>) {
-      if (A.col_stride() == 1 && B.col_stride() == 1) {
-        std::fill(out, out + p * r, 0.0);
-        host::gemm_acc(p, r, q, A.data(), A.row_stride(), B.data(), B.row_stride(), out, r);
-        return;
-      }
-    }
-    temp_buffer<double> row(*acc, r);
-    for (std::size_t i = 0; i < p; ++i) {
-      std::fill(row.data(), row.data() + r, 0.0);
-      for (std::size_t k = 0; k < q; ++k) {
-        const double av = static_cast<double>(A(i, k));
-        for (std::size_t j = 0; j < r; ++j) row[j] += av * static_cast<double>(B(k, j));
-      }
-      for (std::size_t j = 0; j < r; ++j) out[i * r + j] = static_cast<T>(row[j]);
-    }
-  }
-};
-
-/// Choose the order for `ce` and describe it as a plan; budget_error if even the leanest order
-/// does not fit.
-template <class... Fs>
-tile_plan chain_plan(chain_eval<Fs...>& ce, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
-  constexpr std::size_t N = sizeof...(Fs);
-  ce.log = &log;
-  const double need = ce.choose(double(budget));
-  tile_plan p;
-  p.expression = ce.ord.order(0, N - 1, ce.names);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%.4g flops (left to right: %.4g)", ce.ord.flops[N - 1], ce.ord.left_to_right());
-  p.reduction = "matrix chain of " + std::to_string(N) + " factors, order by dynamic programming over flops and " +
-                "temporary bytes: " + buf + "; each step planned and tiled on its own";
-  log.add("chain_order: " + p.expression);
-  p.rows = ce.c.rows();
-  p.cols = ce.c.cols();
-  p.budget = budget;
-  p.threads = threads;
-  p.min_bytes = static_cast<std::size_t>(need);
-  // Each step may use whatever the intermediates alive beside it leave of the budget.
-  p.planned_bytes = p.per_thread_bytes = budget;
-  if (need > double(budget)) plan::too_small(ce.c.str(), budget, p.min_bytes);
-  return p;
-}
-
-template <class... Fs>
-tile_plan make_plan(const chain_expr<Fs...>& x, std::size_t budget, std::size_t threads, rewrite::rule_log& log) {
-  chain_eval<Fs...> ce(x);
-  return chain_plan(ce, budget, threads, log);
+  auto cp = plan::plan_chain(job.ord, job.names, job.expression, budget, threads, log, step_plan);
+  for (const auto& st : cp.steps)  // the rules of the steps that will run
+    jobs::visit_step<Job>(st, [&](auto I, auto S, auto J) {
+      for (const auto& r : jobs::lower_step<I, S, J>(job).rules) log.add(r);
+    });
+  return cp;
 }
 
 template <class... Fs, class T>
-tile_plan plan_and_run(const chain_expr<Fs...>& x, T* values, index_t*, std::size_t budget, std::size_t threads,
-                       accountant& acc, rewrite::rule_log& log) {
-  chain_eval<Fs...> ce(x);
-  tile_plan p = chain_plan(ce, budget, threads, log);  // the order is chosen once, here
-  ce.threads = threads;
-  ce.acc = &acc;
-  ce.template materialise<0, sizeof...(Fs) - 1>(values);
-  return p;
+void run_chain(jobs::chain_job<Fs...>& job, const plan::chain_plan& cp, T* out, std::size_t threads,
+               accountant& acc, rewrite::rule_log& log);
+
+/// Run a pinned factor's job into `dst`.
+template <class X, class J, class T>
+void run_pinned(jobs::step_entry<X, J>& e, const tile_plan& p, std::size_t budget, T* dst, std::size_t threads,
+                accountant& acc, rewrite::rule_log& log) {
+  if constexpr (is_chain_job<J>) {
+    rewrite::rule_log nested;  // planned as plan_step did, under the same budget: the same order
+    run_chain(e.job, plan_chain(e.job, budget, threads, nested), dst, threads, acc, log);
+  } else if constexpr (requires { e.job.job; e.job.out; }) {  // bound_rows: bind the output now
+    run_rows_job(e.job.job, jobs::rows_lowering<X>::out(e.x, dst, nullptr), p, acc);
+  } else {
+    run_job(e.job, p, dst, nullptr, acc);
+  }
+}
+
+/// The operand [I, K] of a step: the factor itself, or the intermediate step `producer` left.
+template <std::size_t I, std::size_t K, class Job, class T>
+auto step_operand(const Job& job, std::size_t producer, const std::vector<matrix_view<const T>>& views) {
+  if constexpr (Job::template is_factor_operand<I, K>) return job.template operand_placeholder<I, K>();
+  else return views[producer];
+}
+
+/// Run the step (I, S, J) into `dst`.
+template <std::size_t I, std::size_t S, std::size_t J, class... Fs, class T>
+void run_step(jobs::chain_job<Fs...>& job, const jobs::chain_step& st, const std::vector<matrix_view<const T>>& views,
+              const tile_plan& p, std::size_t budget, T* dst, std::size_t threads, accountant& acc,
+              rewrite::rule_log& log) {
+  auto& e = jobs::lower_step<I, S, J>(job);  // lowered by the planner
+  using Jb = std::remove_cvref_t<decltype(e.job)>;
+  if constexpr (I == S && S == J) {
+    run_pinned(e, p, budget, dst, threads, acc, log);
+  } else {
+    const auto a = step_operand<I, S>(job, st.left, views);
+    const auto b = step_operand<S + 1, J>(job, st.right, views);
+    if constexpr (is_dense_step<Jb>) {
+      dense_product(a, b, dst, acc);
+    } else if constexpr (is_rows_job<Jb>) {  // K·M, or M·K computed as (Kᵀ·Mᵀ)ᵀ: bind M (or Mᵀ)
+      using X = std::remove_cvref_t<decltype(e.x)>;
+      const matrix_view<const T> rhs = [&] {
+        if constexpr (jobs::chain_detail::is_view<std::remove_cv_t<decltype(a)>>) return a.t();
+        else return matrix_view<const T>(b);
+      }();
+      // If the guard now keeps the original form, the step is planned again under its budget.
+      const bool replan = jobs::bind_rhs(e, rhs, log);
+      run_rows_job(e.job, jobs::rows_lowering<X>::out(e.x, dst, nullptr),
+                   replan ? plan_rows(e.job, budget, threads, e.x.str()) : p, acc);
+    } else {
+      run_job(e.job, p, dst, nullptr, acc);
+    }
+  }
+}
+
+template <class... Fs, class T>
+void run_chain(jobs::chain_job<Fs...>& job, const plan::chain_plan& cp, T* out, std::size_t threads,
+               accountant& acc, rewrite::rule_log& log) {
+  using Job = jobs::chain_job<Fs...>;
+  constexpr std::size_t N = Job::N;
+  const std::size_t n = cp.steps.size();
+  std::vector<temp_buffer<T>> held(n);
+  std::vector<matrix_view<const T>> views(n, matrix_view<const T>(nullptr, 0, 0));
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto& st = cp.steps[k];
+    const std::size_t r = job.ord.dims[st.i], q = job.ord.dims[st.j + 1];
+    T* dst = out;  // the root writes into the caller's output
+    if (!(st.i == 0 && st.j == N - 1 && !st.pinned_leaf())) {
+      held[k] = temp_buffer<T>(acc, r * q);
+      dst = held[k].data();
+    }
+    jobs::visit_step<Job>(st, [&](auto I, auto S, auto J) {
+      run_step<I, S, J>(job, st, views, cp.step_plans[k], cp.step_budget[k], dst, threads, acc, log);
+    });
+    views[k] = matrix_view<const T>(dst, r, q);
+    for (const std::size_t c : {st.left, st.right})  // the operands are consumed
+      if (c != jobs::chain_step::none) held[c] = temp_buffer<T>();
+  }
 }
 
 }  // namespace memsafe::host

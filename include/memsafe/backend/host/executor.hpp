@@ -166,6 +166,45 @@ std::size_t product_bytes(const EA& a, const EB& b, std::size_t tp, std::size_t 
          host::align64(tp * tq * sizeof(double));
 }
 
+/// One thread's part of a lazy × lazy product: the generators of both factors, their tiles and
+/// the double accumulator of one output block.
+template <class EA, class EB>
+struct product_worker {
+  using T = typename EA::value_type;
+  tile_gen<EA> ga;
+  tile_gen<EB> gb;
+  T *ta, *tb;
+  double* cacc;
+  product_worker(const EA& a, const EB& b, std::byte* ws, std::size_t tp, std::size_t tq, std::size_t tt)
+      : ga(a), gb(b) {
+    std::byte* cur = ws;
+    ta = carve<T>(cur, tp * tt);
+    tb = carve<T>(cur, tt * tq);
+    ga.bind(cur, tp, tt);
+    gb.bind(cur, tt, tq);
+    cacc = carve<double>(cur, tp * tq);
+  }
+  /// cacc = A[p0:p0+np, s] · B[s, q0:q0+nq] over the contraction blocks [t0, t1) of size tt.
+  void accumulate(std::size_t p0, std::size_t np, std::size_t q0, std::size_t nq, std::size_t t0, std::size_t t1,
+                  std::size_t tt, std::size_t N) {
+    std::fill(cacc, cacc + np * nq, 0.0);
+    for (std::size_t s0 = t0 * tt; s0 < std::min(t1 * tt, N); s0 += tt) {
+      const std::size_t ns = std::min(tt, N - s0);
+      ga.fill(p0, np, s0, ns, ta, ns);
+      gb.fill(s0, ns, q0, nq, tb, nq);
+      host::gemm_acc(np, nq, ns, ta, ns, tb, nq, cacc, nq);
+    }
+  }
+};
+
+/// symmetric_product: copy the blocks below the diagonal into the ones above it.
+template <class T>
+void mirror_blocks(T* C, std::size_t ldc, std::size_t P, std::size_t Q, std::size_t tp, std::size_t tq) {
+  for (std::size_t i = 0; i < P; ++i)
+    for (std::size_t j = i + 1; j < Q; ++j)
+      if (j / tq > i / tp) C[i * ldc + j] = C[j * ldc + i];
+}
+
 template <class EA, class EB>
 void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size_t ldc, const tile_plan& p,
                  accountant& acc) {
@@ -178,33 +217,10 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
     return;
   }
   const std::size_t tp = p.tile_rows, tq = p.tile_cols, tt = p.tile_inner, nthreads = p.threads;
-  struct pworker {
-    tile_gen<EA> ga;
-    tile_gen<EB> gb;
-    T *ta, *tb;
-    double* cacc;
-    pworker(const EA& a_, const EB& b_, std::byte* ws, std::size_t tp_, std::size_t tq_, std::size_t tt_) : ga(a_), gb(b_) {
-      std::byte* cur = ws;
-      ta = carve<T>(cur, tp_ * tt_);
-      tb = carve<T>(cur, tt_ * tq_);
-      ga.bind(cur, tp_, tt_);
-      gb.bind(cur, tt_, tq_);
-      cacc = carve<double>(cur, tp_ * tq_);
-    }
-    void accumulate(std::size_t p0, std::size_t np, std::size_t q0, std::size_t nq, std::size_t t0, std::size_t t1,
-                    std::size_t tt_, std::size_t N_) {
-      std::fill(cacc, cacc + np * nq, 0.0);
-      for (std::size_t s0 = t0 * tt_; s0 < std::min(t1 * tt_, N_); s0 += tt_) {
-        const std::size_t ns = std::min(tt_, N_ - s0);
-        ga.fill(p0, np, s0, ns, ta, ns);
-        gb.fill(s0, ns, q0, nq, tb, nq);
-        host::gemm_acc(np, nq, ns, ta, ns, tb, nq, cacc, nq);
-      }
-    }
-  };
   std::vector<temp_buffer<std::byte>> ws;
   ws.reserve(nthreads);
   for (std::size_t t = 0; t < nthreads; ++t) ws.emplace_back(acc, p.per_thread_bytes);
+  using pworker = product_worker<EA, EB>;
   std::vector<pworker> workers;
   workers.reserve(nthreads);
   for (std::size_t t = 0; t < nthreads; ++t) workers.emplace_back(a, b, ws[t].data(), tp, tq, tt);
@@ -221,10 +237,7 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
     return !(p.symmetric && q0 > p0);  // A·Aᵀ: blocks above the diagonal are mirrored afterwards
   };
   auto mirror = [&] {
-    if (!p.symmetric) return;
-    for (std::size_t i = 0; i < P; ++i)
-      for (std::size_t j = i + 1; j < Q; ++j)
-        if (j / tq > i / tp) C[i * ldc + j] = C[j * ldc + i];
+    if (p.symmetric) mirror_blocks(C, ldc, P, Q, tp, tq);
   };
   if (!p.split_columns) {
     std::atomic<std::size_t> next{0};
