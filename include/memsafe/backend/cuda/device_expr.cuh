@@ -26,7 +26,7 @@
 #define MEMSAFE_UNROLL
 #endif
 
-namespace memsafe::cuda {
+namespace memsafe::cuda::detail {
 
 // ---- points on the device ----------------------------------------------------------------------
 
@@ -195,4 +195,4 @@ MEMSAFE_HD inline T key_value(const rank_key& k) {
   }
 }
 
-}  // namespace memsafe::cuda
+}  // namespace memsafe::cuda::detail

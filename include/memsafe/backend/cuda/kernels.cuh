@@ -20,7 +20,7 @@
 #include "device_expr.cuh"
 #include "device_monoids.cuh"
 
-namespace memsafe::cuda::kernels {
+namespace memsafe::cuda::detail::kernels {
 
 template <base_kind B, class T>
 __device__ __forceinline__ T base_step(T x, T y, T acc) {
@@ -432,4 +432,4 @@ __global__ void store_block_kernel(const T* src, std::int64_t ld, std::int64_t n
   out.put(i_base + i, c, src[i * ld + c]);
 }
 
-}  // namespace memsafe::cuda::kernels
+}  // namespace memsafe::cuda::detail::kernels

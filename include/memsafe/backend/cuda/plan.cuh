@@ -67,6 +67,10 @@ inline device_resources device_resources::current() {
   return *known[std::size_t(dev)];
 }
 
+namespace detail {
+
+using jobs::rows_lowering;
+
 enum class kernel_path { fused, tile_fold, tile_topk, tile_matmul, tile_softmax, tile_dense, product };
 inline const char* path_name(kernel_path p) {
   switch (p) {
@@ -79,10 +83,6 @@ inline const char* path_name(kernel_path p) {
     default: return "lazy x lazy: tiles of both factors, cuBLAS GEMM accumulation";
   }
 }
-
-namespace detail {
-
-using jobs::rows_lowering;
 
 inline constexpr int fused_tj = 128;                ///< points of Y per shared-memory tile (= threads)
 inline constexpr std::size_t fused_max_d = 64;      ///< coordinates held in registers
