@@ -7,7 +7,8 @@
 #include <type_traits>
 
 #include "device_expr.cuh"
-#include "kernels.cuh"
+#include "kernels_fold.cuh"
+#include "kernels_pairwise.cuh"
 #include "plan.cuh"
 #include "runtime.cuh"
 

@@ -13,7 +13,7 @@
 #include "../../lower/job.hpp"
 #include "../../plan/options.hpp"
 #include "device_expr.cuh"
-#include "kernels.cuh"
+#include "kernels_fold.cuh"
 #include "runtime.cuh"
 
 namespace memsafe::cuda {
