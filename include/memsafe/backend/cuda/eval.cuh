@@ -28,4 +28,6 @@
 #include "output.cuh"
 #include "plan.cuh"
 #include "product.cuh"
+#include "product_plan.cuh"
 #include "rows.cuh"
+#include "rows_plan.cuh"
