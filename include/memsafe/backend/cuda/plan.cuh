@@ -114,13 +114,14 @@ inline std::size_t feeder_bytes(bool host, int slots, std::size_t rows, std::siz
   if (!host || rows * cols == 0) return 0;
   return std::size_t(slots) * 2 * rnd(rows * cols * tsize);
 }
-/// Candidate extents: the full extent, then halvings down to `lo` (and `lo` itself).
+/// Candidate extents: the full extent, then halvings down to `lo` (and `lo` itself); never below 1
+/// (an empty extent has the one candidate 1).
 inline std::vector<std::size_t> halvings(std::size_t full, std::size_t cap, std::size_t lo) {
   std::vector<std::size_t> v;
   std::size_t x = std::max<std::size_t>(1, std::min(full, cap));
   while (true) {
     v.push_back(x);
-    if (x <= lo) break;
+    if (x <= std::max<std::size_t>(lo, 1)) break;
     x = std::max(lo, (x + 1) / 2);
   }
   return v;
