@@ -5,7 +5,8 @@
 // splits' partial states and writes the rows. softmax_sum keeps an online (max, sum) per row:
 // softmax_tile_kernel turns a score tile into exp(s − max) in place and rescales the row's
 // accumulator before cuBLAS adds P·V, softmax_finish_kernel divides by the sum. store_block_kernel
-// writes a block of rows to strided outputs.
+// writes a block of rows to strided outputs; transpose_block_kernel writes a block's transpose
+// (the mirrored blocks of a symmetric product).
 #pragma once
 #include <cstdint>
 
@@ -133,6 +134,27 @@ __global__ void store_block_kernel(const T* src, std::int64_t ld, std::int64_t n
   if (q >= ni * nc) return;
   const std::int64_t i = q / nc, c = q % nc;
   out.put(i_base + i, c, src[i * ld + c]);
+}
+
+inline constexpr int transpose_tile = 32, transpose_rows = 8;  ///< 32×32 blocks, 32×8 threads
+
+/// dst[c·ldd + r] = src[r·lds + c] for r < nr, c < nc: a block's transpose, staged through shared
+/// memory so that both the reads and the writes are coalesced. src and dst do not overlap.
+template <class T>
+__global__ void transpose_block_kernel(const T* src, std::int64_t lds, std::int64_t nr, std::int64_t nc, T* dst,
+                                       std::int64_t ldd) {
+  constexpr int TT = transpose_tile;
+  __shared__ T t[TT][TT + 1];
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * TT, c0 = std::int64_t(blockIdx.x) * TT;
+  for (int y = threadIdx.y; y < TT; y += transpose_rows) {
+    const std::int64_t r = r0 + y, c = c0 + threadIdx.x;
+    if (r < nr && c < nc) t[y][threadIdx.x] = src[r * lds + c];
+  }
+  __syncthreads();
+  for (int y = threadIdx.y; y < TT; y += transpose_rows) {
+    const std::int64_t c = c0 + y, r = r0 + threadIdx.x;
+    if (c < nc && r < nr) dst[c * ldd + r] = t[threadIdx.x][y];
+  }
 }
 
 }  // namespace memsafe::cuda::detail::kernels

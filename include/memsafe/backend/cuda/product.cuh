@@ -1,7 +1,10 @@
 // memsafe/backend/cuda/product.cuh — running a lazy × lazy product under its product_plan
 // (product_plan.cuh): per output block, a tile of each factor per inner chunk, accumulated by
 // cuBLAS GEMM straight into a device output, or into a device accumulator staged home to a host
-// output per block.
+// output per block. A symmetric product (A·Aᵀ, as the host's run_product does it) computes only
+// the blocks on and below the diagonal and writes each block below it also transposed, into the
+// block above: by a transpose kernel within a device output, by the CPU from the pinned copy into
+// a host output.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -11,6 +14,7 @@
 
 #include "../../lower/job.hpp"
 #include "device_expr.cuh"
+#include "kernels_fold.cuh"
 #include "launch.cuh"
 #include "plan.cuh"
 #include "product_plan.cuh"
@@ -107,8 +111,37 @@ void accumulate_block(const PP& r, std::size_t p0, std::size_t np, std::size_t q
   R.fby.release(0);
 }
 
+/// A host output's block: from the device accumulator through pinned memory into its rows.
+template <class PP>
+void bring_home(const PP& r, const typename PP::value_type* C, std::size_t p0, std::size_t np, std::size_t q0,
+                std::size_t nq) {
+  const std::size_t Q = r.s.Q;
+  const auto* pin = r.R.pin->data();
+  MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(r.R.pin->data(), C, np * nq * sizeof(*C), cudaMemcpyDeviceToHost, r.st));
+  MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(r.st));
+  for (std::size_t i = 0; i < np; ++i) std::copy(pin + i * nq, pin + (i + 1) * nq, r.values + (p0 + i) * Q + q0);
+}
+
+/// A symmetric product's block below the diagonal, C[p0.., q0..] (q0 < p0), written transposed
+/// into C[q0.., p0..]: on the device from the output itself, on the host from the pinned copy.
+template <class PP>
+void mirror_block(const PP& r, std::size_t p0, std::size_t np, std::size_t q0, std::size_t nq) {
+  const std::size_t Q = r.s.Q;
+  if (r.s.out_host) {
+    const auto* pin = r.R.pin->data();
+    for (std::size_t j = 0; j < nq; ++j)
+      for (std::size_t i = 0; i < np; ++i) r.values[(q0 + j) * Q + p0 + i] = pin[i * nq + j];
+    return;
+  }
+  const dim3 grid(unsigned(cdiv(nq, kernels::transpose_tile)), unsigned(cdiv(np, kernels::transpose_tile)));
+  const dim3 block(kernels::transpose_tile, kernels::transpose_rows);
+  kernels::transpose_block_kernel<<<grid, block, 0, r.st>>>(r.values + p0 * Q + q0, std::int64_t(Q), std::int64_t(np),
+                                                            std::int64_t(nq), r.values + q0 * Q + p0, std::int64_t(Q));
+  MEMSAFE_CUDA_LAUNCHED("transpose_block_kernel");
+}
+
 /// One output block C[p0.., q0..]: accumulated in place (device output) or in the device
-/// accumulator, then staged home through pinned memory (host output).
+/// accumulator and brought home (host output); below the diagonal of a symmetric product, mirrored.
 template <class PP>
 void out_block(const PP& r, std::size_t p0, std::size_t q0) {
   const std::size_t P = r.s.P, Q = r.s.Q;
@@ -116,11 +149,8 @@ void out_block(const PP& r, std::size_t p0, std::size_t q0) {
   auto* C = r.s.out_host ? r.R.cacc.data() : r.values + p0 * Q + q0;
   const std::int64_t ldc = r.s.out_host ? std::int64_t(nq) : std::int64_t(Q);
   accumulate_block(r, p0, np, q0, nq, C, ldc);
-  if (!r.s.out_host) return;
-  const auto* pin = r.R.pin->data();
-  MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(r.R.pin->data(), C, np * nq * sizeof(*C), cudaMemcpyDeviceToHost, r.st));
-  MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(r.st));
-  for (std::size_t i = 0; i < np; ++i) std::copy(pin + i * nq, pin + (i + 1) * nq, r.values + (p0 + i) * Q + q0);
+  if (r.s.out_host) bring_home(r, C, p0, np, q0, nq);
+  if (r.s.symmetric && q0 < p0) mirror_block(r, p0, np, q0, nq);
 }
 
 /// Run a lazy × lazy product under its plan.
@@ -142,7 +172,8 @@ void run_job(const bound_product<jobs::product_job<EA, EB, T>, T>& b, const prod
                           std::remove_cvref_t<decltype(mb)>, std::remove_cvref_t<decltype(lb)>, T>;
   const PP r{ma, la, mb, lb, R, s, L, T(b.job.post.scale), b.values, st};
   for (std::size_t p0 = 0; p0 < s.P; p0 += L.tp)
-    for (std::size_t q0 = 0; q0 < s.Q; q0 += L.tq) out_block(r, p0, q0);
+    for (std::size_t q0 = 0; q0 < s.Q; q0 += L.tq)
+      if (!(s.symmetric && q0 > p0)) out_block(r, p0, q0);  // above the diagonal: mirrored from (q0, p0)
 }
 
 }  // namespace memsafe::cuda::detail

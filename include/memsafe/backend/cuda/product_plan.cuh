@@ -3,7 +3,9 @@
 // which factor's tiles come from cuBLAS), the exact byte model of the driver's allocations and the
 // block search (plan::best_fit over output blocks shrunk together and inner chunks). plan_job is
 // pure, as for row jobs (rows_plan.cuh); its product_plan carries the shape and the blocks to
-// run_job (product.cuh).
+// run_job (product.cuh). A symmetric product (the rule symmetric_product: A·Aᵀ of one pairwise
+// leaf) has square blocks and only those on and below the diagonal are computed, each written
+// with its transpose (mirroring needs no buffer: the byte model is that of one block).
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -26,6 +28,7 @@ namespace memsafe::cuda::detail {
 struct product_shape {
   std::size_t P = 0, N = 0, Q = 0, d1 = 0, d2 = 0, tsize = 4;
   bool out_host = false, ga = false, gb = false, ard = false;
+  bool symmetric = false;  ///< A·Aᵀ (P = Q): blocks on and below the diagonal, mirrored
   bool hosts[4] = {false, false, false, false};  ///< A's X, A's Y, B's X, B's Y streamed from the host
 };
 
@@ -35,7 +38,8 @@ struct product_layout {
   std::size_t bytes = 0, min_bytes = 0;
 };
 
-/// Exact bytes of device and pinned temporaries for output blocks tp × tq and inner chunks tt.
+/// Exact bytes of device and pinned temporaries for output blocks tp × tq and inner chunks tt (a
+/// symmetric product's mirrored blocks are written from the same accumulator or output: no more).
 inline std::size_t product_bytes(const product_shape& s, std::size_t tp, std::size_t tq, std::size_t tt) {
   const std::size_t T = s.tsize;
   std::size_t bt = rnd(blas::workspace_bytes) + rnd(tp * tt * T) + rnd(tt * tq * T);
@@ -48,7 +52,8 @@ inline std::size_t product_bytes(const product_shape& s, std::size_t tp, std::si
   return bt;
 }
 
-/// Output blocks shrunk together (tp, tq), the largest inner chunk that fits for each; budget_error otherwise.
+/// Output blocks shrunk together (tp, tq), the largest inner chunk that fits for each; budget_error
+/// otherwise. A symmetric product has P = Q, so its blocks are square (tp = tq), as mirroring needs.
 inline product_layout plan_product(const product_shape& s, std::size_t budget, const std::string& what) {
   const auto tps = halvings(s.P, std::size_t(1) << 14, 1), tqs = halvings(s.Q, std::size_t(1) << 14, 1),
              tts = halvings(s.N, std::size_t(1) << 14, std::min<std::size_t>(s.N, 64));
@@ -106,6 +111,7 @@ product_shape product_shape_of(const jobs::product_job<EA, EB, T>& job, bool out
   s.hosts[3] = input_on_host(lb.y.data(), where);
   s.ga = gemm_eligible(la), s.gb = gemm_eligible(lb);
   s.ard = la.params.kind != per_dim_kind::none || lb.params.kind != per_dim_kind::none;
+  s.symmetric = job.symmetric && s.P == s.Q;
   return s;
 }
 
@@ -117,12 +123,14 @@ tile_plan describe(const jobs::product_job<EA, EB, T>& job, const product_shape&
   p.expression = job.a.str() + " * " + job.b.str();
   if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * (" + p.expression + ")";
   p.reduction = path_name(kernel_path::product);
-  if (job.symmetric) p.reduction += "; symmetric, but every block is computed on the GPU";
+  if (s.symmetric) p.reduction += "; symmetric: the blocks on and below the diagonal, each mirrored";
   p.rows = s.P, p.cols = s.Q, p.inner = s.N;
   p.tile_rows = L.tp, p.tile_cols = L.tq, p.tile_inner = L.tt;
   p.row_blocks = cdiv(s.P, L.tp), p.col_blocks = cdiv(s.Q, L.tq);
   p.inner_blocks = cdiv(std::max<std::size_t>(s.N, 1), L.tt);
-  p.num_tiles = p.row_blocks * p.col_blocks * p.inner_blocks;
+  p.symmetric = s.symmetric;
+  const std::size_t blocks = s.symmetric ? p.row_blocks * (p.row_blocks + 1) / 2 : p.row_blocks * p.col_blocks;
+  p.num_tiles = blocks * p.inner_blocks;
   p.planned_bytes = p.per_thread_bytes = L.bytes;
   p.min_bytes = L.min_bytes;
   p.budget = budget;
