@@ -200,9 +200,51 @@ TEST_CASE("lazy x lazy (Kuf * transpose(Kuf)) by tiles and cuBLAS accumulation, 
       }
   for (const auto& r : eval_all(e)) expect_close(r.values, want, scale, "Kuf Kuf^T");
   dvec<double> out(mz * mz);
-  const auto st = mc::eval_into(e, out.p, nullptr, mc::options{std::size_t(1) << 20});
-  CHECK(st.peak_temp_bytes <= std::size_t(1) << 20);
+  const std::size_t budget = std::size_t(8) << 20;  // above the 4 MiB cuBLAS workspace the plan counts
+  const auto st = mc::eval_into(e, out.p, nullptr, mc::options{budget});
+  CHECK(st.peak_temp_bytes <= budget);
   expect_close(out.host(), want, scale, "Kuf Kuf^T into device memory");
+}
+
+TEST_CASE("symmetric_product on the device: the lower blocks computed, the upper ones their exact mirror") {
+  const std::size_t n = 200, mz = 70, d = 4;
+  auto x = data(n, d, 81), z = data(mz, d, 82);
+  auto xf = cast<float>(x), zf = cast<float>(z);
+  dvec<float> X(xf), Z(zf);
+  const auto Kuf = memsafe::rbf(memsafe::points(Z.p, mz, d), memsafe::points(X.p, n, d), 0.8);
+  const auto e = Kuf * memsafe::transpose(Kuf);
+  const auto Kr = dense(seen<float>(z), seen<float>(x), mz, n, d,
+                        [](const double* a, const double* b, std::size_t dd) { return std::exp(-0.5 * sq(a, b, dd) / 0.64); });
+  std::vector<double> want(mz * mz, 0), scale(mz * mz, 0);
+  for (std::size_t p = 0; p < mz; ++p)
+    for (std::size_t q = 0; q < mz; ++q)
+      for (std::size_t t = 0; t < n; ++t) {
+        want[p * mz + q] += Kr[p * n + t] * Kr[q * n + t];
+        scale[p * mz + q] += std::fabs(Kr[p * n + t] * Kr[q * n + t]);
+      }
+  const std::size_t mn = mc::plan_for(e, mc::options{memsafe::unlimited}).min_bytes;
+  // The minimum (1×1 blocks), a budget for blocks that do not divide 70, and one block.
+  for (std::size_t b : {mn, mn + (std::size_t(24) << 10), std::size_t(64) << 20}) {
+    const auto p = mc::plan_for(e, mc::options{b});
+    INFO("budget " << b << ": " << p.tile_rows << " x " << p.tile_cols << " blocks");
+    CHECK(p.symmetric);
+    CHECK(p.tile_rows == p.tile_cols);
+    CHECK(p.num_tiles == p.row_blocks * (p.row_blocks + 1) / 2 * p.inner_blocks);
+    const auto r = mc::eval(e, mc::options{b});  // host outputs: mirrored from the pinned copy
+    CHECK(r.stats.plan.symmetric);
+    CHECK(r.stats.peak_temp_bytes <= b);
+    dvec<float> out(mz * mz);
+    const auto st = mc::eval_into(e, out.p, nullptr, mc::options{b});  // device outputs: a transpose kernel
+    CHECK(st.peak_temp_bytes <= b);
+    for (const auto& v : {r.values, out.host()}) {
+      expect_close(v, want, scale, "Kuf Kuf^T, symmetric");
+      std::size_t asymmetric = 0;  // across blocks, one entry is the copy of the other
+      for (std::size_t i = 0; i < mz; ++i)
+        for (std::size_t j = 0; j < i; ++j)
+          if (i / p.tile_rows != j / p.tile_rows) asymmetric += v[i * mz + j] != v[j * mz + i];
+      CHECK(asymmetric == 0);
+    }
+  }
 }
 
 TEST_CASE("dense(E) straight into device memory equals the host's tiles") {

@@ -1,8 +1,13 @@
 // memsafe/backend/cuda/api.cuh — the public layer of the GPU backend: memsafe::cuda::eval,
-// eval_into and plan_for, and the dispatch of an expression to its driver.
+// eval_into and plan_for. Each lowers the expression once (jobs::lower: every rule fired once, into
+// one log), then plans the job with the pure plan_job (rows_plan.cuh, product_plan.cuh) and, for
+// eval, runs it with run_job (rows.cuh, product.cuh), which follows the plan:
+//   plan_for = lower + plan_job         (the device's resources given or queried; nothing allocated)
+//   eval     = lower + plan_job + run_job
 #pragma once
 #include <chrono>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "../../core/budget.hpp"
@@ -10,51 +15,61 @@
 #include "../../plan/options.hpp"
 #include "plan.cuh"
 #include "product.cuh"
+#include "product_plan.cuh"
 #include "rows.cuh"
+#include "rows_plan.cuh"
 #include "runtime.cuh"
 
 namespace memsafe::cuda {
 namespace detail {
 
-/// Plan (and, unless plan_only, evaluate) with the driver of the expression's node.
+/// The nodes the device evaluates: row jobs and lazy × lazy products (node kinds of lower/job.hpp).
 template <class X>
-tile_plan dispatch(const X& x, typename X::value_type* values, index_t* indices, const options& o,
-                   std::size_t budget, const device_resources& dev, device_accountant* acc, bool plan_only,
-                   rewrite::rule_log& log) {
-  if constexpr (jobs::is_lazy_product<X>)  // node kinds as lowering reads them (lower/job.hpp)
-    return product_eval<decltype(x.a), decltype(x.b)>::run(x, values, o, budget, dev, acc, plan_only, log);
-  else return row_eval<X>::run(x, values, indices, o, budget, dev, acc, plan_only, log);
-}
+inline constexpr bool device_node = jobs::is_rows_node<X> || jobs::is_lazy_product<X>;
 
 template <class X>
 void check_node() {
-  static_assert(jobs::is_rows_node<X> || jobs::is_lazy_product<X>,
+  static_assert(device_node<X>,
                 "memsafe::cuda: the GPU backend evaluates reductions (sum, min, argkmin, logsumexp, ...), products "
                 "K*v, K*M, v*K, M*K, softmax_sum, dense(E) and lazy x lazy products; product chains, batches and "
                 "diag/trace are evaluated on the host (memsafe::eval)");
 }
 
+/// The job of x with its outputs bound: every rule fired once, into `log`.
+template <class X, class T = typename X::value_type>
+auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
+  auto job = jobs::lower(x, values, indices, log);
+  if constexpr (jobs::is_lazy_product<X>) return bind_output(std::move(job), values);
+  else return job;
+}
+
 template <class X, class T = typename X::value_type>
 eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
   check_node<X>();
-  const std::size_t budget = resolve_budget(o.budget);
-  const device_resources dev = device_resources::current();  // the same numbers plan_for uses
-  const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<stream> own;
-  if (!o.stream) own = std::make_unique<stream>();
-  const cudaStream_t st = o.stream ? o.stream : own->get();
-  rewrite::rule_log log;
-  eval_stats stats;
-  {
-    // dispatch plans first: budget_error before anything is allocated or launched.
-    device_accountant acc(budget, st);
-    tile_plan p = dispatch(x, values, indices, o, budget, dev, &acc, false, log);
-    if (o.synchronize || own) MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));  // frees are stream-ordered
-    p.rules = log.fired;
-    stats = memsafe::detail::make_stats(std::move(p), acc.counter(), budget,
-                                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if constexpr (device_node<X>) {
+    const std::size_t budget = resolve_budget(o.budget);
+    const device_resources dev = device_resources::current();  // the same numbers plan_for uses
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<stream> own;
+    if (!o.stream) own = std::make_unique<stream>();
+    const cudaStream_t st = o.stream ? o.stream : own->get();
+    rewrite::rule_log log;
+    const auto job = lower(x, values, indices, log);
+    // Planned before the accountant exists: argument_error or budget_error before any allocation or launch.
+    auto plan = plan_job(job, budget, dev, residency::queried, x.str());
+    eval_stats stats;
+    {
+      device_accountant acc(budget, st);
+      run_job(job, plan, o, acc);
+      if (o.synchronize || own) MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(st));  // frees are stream-ordered
+      plan.plan.rules = log.fired;
+      stats = memsafe::detail::make_stats(std::move(plan.plan), acc.counter(), budget,
+                                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return stats;
+  } else {
+    return {};
   }
-  return stats;
 }
 
 }  // namespace detail
@@ -91,10 +106,15 @@ result<typename X::value_type> eval(const X& x, budget_bytes b, cudaStream_t s =
 template <evaluable X>
 tile_plan plan_for(const X& x, const options& o, const device_resources& dev) {
   detail::check_node<X>();
-  rewrite::rule_log log;
-  auto p = detail::dispatch(x, nullptr, nullptr, o, resolve_budget(o.budget), dev, nullptr, true, log);
-  p.rules = log.fired;
-  return p;
+  if constexpr (detail::device_node<X>) {
+    rewrite::rule_log log;
+    const auto job = detail::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log);
+    tile_plan p = detail::plan_job(job, resolve_budget(o.budget), dev, detail::residency::assumed, x.str()).plan;
+    p.rules = log.fired;
+    return p;
+  } else {
+    return {};
+  }
 }
 /// The plan on the current device (its resources as eval queries them); cuda_error without a device.
 template <evaluable X>

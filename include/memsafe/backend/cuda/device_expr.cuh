@@ -26,7 +26,7 @@
 #define MEMSAFE_UNROLL
 #endif
 
-namespace memsafe::cuda {
+namespace memsafe::cuda::detail {
 
 // ---- points on the device ----------------------------------------------------------------------
 
@@ -88,14 +88,22 @@ struct dev_map_of<unary_expr<Op, E>> {
   static const leaf& leaf_of(const unary_expr<Op, E>& e) { return dev_map_of<E>::leaf_of(e.e); }
 };
 
+/// Whether both forms of a guarded rewrite are maps over the same leaf (false, without naming a
+/// leaf, when either form cannot run on the device).
+template <class Fast, class Slow, bool = dev_map_of<Fast>::supported && dev_map_of<Slow>::supported>
+struct same_leaf : std::false_type {};
+template <class Fast, class Slow>
+struct same_leaf<Fast, Slow, true>
+    : std::is_same<typename dev_map_of<Fast>::leaf, typename dev_map_of<Slow>::leaf> {};
+
 /// A guarded rewrite. When the original form is itself a map over the same leaf (the linear
 /// rules: c·K kept as written when c is 0 or non-finite) both forms run on the device and the
 /// run-time guard picks one per launch (a uniform branch). Otherwise (a broadcast tensor the
-/// rewrite could not turn into a pairwise formula) only the fast form runs on the device.
+/// rewrite could not turn into a pairwise formula, diagonal terms kept with a non-finite operand)
+/// only the fast form runs on the device.
 template <class Fast, class Slow>
 struct dev_map_of<guarded<Fast, Slow>> {
-  static constexpr bool both =
-      dev_map_of<Slow>::supported && std::is_same_v<typename dev_map_of<Fast>::leaf, typename dev_map_of<Slow>::leaf>;
+  static constexpr bool both = same_leaf<Fast, Slow>::value;
   static constexpr bool supported = dev_map_of<Fast>::supported;
   using leaf = typename dev_map_of<Fast>::leaf;
   struct pair_type {
@@ -111,8 +119,9 @@ struct dev_map_of<guarded<Fast, Slow>> {
   static void require_fast(const guarded<Fast, Slow>& e) {
     if (!e.use_fast)
       throw argument_error("memsafe::cuda: " + e.slow.str() +
-                           ": this broadcast expression does not reduce to a pairwise formula (the rewrite's run-time "
-                           "guard failed), and broadcast tensors are evaluated on the host only");
+                           ": the rewrite's run-time guard failed and the form kept as written (a broadcast tensor "
+                           "that does not reduce to a pairwise formula, or diagonal terms with a non-finite "
+                           "operand) is evaluated on the host only");
   }
   static type make(const guarded<Fast, Slow>& e) {
     if constexpr (both) {
@@ -186,4 +195,4 @@ MEMSAFE_HD inline T key_value(const rank_key& k) {
   }
 }
 
-}  // namespace memsafe::cuda
+}  // namespace memsafe::cuda::detail

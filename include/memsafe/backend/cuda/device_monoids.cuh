@@ -14,7 +14,7 @@
 #include "../../core/config.hpp"
 #include "device_expr.cuh"
 
-namespace memsafe::cuda {
+namespace memsafe::cuda::detail {
 
 /// Where a device kernel writes a row's results: values (and indices) with element strides,
 /// scaled by `scale` (hoisted scalar factors).
@@ -165,4 +165,4 @@ struct dmon_logsumexp {
   }
 };
 
-}  // namespace memsafe::cuda
+}  // namespace memsafe::cuda::detail

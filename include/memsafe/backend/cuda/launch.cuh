@@ -7,7 +7,8 @@
 #include <type_traits>
 
 #include "device_expr.cuh"
-#include "kernels.cuh"
+#include "kernels_fold.cuh"
+#include "kernels_pairwise.cuh"
 #include "plan.cuh"
 #include "runtime.cuh"
 
@@ -26,15 +27,6 @@ struct device_scale {
     scale = {ard.data(), p.kind};
   }
 };
-
-/// Which generator writes tiles: cuBLAS X·Yᵀ for dot-based formulas on unit-stride data (no ARD),
-/// the semiring kernel otherwise.
-template <class Leaf>
-bool gemm_eligible(const Leaf& leaf) {
-  using F = typename Leaf::formula_type;
-  const bool dotlike = F::base != base_kind::l1;
-  return dotlike && leaf.params.kind == per_dim_kind::none && leaf.dim() >= 32;
-}
 
 /// Writes map(F(x_i, y_j)) for the block Xb × Yc into `tile` (row-major, ld).
 template <class Map, class Leaf, class T>
@@ -86,13 +78,6 @@ void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const de
       map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, cps, part, ni, first);
   MEMSAFE_CUDA_LAUNCHED("fused_rows_kernel");
 }
-/// Rows per thread: more when the coordinates and the state are small (reuse of each y load).
-template <int DB, class DMon>
-constexpr int fused_rows_per_thread() {
-  constexpr std::size_t sb = sizeof(typename DMon::state);
-  if (sb > 64) return 1;
-  return DB <= 4 ? 4 : DB <= 16 ? 2 : 1;
-}
 template <class Map, class DMon, class Leaf, class T>
 void launch_fused(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& Xb,
                   const dev_points<T>& Yc, std::int64_t j_base, int S, typename DMon::state* part, bool first,
@@ -101,11 +86,6 @@ void launch_fused(const Map& map, const DMon& mon, const Leaf& leaf, const dev_s
   if (d <= 4) launch_fused_db<4, fused_rows_per_thread<4, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
   else if (d <= 16) launch_fused_db<16, fused_rows_per_thread<16, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
   else launch_fused_db<64, fused_rows_per_thread<64, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-}
-template <class DMon>
-int rows_per_thread_for(std::size_t d) {
-  return d <= 4 ? fused_rows_per_thread<4, DMon>() : d <= 16 ? fused_rows_per_thread<16, DMon>()
-                                                               : fused_rows_per_thread<64, DMon>();
 }
 
 /// acc (ni × c, row-major, ld c) += tile (ni × nj, ld) · B (rows of the column operand, nj × c).
@@ -119,7 +99,7 @@ void gemm_accumulate(blas& bl, const T* tile, std::int64_t ld, std::int64_t ni, 
   int ldb;
   if (Bc.cs == 1) { opb = CUBLAS_OP_N; ldb = int(Bc.rs); }      // row-major B is column-major Bᵀ
   else if (Bc.rs == 1) { opb = CUBLAS_OP_T; ldb = int(Bc.cs); }  // column-major B
-  else throw argument_error("memsafe::cuda: the dense operand of a product must have unit row or column stride on the device");
+  else throw argument_error(operand_stride_message);  // refused by the planner first (check_operand)
   if constexpr (std::is_same_v<T, float>)
     MEMSAFE_CUDA_CHECK(cublasSgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, ldb, tile,
                                    int(ld), &one, acc, int(c)));

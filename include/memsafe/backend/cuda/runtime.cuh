@@ -71,8 +71,6 @@ inline void check(cublasStatus_t s, const char* call, const char* file, int line
   throw cuda_error(msg, int(s));
 }
 
-}  // namespace detail
-
 #define MEMSAFE_CUDA_CHECK(call) ::memsafe::cuda::detail::check((call), #call, __FILE__, __LINE__)
 /// After a kernel launch: launch-configuration errors surface here, not at the next sync.
 #define MEMSAFE_CUDA_LAUNCHED(name) ::memsafe::cuda::detail::check(cudaGetLastError(), name, __FILE__, __LINE__)
@@ -252,4 +250,5 @@ class blas {
   cublasHandle_t h_ = nullptr;
 };
 
+}  // namespace detail
 }  // namespace memsafe::cuda

@@ -1,0 +1,160 @@
+// memsafe/backend/cuda/kernels_fold.cuh — the kernels that fold and merge per row.
+//
+// tile_rows_kernel folds a materialised tile into the per-row monoid states of its column split
+// (one warp per row, the lanes' states merged by shuffles); merge_rows_kernel merges the column
+// splits' partial states and writes the rows. softmax_sum keeps an online (max, sum) per row:
+// softmax_tile_kernel turns a score tile into exp(s − max) in place and rescales the row's
+// accumulator before cuBLAS adds P·V, softmax_finish_kernel divides by the sum. store_block_kernel
+// writes a block of rows to strided outputs; transpose_block_kernel writes a block's transpose
+// (the mirrored blocks of a symmetric product).
+#pragma once
+#include <cstdint>
+
+#include "device_expr.cuh"
+#include "device_monoids.cuh"
+
+namespace memsafe::cuda::detail::kernels {
+
+/// A monoid state moved between lanes word by word (states are trivially copyable, 4-byte multiples).
+template <class S>
+__device__ __forceinline__ S shfl_down_state(const S& v, int offset) {
+  static_assert(sizeof(S) % 4 == 0, "memsafe::cuda: monoid states must be a multiple of 4 bytes");
+  S r;
+  const unsigned* src = reinterpret_cast<const unsigned*>(&v);
+  unsigned* dst = reinterpret_cast<unsigned*>(&r);
+#pragma unroll
+  for (int w = 0; w < int(sizeof(S) / 4); ++w) dst[w] = __shfl_down_sync(0xffffffffu, src[w], offset);
+  return r;
+}
+
+/// One warp per tile row: the lanes fold interleaved columns (coalesced reads), then the 32 lane
+/// states are merged by shuffles into the row's partial state for split blockIdx.y.
+template <class Mon, class T>
+__global__ void tile_rows_kernel(Mon mon, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
+                                 std::int64_t j_base, std::int64_t cps, typename Mon::state* part, bool first) {
+  const std::int64_t i = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= ni) return;  // whole warps leave together
+  const std::int64_t s = blockIdx.y;
+  typename Mon::state st;
+  mon.init(st);
+  const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
+  const T* row = tile + i * ld;
+  for (std::int64_t j = jb + lane; j < je; j += 32) mon.fold(st, row[j], j_base + j, j);
+  for (int o = 16; o > 0; o /= 2) {
+    const auto other = shfl_down_state(st, o);
+    mon.merge(st, other);
+  }
+  if (lane == 0) {
+    if (!first) {
+      typename Mon::state prev = part[s * ni + i];
+      mon.merge(prev, st);
+      st = prev;
+    }
+    part[s * ni + i] = st;
+  }
+}
+
+template <class Mon, class T>
+__global__ void merge_rows_kernel(Mon mon, const typename Mon::state* part, std::int64_t ni, int S,
+                                  dev_out<T> out, std::int64_t i_base) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= ni) return;
+  typename Mon::state st = part[i];
+  for (int s = 1; s < S; ++s) mon.merge(st, part[std::int64_t(s) * ni + i]);
+  mon.write(st, out, i_base + i);
+}
+
+// ---- softmax_sum ------------------------------------------------------------------------------------
+
+/// Row state of the online softmax.
+struct softmax_state {
+  double mx, l;
+  int bad;
+};
+
+template <class S>
+__global__ void softmax_init_kernel(S* st, std::int64_t ni) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < ni) st[i] = {-math::detail::inf_v<double>(), 0.0, 0};
+}
+
+/// One warp per row: P = exp(s − new max) in place (0 where the row is bad), l and the row of the
+/// accumulator rescaled by exp(old max − new max) before cuBLAS adds P·V.
+template <class T>
+__global__ void softmax_tile_kernel(T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj, softmax_state* st,
+                                    T* acc, std::int64_t dv) {
+  const std::int64_t i = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= ni) return;
+  T* row = tile + i * ld;
+  double m = -math::detail::inf_v<double>();
+  int bad = 0;
+  for (std::int64_t j = lane; j < nj; j += 32) {
+    const double v = static_cast<double>(row[j]);
+    if (v != v || v == math::detail::inf_v<double>()) bad = 1;
+    else if (v > m) m = v;
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    m = ::fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+  }
+  softmax_state s = st[i];
+  bad |= s.bad;
+  const double nm = m > s.mx ? m : s.mx;
+  const bool live = !bad && nm != -math::detail::inf_v<double>();
+  double sum = 0;
+  for (std::int64_t j = lane; j < nj; j += 32) {
+    const double p = live ? ::exp(static_cast<double>(row[j]) - nm) : 0.0;
+    row[j] = static_cast<T>(p);
+    sum += static_cast<T>(p);
+  }
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const double scale = (live && s.mx != -math::detail::inf_v<double>()) ? ::exp(s.mx - nm) : (live ? 0.0 : 1.0);
+  for (std::int64_t q = lane; q < dv; q += 32) acc[i * dv + q] = static_cast<T>(scale * static_cast<double>(acc[i * dv + q]));
+  if (lane == 0) st[i] = {live ? nm : s.mx, live ? s.l * scale + sum : s.l, bad};
+}
+
+template <class T>
+__global__ void softmax_finish_kernel(const softmax_state* st, const T* acc, std::int64_t ni, std::int64_t dv,
+                                      dev_out<T> out, std::int64_t i_base) {
+  const std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= ni * dv) return;
+  const std::int64_t i = q / dv, c = q % dv;
+  const softmax_state s = st[i];
+  const T v = (s.bad || s.l == 0) ? math::detail::nan_v<T>() : static_cast<T>(static_cast<double>(acc[q]) / s.l);
+  out.put(i_base + i, c, v);
+}
+
+/// out(i_base + i, c) = scale · src[i·ld + c] (a block of rows to strided outputs).
+template <class T>
+__global__ void store_block_kernel(const T* src, std::int64_t ld, std::int64_t ni, std::int64_t nc, dev_out<T> out,
+                                   std::int64_t i_base) {
+  const std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= ni * nc) return;
+  const std::int64_t i = q / nc, c = q % nc;
+  out.put(i_base + i, c, src[i * ld + c]);
+}
+
+inline constexpr int transpose_tile = 32, transpose_rows = 8;  ///< 32×32 blocks, 32×8 threads
+
+/// dst[c·ldd + r] = src[r·lds + c] for r < nr, c < nc: a block's transpose, staged through shared
+/// memory so that both the reads and the writes are coalesced. src and dst do not overlap.
+template <class T>
+__global__ void transpose_block_kernel(const T* src, std::int64_t lds, std::int64_t nr, std::int64_t nc, T* dst,
+                                       std::int64_t ldd) {
+  constexpr int TT = transpose_tile;
+  __shared__ T t[TT][TT + 1];
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * TT, c0 = std::int64_t(blockIdx.x) * TT;
+  for (int y = threadIdx.y; y < TT; y += transpose_rows) {
+    const std::int64_t r = r0 + y, c = c0 + threadIdx.x;
+    if (r < nr && c < nc) t[y][threadIdx.x] = src[r * lds + c];
+  }
+  __syncthreads();
+  for (int y = threadIdx.y; y < TT; y += transpose_rows) {
+    const std::int64_t c = c0 + y, r = r0 + threadIdx.x;
+    if (c < nc && r < nr) dst[c * ldd + r] = t[threadIdx.x][y];
+  }
+}
+
+}  // namespace memsafe::cuda::detail::kernels

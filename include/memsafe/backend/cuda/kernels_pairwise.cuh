@@ -1,0 +1,227 @@
+// memsafe/backend/cuda/kernels_pairwise.cuh — the kernels that evaluate the pairwise formula.
+//
+// The formula's base (squared difference, absolute difference, product or cosine) is accumulated
+// over the coordinates here, then the elementwise map runs on the entry. fused_rows_kernel folds
+// each entry straight into a register monoid state (no tile is written): the j-tile of Y in shared
+// memory, R query rows per thread with their d ≤ 64 coordinates in registers, a partial state per
+// (row, column split). tile_kernel writes a ti×tj tile for any d (64×64 per block, 4×4 per thread,
+// k-chunks of 16 through shared memory). For dot-based formulas the tile may instead come from a
+// cuBLAS X·Yᵀ: norms_kernel and gemm_epilogue_kernel turn it into the formula's values in place.
+#pragma once
+#include <cstdint>
+
+#include "device_expr.cuh"
+
+namespace memsafe::cuda::detail::kernels {
+
+template <base_kind B, class T>
+__device__ __forceinline__ T base_step(T x, T y, T acc) {
+  if constexpr (B == base_kind::sqeuclid) {
+    const T t = x - y;
+    return ::fma(t, t, acc);
+  } else if constexpr (B == base_kind::l1) {
+    const T t = x - y;
+    return acc + (t < T(0) ? -t : t);
+  } else {
+    return ::fma(x, y, acc);
+  }
+}
+/// 1/‖v‖ from ‖v‖²; 0 for a zero vector, NaN when ‖v‖² is not finite (inf or NaN coordinates, or
+/// a norm beyond T's range: the host normalises with scaling instead, see host::normalize).
+template <class T>
+__device__ __forceinline__ T inv_norm(T sq) {
+  if (!(sq <= math::detail::inf_v<T>()) || sq == math::detail::inf_v<T>()) return math::detail::nan_v<T>();
+  return sq > T(0) ? T(1) / ::sqrt(sq) : T(0);
+}
+/// The host's cosine semantics: exactly 1 when either vector is zero (similarity 0 with everything),
+/// NaN for a non-finite vector, else 1 − x·y/(‖x‖‖y‖).
+template <class T>
+__device__ __forceinline__ T cosine_value(T dot, T xinv, T yinv) {
+  return (xinv == T(0) || yinv == T(0)) ? T(1) : ::fma(-(dot * xinv), yinv, T(1));
+}
+
+// ---- fused map-reduce ---------------------------------------------------------------------------
+
+/// Threads own rows; each block walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ
+/// points staged in shared memory (zero-padded to DB coordinates, so the d-loop is unrolled).
+template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T>
+__global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_points<T> X, dev_scale<T> sx,
+                                                        dev_points<T> Y, dev_scale<T> sy, T ysign,
+                                                        std::int64_t j_base, std::int64_t cps,
+                                                        typename Mon::state* part, std::int64_t ni, bool first) {
+  // Points per shared-memory tile: TJ, fewer when their coordinates would pass 32 KiB.
+  constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+  __shared__ T ys[TP * DB];
+  __shared__ T yinv[TP];
+  const int t = threadIdx.x;
+  const std::int64_t s = blockIdx.y;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * TJ * R;
+  const std::int64_t d = X.d;
+  T xr[R][DB];
+  T xinv[R];
+  typename Mon::state st[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t i = row0 + r * TJ + t;
+    T sq = 0;
+#pragma unroll
+    for (int k = 0; k < DB; ++k) {
+      xr[r][k] = (i < ni && k < d) ? sx.apply(k, X.at(i, k)) : T(0);
+      sq = ::fma(xr[r][k], xr[r][k], sq);
+    }
+    xinv[r] = inv_norm(sq);
+    if (i < ni && !first) st[r] = part[s * ni + i];
+    else mon.init(st[r]);
+  }
+  const std::int64_t jb = s * cps;
+  const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
+  for (std::int64_t jt = jb; jt < je; jt += TP) {
+    __syncthreads();
+    for (int idx = t; idx < TP * DB; idx += TJ) {
+      const int jj = idx / DB, k = idx % DB;
+      const std::int64_t j = jt + jj;
+      ys[idx] = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
+    }
+    __syncthreads();
+    if constexpr (B == base_kind::cosine) {
+      if (t < TP) {
+        T sq = 0;
+#pragma unroll
+        for (int k = 0; k < DB; ++k) sq = ::fma(ys[t * DB + k], ys[t * DB + k], sq);
+        yinv[t] = inv_norm(sq);
+      }
+      __syncthreads();
+    }
+    const int nt = je - jt < TP ? int(je - jt) : TP;
+    for (int jj = 0; jj < nt; ++jj) {
+      const T* y = ys + jj * DB;
+      T acc[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = T(0);
+#pragma unroll
+      for (int k = 0; k < DB; ++k) {
+        const T yk = y[k];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = base_step<B>(xr[r][k], yk, acc[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        T v = acc[r];
+        if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
+        mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t i = row0 + r * TJ + t;
+    if (i < ni) part[s * ni + i] = st[r];
+  }
+}
+
+// ---- tiles --------------------------------------------------------------------------------------
+
+inline constexpr int tile_bm = 64, tile_bn = 64, tile_bk = 16, tile_threads = 256;
+
+/// out[i·ld + j] = map(F(x_i, y_j)) for i < X.n, j < Y.n (a 64×64 block per thread block).
+template <class Map, base_kind B, class T>
+__global__ void __launch_bounds__(tile_threads) tile_kernel(Map map, dev_points<T> X, dev_scale<T> sx,
+                                                            dev_points<T> Y, dev_scale<T> sy, T ysign, T* out,
+                                                            std::int64_t ld) {
+  constexpr int BM = tile_bm, BN = tile_bn, BK = tile_bk;
+  __shared__ T xs[BK][BM + 1];
+  __shared__ T ysh[BK][BN + 1];
+  __shared__ T xinv[BM], yinv[BN];
+  const int t = threadIdx.x, tx = t % 16, ty = t / 16;
+  const std::int64_t i0 = std::int64_t(blockIdx.y) * BM, j0 = std::int64_t(blockIdx.x) * BN;
+  const std::int64_t d = X.d;
+  T acc[4][4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) acc[u][v] = T(0);
+  T nsq = 0;  // threads 0..63: ‖x‖² of row t; 64..127: ‖y‖² of column t − 64 (cosine)
+  for (std::int64_t k0 = 0; k0 < d; k0 += BK) {
+#pragma unroll
+    for (int q = 0; q < (BM * BK) / tile_threads; ++q) {
+      const int idx = t + q * tile_threads, r = idx / BK, k = idx % BK;
+      const std::int64_t kk = k0 + k;
+      xs[k][r] = (i0 + r < X.n && kk < d) ? sx.apply(kk, X.at(i0 + r, kk)) : T(0);
+      ysh[k][r] = (j0 + r < Y.n && kk < d) ? ysign * sy.apply(kk, Y.at(j0 + r, kk)) : T(0);
+    }
+    __syncthreads();
+    if constexpr (B == base_kind::cosine) {
+      if (t < BM)
+        for (int k = 0; k < BK; ++k) nsq = ::fma(xs[k][t], xs[k][t], nsq);
+      else if (t < BM + BN)
+        for (int k = 0; k < BK; ++k) nsq = ::fma(ysh[k][t - BM], ysh[k][t - BM], nsq);
+    }
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      T a[4], b[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) a[u] = xs[k][ty + 16 * u];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) b[v] = ysh[k][tx + 16 * v];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[u][v] = base_step<B>(a[u], b[v], acc[u][v]);
+    }
+    __syncthreads();
+  }
+  if constexpr (B == base_kind::cosine) {
+    if (t < BM) xinv[t] = inv_norm(nsq);
+    else if (t < BM + BN) yinv[t - BM] = inv_norm(nsq);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const int r = ty + 16 * u, c = tx + 16 * v;
+      if (i0 + r < X.n && j0 + c < Y.n) {
+        T val = acc[u][v];
+        if constexpr (B == base_kind::cosine) val = cosine_value(val, xinv[r], yinv[c]);
+        out[(i0 + r) * ld + j0 + c] = map(val);
+      }
+    }
+}
+
+/// Per point: ‖p‖² (sqeuclid) or 1/‖p‖ (cosine), for the GEMM path.
+template <base_kind B, class T>
+__global__ void norms_kernel(dev_points<T> P, T* out) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= P.n) return;
+  T sq = 0;
+  for (std::int64_t k = 0; k < P.d; ++k) {
+    const T v = P.at(i, k);
+    sq = ::fma(v, v, sq);
+  }
+  out[i] = B == base_kind::cosine ? inv_norm(sq) : sq;
+}
+
+/// tile[i·ld + j] holds x_i·y_j (from cuBLAS); replace it by map(F(x_i, y_j)).
+template <class Map, base_kind B, class T>
+__global__ void gemm_epilogue_kernel(Map map, T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
+                                     const T* xn, const T* yn, T ysign) {
+  const std::int64_t total = ni * nj;
+  for (std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < total;
+       q += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = q / nj, j = q % nj;
+    T& e = tile[i * ld + j];
+    const T dot = ysign * e;
+    T v;
+    if constexpr (B == base_kind::sqeuclid) {
+      v = ::fma(T(-2), dot, xn[i] + yn[j]);
+      v = v < T(0) ? T(0) : v;  // cancellation can make it slightly negative
+    } else if constexpr (B == base_kind::cosine) {
+      v = cosine_value(dot, xn[i], yn[j]);
+    } else {
+      v = dot;
+    }
+    e = map(v);
+  }
+}
+
+}  // namespace memsafe::cuda::detail::kernels

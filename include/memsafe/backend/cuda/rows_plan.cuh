@@ -1,0 +1,232 @@
+// memsafe/backend/cuda/rows_plan.cuh — planning a row job (lower/job.hpp's bound_rows) on the
+// device: its shape (extents, where the points, the dense operand and the outputs live, the kernel
+// path), the checks that refuse a job before anything runs (k above the top-k limit, diagonal terms
+// with device outputs, a dense operand cuBLAS cannot read), the exact byte model of the driver's
+// allocations and the layout search (plan::best_fit over row blocks, column chunks and column
+// splits). plan_job is pure: it allocates nothing and launches nothing; with residency::assumed it
+// does not touch the runtime at all (plan_for without a device). Its rows_plan carries the shape
+// and the layout to run_job (rows.cuh), which follows them as they are.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../../lower/job.hpp"
+#include "../../plan/plan.hpp"
+#include "device_expr.cuh"
+#include "device_monoids.cuh"
+#include "kernels_fold.cuh"
+#include "plan.cuh"
+#include "runtime.cuh"
+
+namespace memsafe::cuda::detail {
+
+// ---- byte model and layout search ------------------------------------------------------------------
+
+/// Everything the byte model and the driver need about one row job: extents, where its data
+/// live, the kernel path and what the path needs.
+struct job_shape {
+  std::size_t n = 0, m = 0, d = 0, c = 1, k = 0, tsize = 4, state_bytes = 8;
+  bool x_host = false, y_host = false, rhs_host = false, out_host = false, ard = false, gemm = false;
+  bool with_index = false;
+  std::size_t rhs_cols = 0;
+  kernel_path path = kernel_path::fused;
+  int rows_per_thread = 1;
+  int sms = 0;  ///< from device_resources
+};
+
+/// The chosen tiling: row block ti, column chunk tj, column splits, and their exact bytes.
+struct layout {
+  std::size_t ti = 0, tj = 0;
+  int splits = 1;
+  std::size_t bytes = 0;
+};
+
+/// Exact bytes of device and pinned temporaries for a layout (each allocation rounded to 256).
+inline std::size_t layout_bytes(const job_shape& s, std::size_t ti, std::size_t tj, int S) {
+  const std::size_t T = s.tsize;
+  std::size_t b = 0;
+  if (s.ard) b += rnd(s.d * T);
+  b += feeder_bytes(s.x_host, 1, ti, s.d, T);
+  b += feeder_bytes(s.y_host, 2, tj, s.d, T);
+  if (s.rhs_cols) b += feeder_bytes(s.rhs_host, 2, tj, s.rhs_cols, T);
+  const bool tile = s.path != kernel_path::fused;
+  const bool uses_blas = s.gemm || s.path == kernel_path::tile_matmul || s.path == kernel_path::tile_softmax;
+  if (uses_blas) b += rnd(blas::workspace_bytes);
+  if (tile && !(s.path == kernel_path::tile_dense && !s.out_host)) b += rnd(ti * tj * T);
+  if (tile && s.gemm) b += rnd(ti * T) + rnd(tj * T);
+  switch (s.path) {
+    case kernel_path::fused:
+    case kernel_path::tile_fold: b += rnd(ti * std::size_t(S) * s.state_bytes); break;
+    case kernel_path::tile_topk: b += rnd(ti * s.k * sizeof(rank_key)); break;
+    case kernel_path::tile_matmul: b += rnd(ti * s.c * T); break;
+    case kernel_path::tile_softmax: b += rnd(ti * s.c * T) + rnd(ti * sizeof(kernels::softmax_state)); break;
+    default: break;
+  }
+  // Host outputs: each row block's results are staged on the device and in pinned memory.
+  if (s.out_host) {
+    const std::size_t per_row = s.path == kernel_path::tile_dense ? tj * T : s.c * (T + (s.with_index ? 8 : 0));
+    if (s.path == kernel_path::tile_dense) b += rnd(ti * per_row);  // pinned copy of the tile
+    else b += 2 * (rnd(ti * s.c * T) + (s.with_index ? rnd(ti * s.c * 8) : 0));
+  }
+  return b;
+}
+
+/// Column splits: enough thread blocks to fill the GPU (4 per SM), no more than the column tiles.
+inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
+  if (s.path != kernel_path::fused && s.path != kernel_path::tile_fold) return 1;
+  const std::size_t rows_per_block = s.path == kernel_path::fused ? fused_tj * s.rows_per_thread : 8;
+  const std::size_t groups = cdiv(std::max<std::size_t>(ti, 1), rows_per_block);
+  const std::size_t want = cdiv(std::size_t(4) * s.sms, groups);
+  const std::size_t most = std::max<std::size_t>(1, cdiv(std::max<std::size_t>(tj, 1), fused_tj));
+  return int(std::clamp<std::size_t>(want, 1, std::min<std::size_t>(most, 1024)));
+}
+
+/// The largest row block, then the largest column chunk, that fit the budget; budget_error otherwise.
+inline layout plan_layout(const job_shape& s, std::size_t budget, const std::string& what) {
+  const bool tile = s.path != kernel_path::fused;
+  // Tiles: at most 64 Ki rows per block and 64 Ki columns per chunk (the launch grid's limits);
+  // chunks of Y only matter when Y (or the column operand) is streamed or a tile is written.
+  const bool chunked = tile || s.y_host || (s.rhs_cols && s.rhs_host);
+  const std::size_t ti_cap = tile ? (std::size_t(1) << 16) : (std::size_t(1) << 26);
+  const auto tis = halvings(s.n, ti_cap, 1);
+  const auto tjs = chunked ? halvings(s.m, std::size_t(1) << 16, std::min<std::size_t>(s.m, 64))
+                           : std::vector<std::size_t>{std::max<std::size_t>(s.m, 1)};
+  // Preference order: the largest row block, then the largest column chunk, with the column splits
+  // that fill the GPU before one split; the first that fits (plan::best_fit, constant score).
+  std::vector<layout> cands;
+  for (std::size_t ti : tis)
+    for (std::size_t tj : tjs) {
+      const int S = splits_for(s, ti, tj);
+      for (int sp : {S, 1}) cands.push_back({ti, tj, sp, 0});
+    }
+  const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
+  if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
+    layout L = cands[k];
+    L.bytes = bytes(L);
+    return L;
+  }
+  const std::size_t minimum = layout_bytes(s, 1, tjs.back(), 1);
+  plan::too_small(what + " on the GPU", budget, minimum);
+}
+
+// ---- plan_job: shape, checks, layout, the plan as shown ---------------------------------------------
+
+/// What run_job follows: the plan as plan_for shows it, the job's shape and the chosen layout.
+struct rows_plan {
+  tile_plan plan;
+  job_shape s;
+  layout L;
+};
+
+/// The kernel path of a reduction (and k for top-k): fused when no tile is needed and d fits the
+/// registers, block-sort top-k above the register capacity, GEMM accumulation for several columns.
+template <class R, class T>
+void choose_path(const R& r, job_shape& s) {
+  const bool small_d = s.d <= fused_max_d;
+  if constexpr (std::is_same_v<R, red::softmax_sum<T>>) s.path = kernel_path::tile_softmax;
+  else if constexpr (std::is_same_v<R, red::dense>) s.path = kernel_path::tile_dense;
+  else if constexpr (std::is_same_v<R, red::matmul<T>>)
+    s.path = s.c > 1 ? kernel_path::tile_matmul : (small_d ? kernel_path::fused : kernel_path::tile_fold);
+  else if constexpr (requires { r.k; }) {
+    s.k = r.k;
+    s.path = s.k > std::size_t(fused_max_k) ? kernel_path::tile_topk
+                                            : (small_d ? kernel_path::fused : kernel_path::tile_fold);
+  } else s.path = small_d ? kernel_path::fused : kernel_path::tile_fold;
+}
+
+/// The job's shape; the memory spaces of its inputs as `where` says (outputs: out_host).
+template <class E, class R, class T>
+job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residency where, int sms) {
+  const auto& leaf = dev_map_of<E>::leaf_of(job.e);
+  job_shape s;
+  s.n = job.e.rows();
+  s.m = job.e.cols();
+  s.d = leaf.dim();
+  s.tsize = sizeof(T);
+  s.c = out_cols<R, T>(job.red, s.m);
+  s.x_host = input_on_host(leaf.x.data(), where);
+  s.y_host = input_on_host(leaf.y.data(), where);
+  const auto rhs = column_operand<R, T>(job.red);
+  s.rhs_cols = rhs.data() ? rhs.cols() : 0;
+  s.rhs_host = input_on_host(rhs.data(), where);
+  s.out_host = out_host;
+  s.ard = leaf.params.kind != per_dim_kind::none;
+  s.with_index = red_indexed<R>;
+  s.sms = sms;
+  choose_path<R, T>(job.red, s);
+  s.gemm = s.path != kernel_path::fused && gemm_eligible(leaf);
+  if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) {
+    with_dmon<T>(job.red, [&](const auto& dm) {
+      using DM = std::remove_cvref_t<decltype(dm)>;
+      s.state_bytes = sizeof(typename DM::state);
+      s.rows_per_thread = rows_per_thread_for<DM>(s.d);
+    });
+  }
+  return s;
+}
+
+/// What the driver cannot run, refused before anything is allocated or launched: top-k above the
+/// block sort's capacity, and a dense operand read in place by cuBLAS (K·M, softmax_sum) with
+/// neither unit row nor column stride (a streamed operand is gathered contiguous).
+template <class T>
+void check_shape(const job_shape& s, const matrix_view<const T>& operand) {
+  if (s.k > topk_max_k)
+    throw argument_error("memsafe::cuda: argkmin/argkmax: k = " + std::to_string(s.k) +
+                         " is above the GPU backend's limit of " + std::to_string(topk_max_k));
+  const bool gemm_reads = s.path == kernel_path::tile_matmul || s.path == kernel_path::tile_softmax;
+  if (gemm_reads && !s.rhs_host && s.n > 0 && s.m > 0 && operand.col_stride() != 1 && operand.row_stride() != 1)
+    throw argument_error(operand_stride_message);
+}
+
+/// The plan as plan_for shows it, from the shape and the chosen layout.
+template <class E, class R, class T>
+tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const layout& L, std::size_t budget) {
+  tile_plan p;
+  p.expression = job.e.str();
+  if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
+  p.reduction = std::string(R::name) + " on the GPU: " + path_name(s.path) +
+                (s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "");
+  p.rows = s.n;
+  p.cols = s.m;
+  p.tile_rows = L.ti;
+  p.tile_cols = L.tj;
+  p.threads = std::size_t(L.splits);
+  p.split_columns = L.splits > 1;
+  p.row_blocks = cdiv(std::max<std::size_t>(s.n, 1), L.ti);
+  p.col_blocks = cdiv(std::max<std::size_t>(s.m, 1), L.tj);
+  p.num_tiles = p.row_blocks * p.col_blocks;
+  p.per_thread_bytes = L.bytes;
+  p.planned_bytes = L.bytes;
+  p.min_bytes = layout_bytes(s, 1, std::min<std::size_t>(std::max<std::size_t>(s.m, 1), 64), 1);
+  p.budget = budget;
+  return p;
+}
+
+/// Plan a row job on a device with these resources: the shape (memory spaces as `where` says),
+/// the checks, then the layout; argument_error or budget_error before anything runs.
+template <class J, class T>
+rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const device_resources& dev, residency where,
+                   const std::string& what) {
+  using E = std::remove_cvref_t<decltype(b.job.e)>;
+  using R = typename J::reduction;
+  static_assert(device_supported<E>,
+                "memsafe::cuda: this lazy matrix cannot be evaluated on the GPU: the device backend takes one "
+                "pairwise formula with elementwise maps over it (rbf(X,Y), exp(-sqdist(X,Y)/2), ...); combine "
+                "two pairwise matrices, broadcast tensors or diagonal terms inside a reduction on the host");
+  static_assert(red_known<R, T>, "memsafe::cuda: this reduction has no device implementation");
+  const bool out_host = output_on_host(b.out.values, where);
+  if (!b.job.post.diags.empty() && !out_host)
+    throw argument_error("memsafe::cuda: " + what +
+                         ": a product or sum with diagonal terms (K + D) needs host outputs on the GPU backend");
+  rows_plan P;
+  P.s = rows_shape(b.job, out_host, where, dev.sms);
+  check_shape(P.s, column_operand<R, T>(b.job.red));
+  P.L = plan_layout(P.s, budget, what);
+  P.plan = describe(b.job, P.s, P.L, budget);
+  return P;
+}
+
+}  // namespace memsafe::cuda::detail
