@@ -22,7 +22,7 @@ measure() {  # name compiler args...
       printf "{\"tu\": \"%s\", \"compiler\": \"%s\", \"runs\": %d, \"min_s\": %.2f, \"median_s\": %.2f, \"cpu\": \"%s\"}\n", n, c, NR, t[1], med, cpu }'
 }
 flags=(-std=c++20 -O3 -march=native -fno-math-errno -DNDEBUG -Iinclude -Iexamples -c)
-for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp examples/knn.cpp; do
+for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp bench/compile_time/grad.cpp examples/knn.cpp; do
   measure "$tu" g++ "${flags[@]}" "$tu"
 done
 if command -v nvcc >/dev/null 2>&1; then
