@@ -91,9 +91,7 @@ void check(const std::string& what, problem& P, Make&& make, Red&& red, want w =
     for (std::size_t q = 0; q < r.values.size(); ++q) s += P.up[q] * r.values[q];
     return s;
   };
-  auto upstream_of = [&] {
-    return memsafe::matrix(static_cast<const double*>(P.up.data()), rows, cols);
-  };
+  auto upstream_of = [&] { return memsafe::matrix(static_cast<const double*>(P.up.data()), rows, cols); };
   memsafe::wrt_set<double> ws;
   if (w.x) ws.points.push_back(X);
   if (w.y && !w.same) ws.points.push_back(Y);
@@ -116,8 +114,8 @@ void check(const std::string& what, problem& P, Make&& make, Red&& red, want w =
     std::size_t budget;
     unsigned threads;
   };
-  const std::vector<run> runs = {{memsafe::unlimited, 1}, {mn, 1}, {mn + mn / 2 + 97, 2}, {mn * 5, 3},
-                                 {mn * 40, 2}, {memsafe::unlimited, 3}};
+  const std::vector<run> runs = {{memsafe::unlimited, 1}, {mn, 1}, {mn + mn / 2 + 97, 2}, {mn * 5, 3}, {mn * 40, 2},
+                                 {memsafe::unlimited, 3}};
   std::vector<std::vector<double>> first;
   for (const auto& o : runs) {
     CAPTURE(o.budget);

@@ -373,6 +373,28 @@ TEST_CASE("grad: argument and shape errors") {
                   memsafe::shape_error);
 }
 
+TEST_CASE("grad: empty extents and nothing requested give zero gradients without temporaries") {
+  const std::vector<double> x(12, 0.5), y(9, 0.1), g(4, 1.0), ls(3, 1.0);
+  const auto X = memsafe::points(x.data(), 4, 3), Y = memsafe::points(y.data(), 3, 3);
+  const auto X0 = memsafe::points(x.data(), 0, 3), Y0 = memsafe::points(y.data(), 0, 3);
+  const auto a = memsafe::grad(memsafe::sum(memsafe::rbf(X0, Y, memsafe::ard(ls.data(), 3))), memsafe::vec(g.data(), 0),
+                               memsafe::wrt(X0, Y, memsafe::params), memsafe::options{});
+  CHECK(a.points[0].empty());
+  CHECK(a.points[1] == std::vector<double>(9, 0.0));
+  CHECK(a.params[0].lengthscale == std::vector<double>(3, 0.0));
+  CHECK(a.params[0].variance == std::vector<double>(1, 0.0));
+  CHECK(a.stats.peak_temp_bytes == 0);
+  const auto b = memsafe::grad(memsafe::logsumexp(memsafe::rbf(X, Y0, 1.0)), memsafe::vec(g.data(), 4),
+                               memsafe::wrt(X, memsafe::params), memsafe::options{});
+  CHECK(b.points[0] == std::vector<double>(12, 0.0));
+  CHECK(b.params[0].lengthscale == std::vector<double>(1, 0.0));
+  CHECK(b.stats.temp_allocations == 0);
+  const auto c = memsafe::grad(memsafe::sum(memsafe::rbf(X, Y, 1.0)), memsafe::vec(g.data(), 4), memsafe::wrt<double>(),
+                               memsafe::options{});
+  CHECK(c.stats.temp_allocations == 0);
+  CHECK(c.stats.plan.mode.rfind("none", 0) == 0);
+}
+
 TEST_CASE("grad: float gradients agree with double") {
   const std::size_t n = 20, m = 15, d = 3;
   const auto x = ref::data(n, d, 1), y = ref::data(m, d, 2), up = ref::data(n, 1, 3);

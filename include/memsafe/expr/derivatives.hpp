@@ -184,13 +184,15 @@ template <class Op>
 struct map_derivative {
   static constexpr bool defined = false;
 };
-#define MEMSAFE_MAP_DERIVATIVE(OP, AFFINE, EXPR)        \
-  template <>                                          \
-  struct map_derivative<OP> {                          \
-    static constexpr bool defined = true;              \
-    static constexpr bool affine = AFFINE;             \
-    template <class T>                                 \
-    static T der([[maybe_unused]] const OP& op, [[maybe_unused]] T v) { return EXPR; } \
+#define MEMSAFE_MAP_DERIVATIVE(OP, AFFINE, EXPR)                        \
+  template <>                                                           \
+  struct map_derivative<OP> {                                           \
+    static constexpr bool defined = true;                               \
+    static constexpr bool affine = AFFINE;                              \
+    template <class T>                                                  \
+    static T der([[maybe_unused]] const OP& op, [[maybe_unused]] T v) { \
+      return EXPR;                                                      \
+    }                                                                   \
   };
 MEMSAFE_MAP_DERIVATIVE(op::neg, true, T(-1))
 MEMSAFE_MAP_DERIVATIVE(op::mul_scalar<double>, true, T(op.c))

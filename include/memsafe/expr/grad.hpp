@@ -123,13 +123,12 @@ inline constexpr bool is_vjp_reduction<lazy_product_expr<A, B>> = true;
 template <class X>
 constexpr void require_vjp_reduction() {
   if constexpr (X::has_indices)
-    static_assert(!X::has_indices,
-                  "memsafe: grad: argmin/argmax/argkmin/argkmax return indices and have no gradient");
+    static_assert(!X::has_indices, "memsafe: grad: argmin/argmax/argkmin/argkmax return indices and have no gradient");
   else
     static_assert(is_vjp_reduction<X>,
-                "memsafe: grad: this reduction has no vector-Jacobian product yet (supported: sum, logsumexp, "
-                "K*v, K*M, v*K, M*K, softmax_sum, dense, lazy x lazy A*B; not yet: min/max, diag/trace, "
-                "chains, batches)");
+                  "memsafe: grad: this reduction has no vector-Jacobian product yet (supported: sum, logsumexp, "
+                  "K*v, K*M, v*K, M*K, softmax_sum, dense, lazy x lazy A*B; not yet: min/max, diag/trace, "
+                  "chains, batches)");
 }
 template <class X, class U>
 matrix_view<const typename X::value_type> upstream_view(const X& x, const U& u) {

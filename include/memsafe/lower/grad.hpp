@@ -68,8 +68,7 @@ namespace detail {
 template <class Op>
 constexpr void require_map_derivative() {
   if constexpr (std::is_same_v<Op, op::min> || std::is_same_v<Op, op::max>)
-    static_assert(map_derivative<Op>::defined,
-                  "memsafe: grad: min/max of two lazy matrices has no derivative yet");
+    static_assert(map_derivative<Op>::defined, "memsafe: grad: min/max of two lazy matrices has no derivative yet");
   else
     static_assert(map_derivative<Op>::defined, "memsafe: grad: this elementwise map has no derivative yet");
 }
@@ -97,17 +96,18 @@ auto collect_terms(const binary_expr<Op, A, B>& e, const Chain& h) {
     else
       return std::tuple_cat(collect_terms(e.a, h), collect_terms(e.b, chain_of<Chain, op::neg>{h, {}}));
   } else if constexpr (std::is_same_v<Op, op::mul>) {
-    static_assert(memsafe::detail::always_false<Op>, "memsafe: grad: hadamard(A, B) of two lazy matrices has no derivative yet");
+    static_assert(memsafe::detail::always_false<Op>,
+                  "memsafe: grad: hadamard(A, B) of two lazy matrices has no derivative yet");
   } else if constexpr (std::is_same_v<Op, op::div>) {
     static_assert(memsafe::detail::always_false<Op>, "memsafe: grad: A / B of two lazy matrices has no derivative yet");
   } else {
-    static_assert(memsafe::detail::always_false<Op>, "memsafe: grad: min/max of two lazy matrices has no derivative yet");
+    static_assert(memsafe::detail::always_false<Op>,
+                  "memsafe: grad: min/max of two lazy matrices has no derivative yet");
   }
 }
 template <class Chain, class E, class Dg>
 auto collect_terms(const diag_plus<E, Dg>& e, const Chain& h) {
-  static_assert(Chain::affine,
-                "memsafe: grad: a nonlinear map over a diagonal term (K + s*I) has no derivative yet");
+  static_assert(Chain::affine, "memsafe: grad: a nonlinear map over a diagonal term (K + s*I) has no derivative yet");
   return collect_terms(e.e, h);  // the diagonal is a constant
 }
 template <class Chain, class Fa, class Sl>
@@ -181,11 +181,11 @@ struct grad_job {
   Et et;
   grad_weights<T> w;
   matrix_view<const T> values{nullptr, 0, 0};  ///< V of softmax_sum (for the pre-step)
-  std::vector<matrix_view<const T>> points;     ///< requested point sets, in wrt order
+  std::vector<matrix_view<const T>> points;    ///< requested point sets, in wrt order
   bool params = false, operand = false;
   std::array<int, terms> row_slot{}, col_slot{};
-  std::size_t op_rows = 0, op_cols = 0;     ///< the operand gradient's shape as the user sees it
-  std::ptrdiff_t op_rs = 0, op_cs = 0;      ///< internal (j, q) → user offset j·op_rs + q·op_cs
+  std::size_t op_rows = 0, op_cols = 0;  ///< the operand gradient's shape as the user sees it
+  std::ptrdiff_t op_rs = 0, op_cs = 0;   ///< internal (j, q) → user offset j·op_rs + q·op_cs
   std::string expression, reduction;
 };
 
@@ -193,10 +193,12 @@ namespace detail {
 template <class E, class Fn>
 void for_each_term(const E& e, Fn&& fn) {
   auto ts = collect_terms(e);
-  std::apply([&](const auto&... t) {
-    std::size_t k = 0;
-    (fn(k++, t), ...);
-  }, ts);
+  std::apply(
+      [&](const auto&... t) {
+        std::size_t k = 0;
+        (fn(k++, t), ...);
+      },
+      ts);
 }
 template <class T>
 const T* ones_data() {
@@ -254,7 +256,10 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
                              b.w.points[k].shape() + ") is not a side of any pairwise leaf of " + e +
                              " (point sets are matched by address, extents and strides)");
   };
-  if constexpr (requires { x.a; x.b; }) {  // lazy × lazy
+  if constexpr (requires {
+                  x.a;
+                  x.b;
+                }) {  // lazy × lazy
     if (b.w.operand)
       throw argument_error("memsafe: grad: wrt(memsafe::operand): a lazy x lazy product has no dense operand");
     auto an = rewrite::normalize(x.a, log);
@@ -275,65 +280,68 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
     check_used(j.expression);
     return j;
   } else {
-  auto en = rewrite::normalize(x.e, log);
-  rewrite::rule_log tlog;  // Eᵀ's rules are the same rules on the transposed tree: not shown twice
-  auto et = rewrite::normalize(transpose(x.e), tlog);
-  using En = decltype(en);
-  using Et = decltype(et);
-  static_assert(term_count<En> == term_count<Et>, "memsafe: internal: E and its transpose have different terms");
-  grad_job<En, Et, T, pre_of<X>> j{en, et, {}, {nullptr, 0, 0}, {}, false, false, {}, {}, 0, 0, 0, 0, {}, {}};
-  j.points = b.w.points;
-  j.params = b.w.params;
-  j.operand = b.w.operand;
-  j.expression = en.str();
-  const matrix_view<const T> ones(detail::ones_data<T>(), en.cols(), 1, 0, 1);
-  auto no_operand = [&](const char* what) {
-    if (b.w.operand)
-      throw argument_error(std::string("memsafe: grad: wrt(memsafe::operand): ") + what + " has no dense operand");
-  };
-  if constexpr (requires { x.r; }) {  // reduce_expr: sum or logsumexp
-    no_operand(std::remove_cvref_t<decltype(x.r)>::name);
-    j.w.a = b.upstream;
-    j.w.b = ones;
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x.r)>, red::logsumexp>) {
+    auto en = rewrite::normalize(x.e, log);
+    rewrite::rule_log tlog;  // Eᵀ's rules are the same rules on the transposed tree: not shown twice
+    auto et = rewrite::normalize(transpose(x.e), tlog);
+    using En = decltype(en);
+    using Et = decltype(et);
+    static_assert(term_count<En> == term_count<Et>, "memsafe: internal: E and its transpose have different terms");
+    grad_job<En, Et, T, pre_of<X>> j{en, et, {}, {nullptr, 0, 0}, {}, false, false, {}, {}, 0, 0, 0, 0, {}, {}};
+    j.points = b.w.points;
+    j.params = b.w.params;
+    j.operand = b.w.operand;
+    j.expression = en.str();
+    const matrix_view<const T> ones(detail::ones_data<T>(), en.cols(), 1, 0, 1);
+    auto no_operand = [&](const char* what) {
+      if (b.w.operand)
+        throw argument_error(std::string("memsafe: grad: wrt(memsafe::operand): ") + what + " has no dense operand");
+    };
+    if constexpr (requires { x.r; }) {  // reduce_expr: sum or logsumexp
+      no_operand(std::remove_cvref_t<decltype(x.r)>::name);
+      j.w.a = b.upstream;
+      j.w.b = ones;
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x.r)>, red::logsumexp>) {
+        j.w.softmax = true;
+        j.reduction = "logsumexp over j";
+      } else {
+        j.reduction = "sum over j";
+      }
+    } else if constexpr (requires {
+                           x.rhs;
+                           x.transpose_out;
+                         }) {                                                         // matmul_expr
+      const matrix_view<const T> gi = x.transpose_out ? b.upstream.t() : b.upstream;  // n × c
+      j.w.a = gi;
+      j.w.b = x.rhs;
+      j.reduction = "product with a dense operand [" + x.rhs.shape() + "]";
+      j.op_rows = x.transpose_out ? x.rhs.cols() : x.rhs.rows();
+      j.op_cols = x.transpose_out ? x.rhs.rows() : x.rhs.cols();
+      j.op_rs = x.transpose_out ? 1 : std::ptrdiff_t(x.rhs.cols());
+      j.op_cs = x.transpose_out ? std::ptrdiff_t(x.rhs.rows()) : 1;
+      if (x.vector_out) j.op_cols = 1, j.op_rows = x.rhs.rows();
+    } else if constexpr (requires { x.values; }) {  // softmax_sum_expr
+      j.w.a = b.upstream;
+      j.w.b = x.values;
       j.w.softmax = true;
-      j.reduction = "logsumexp over j";
-    } else {
-      j.reduction = "sum over j";
+      j.values = x.values;
+      j.reduction = "softmax_sum over j";
+      j.op_rows = x.values.rows();
+      j.op_cols = x.values.cols();
+      j.op_rs = std::ptrdiff_t(x.values.cols());
+      j.op_cs = 1;
+    } else {  // dense_expr
+      no_operand("dense(E)");
+      j.w.dense = true;
+      j.w.g = b.upstream;
+      j.reduction = "dense";
     }
-  } else if constexpr (requires { x.rhs; x.transpose_out; }) {  // matmul_expr
-    const matrix_view<const T> gi = x.transpose_out ? b.upstream.t() : b.upstream;  // n × c
-    j.w.a = gi;
-    j.w.b = x.rhs;
-    j.reduction = "product with a dense operand [" + x.rhs.shape() + "]";
-    j.op_rows = x.transpose_out ? x.rhs.cols() : x.rhs.rows();
-    j.op_cols = x.transpose_out ? x.rhs.rows() : x.rhs.cols();
-    j.op_rs = x.transpose_out ? 1 : std::ptrdiff_t(x.rhs.cols());
-    j.op_cs = x.transpose_out ? std::ptrdiff_t(x.rhs.rows()) : 1;
-    if (x.vector_out) j.op_cols = 1, j.op_rows = x.rhs.rows();
-  } else if constexpr (requires { x.values; }) {  // softmax_sum_expr
-    j.w.a = b.upstream;
-    j.w.b = x.values;
-    j.w.softmax = true;
-    j.values = x.values;
-    j.reduction = "softmax_sum over j";
-    j.op_rows = x.values.rows();
-    j.op_cols = x.values.cols();
-    j.op_rs = std::ptrdiff_t(x.values.cols());
-    j.op_cs = 1;
-  } else {  // dense_expr
-    no_operand("dense(E)");
-    j.w.dense = true;
-    j.w.g = b.upstream;
-    j.reduction = "dense";
-  }
-  // Which requested point set each leaf side feeds.
-  detail::for_each_term(j.e, [&](std::size_t t, const auto& term) {
-    j.row_slot[t] = slot_of(term.leaf->x);
-    j.col_slot[t] = slot_of(term.leaf->y);
-  });
-  check_used(en.str());
-  return j;
+    // Which requested point set each leaf side feeds.
+    detail::for_each_term(j.e, [&](std::size_t t, const auto& term) {
+      j.row_slot[t] = slot_of(term.leaf->x);
+      j.col_slot[t] = slot_of(term.leaf->y);
+    });
+    check_used(en.str());
+    return j;
   }
 }
 

@@ -13,11 +13,11 @@
 namespace memsafe {
 
 struct grad_plan {
-  std::string expression;          ///< the vjp as written
-  std::string rewritten;           ///< the lazy matrix as rewritten
-  std::string weights;             ///< how W = ∂L/∂E is formed per tile
-  std::vector<std::string> rules;  ///< rewrite rules that fired
-  std::string mode;                ///< "rows", "fused", "split", "columns", "none"
+  std::string expression;           ///< the vjp as written
+  std::string rewritten;            ///< the lazy matrix as rewritten
+  std::string weights;              ///< how W = ∂L/∂E is formed per tile
+  std::vector<std::string> rules;   ///< rewrite rules that fired
+  std::string mode;                 ///< "rows", "fused", "split", "columns", "none"
   std::vector<std::string> labels;  ///< one per pass: what it computes
   std::vector<tile_plan> passes;
   std::vector<std::string> pre_labels;  ///< the forward pre-steps (logsumexp, softmax_sum)

@@ -39,12 +39,12 @@ namespace memsafe::host {
 
 /// What one row pass computes and where each accumulator lives (a pure function of the job).
 struct grad_layout {
-  bool transposed = false;  ///< the pass sweeps Eᵀ: its rows are E's columns
-  bool need_e = false;      ///< E's tile is generated (softmax weights, operand gradient)
-  bool params = false;      ///< parameter gradients (the pass over E only)
-  bool op_rows = false;     ///< operand gradient on the row side (the pass over Eᵀ)
-  bool op_cols = false;     ///< operand gradient on the column side (a fused pass over E)
-  bool cols = false;        ///< column-side point sets (a fused pass over E)
+  bool transposed = false;   ///< the pass sweeps Eᵀ: its rows are E's columns
+  bool need_e = false;       ///< E's tile is generated (softmax weights, operand gradient)
+  bool params = false;       ///< parameter gradients (the pass over E only)
+  bool op_rows = false;      ///< operand gradient on the row side (the pass over Eᵀ)
+  bool op_cols = false;      ///< operand gradient on the column side (a fused pass over E)
+  bool cols = false;         ///< column-side point sets (a fused pass over E)
   bool cols_direct = false;  ///< the column side is written straight to the outputs (one row block:
                              ///< every column tile is visited by one worker only; lazy × lazy)
   std::size_t dmax = 0, c = 0, m = 0;
@@ -190,7 +190,8 @@ void gemm_views(std::size_t ni, std::size_t nj, std::size_t K, const matrix_view
 }
 /// Rows [r0, r0+nr) × columns [c0, c0+nc) of a view.
 template <class T>
-matrix_view<const T> block(const matrix_view<const T>& v, std::size_t r0, std::size_t nr, std::size_t c0, std::size_t nc) {
+matrix_view<const T> block(const matrix_view<const T>& v, std::size_t r0, std::size_t nr, std::size_t c0,
+                           std::size_t nc) {
   return {nr && nc ? &v(r0, c0) : v.data(), nr, nc, v.row_stride(), v.col_stride()};
 }
 /// The other factor's tile of a lazy × lazy pass: Bᵀ (q × tj) on A's side, Aᵀ (ti × p) on B's.
@@ -220,7 +221,8 @@ struct grad_worker {
   struct no_gen {};
   const grad_ctx<P, T, O>* c;
   tile_gen<P> gen;
-  std::conditional_t<std::is_void_v<O>, no_gen, std::optional<tile_gen<std::conditional_t<std::is_void_v<O>, P, O>>>> gen_o;
+  std::conditional_t<std::is_void_v<O>, no_gen, std::optional<tile_gen<std::conditional_t<std::is_void_v<O>, P, O>>>>
+      gen_o;
   T *tile = nullptr, *ybuf = nullptr, *xrow = nullptr, *urow = nullptr, *crow = nullptr, *gyt = nullptr;
   T* otile = nullptr;
   double *racc = nullptr, *ext_par = nullptr, *ext_col = nullptr, *wd = nullptr;
@@ -343,7 +345,8 @@ struct grad_worker {
           s = 0;
           for (std::size_t k = 0; k < rank; ++k) s += static_cast<double>(w.a(oi, k)) * static_cast<double>(w.b(oj, k));
         }
-        if (w.softmax) s = static_cast<double>(tile[r * nj + q]) * (s - (w.delta ? static_cast<double>(w.delta[oi]) : 0.0));
+        if (w.softmax)
+          s = static_cast<double>(tile[r * nj + q]) * (s - (w.delta ? static_cast<double>(w.delta[oi]) : 0.0));
         tile[r * nj + q] = static_cast<T>(s);
       }
   }
@@ -454,10 +457,11 @@ struct grad_worker {
         const T* yk = ybuf + k * nj;
         if constexpr (stat) {
           const double gx = lane_sum<T>(nj, [&](std::size_t q) { return crow[q] * (xv - yk[q]); });
-          if (pq) pq[k] += lane_sum<T>(nj, [&](std::size_t q) {
-            const T tt = xv - yk[q];
-            return crow[q] * tt * tt;
-          });
+          if (pq)
+            pq[k] += lane_sum<T>(nj, [&](std::size_t q) {
+              const T tt = xv - yk[q];
+              return crow[q] * tt * tt;
+            });
           if (cs >= 0) {
             T* g = gyt + k * nj;
             for (std::size_t q = 0; q < nj; ++q) g[q] -= crow[q] * (xv - yk[q]);
@@ -507,8 +511,9 @@ template <class En, class T>
 using lse_job_t = decltype(jobs::lower(memsafe::logsumexp(std::declval<const En&>()), static_cast<T*>(nullptr), nullptr,
                                        std::declval<rewrite::rule_log&>()));
 template <class En, class T>
-using smax_job_t = decltype(jobs::lower(memsafe::softmax_sum(std::declval<const En&>(), std::declval<matrix_view<const T>>()),
-                                        static_cast<T*>(nullptr), nullptr, std::declval<rewrite::rule_log&>()));
+using smax_job_t =
+    decltype(jobs::lower(memsafe::softmax_sum(std::declval<const En&>(), std::declval<matrix_view<const T>>()),
+                         static_cast<T*>(nullptr), nullptr, std::declval<rewrite::rule_log&>()));
 template <class J>
 struct grad_pre_jobs<J, jobs::grad_pre::logsumexp> {
   static constexpr std::size_t persistent_values = 1;
@@ -574,6 +579,7 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
   const grad_layout colsL = make_layout(j, true, false);
   const bool need_rows = rows_only.anything();
   const bool need_cols = colsL.anything();
+  hp.row_layout = rows_only;  // its parameter layout sizes the (zero) parameter gradients even when nothing runs
   if (empty || (!need_rows && !need_cols)) {
     g.mode = "none (nothing to compute)";
     return hp;
@@ -591,9 +597,8 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
           jobs::lower(memsafe::logsumexp(j.e), static_cast<T*>(nullptr), nullptr, prelog),
           jobs::lower(memsafe::softmax_sum(j.e, j.values), static_cast<T*>(nullptr), nullptr, prelog)});
     auto& pj = *hp.pre;
-    const auto lf = detail::fit_forward(detail::sat_sub(budget, persistent), threads, [&](std::size_t b, std::size_t t) {
-      return plan_job(pj.lse, b, t, what);
-    });
+    const auto lf = detail::fit_forward(detail::sat_sub(budget, persistent), threads,
+                                        [&](std::size_t b, std::size_t t) { return plan_job(pj.lse, b, t, what); });
     pre_min = std::max(pre_min, persistent + lf.min);
     if (lf.plan) pj.lse_plan = *lf.plan;
     g.pre_labels.push_back("forward logsumexp(E) -> lse (n values, kept)");
@@ -645,7 +650,9 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
     hp.row_plan = *ffit.plan;
     hp.row_ext = grad_ext_bytes<T>(fused);
     g.mode = "fused (one pass over E; column-side gradients in per-thread accumulators)";
-    g.labels.push_back("rows of E: row-side points, parameters; column-side points and operand per thread");
+    g.labels.push_back(std::string("rows of E: ") + (fused.row_width ? "row-side points; " : "") +
+                       (fused.par_width ? "parameters; " : "") + (fused.cols ? "column-side points per thread" : "") +
+                       (fused.cols && fused.op_cols ? "; " : "") + (fused.op_cols ? "operand per thread" : ""));
     g.passes.push_back(hp.row_plan);
     planned_passes = hp.row_plan.planned_bytes;
   } else {
@@ -654,7 +661,9 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
       hp.row_layout = rows_only;
       hp.row_plan = *rfit.plan;
       hp.row_ext = grad_ext_bytes<T>(rows_only);
-      g.labels.push_back(std::string("rows of E: row-side points") + (j.params ? ", parameters" : ""));
+      g.labels.push_back(std::string("rows of E: ") + (rows_only.row_width ? "row-side points" : "") +
+                         (rows_only.row_width && rows_only.par_width ? ", " : "") +
+                         (rows_only.par_width ? "parameters" : ""));
       g.passes.push_back(hp.row_plan);
       planned_passes = std::max(planned_passes, hp.row_plan.planned_bytes);
     }
@@ -663,7 +672,10 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
       hp.col_layout = colsL;
       hp.col_plan = *cfit.plan;
       hp.col_ext = grad_ext_bytes<T>(colsL);
-      g.labels.push_back(std::string("rows of E^T: column-side points") + (j.operand ? ", operand" : ""));
+      g.labels.push_back(std::string("rows of E^T: ") +
+                         (colsL.row_width > (colsL.op_rows ? colsL.c : 0) ? "column-side points" : "") +
+                         (colsL.row_width > (colsL.op_rows ? colsL.c : 0) && colsL.op_rows ? ", " : "") +
+                         (colsL.op_rows ? "operand" : ""));
       g.passes.push_back(hp.col_plan);
       planned_passes = std::max(planned_passes, hp.col_plan.planned_bytes);
     }
@@ -674,7 +686,8 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
   g.planned_bytes = persistent + planned_passes;
   for (const auto& q : g.pre) g.planned_bytes = std::max(g.planned_bytes, persistent + q.planned_bytes);
   if constexpr (J::pre == jobs::grad_pre::softmax_sum)
-    g.planned_bytes = std::max(g.planned_bytes, persistent + n * j.values.cols() * sizeof(T) + hp.pre->sm_plan.planned_bytes);
+    g.planned_bytes =
+        std::max(g.planned_bytes, persistent + n * j.values.cols() * sizeof(T) + hp.pre->sm_plan.planned_bytes);
   for (const auto& q : g.passes) g.threads = std::max(g.threads, q.threads);
   return hp;
 }
@@ -697,8 +710,10 @@ grad_product_plan plan_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j
   grad_product_plan hp;
   grad_plan& g = hp.shown;
   g.rewritten = j.expression;
-  g.weights = "dL/dA = G·Bᵀ (per tile of A: G[rows]·Bᵀ[:, chunk], Bᵀ generated q × chunk), dL/dB = Aᵀ·G (per "
-              "tile of B: Aᵀ[chunk, :]·G, Aᵀ generated chunk × p); G[" + j.g.shape() + "]";
+  g.weights =
+      "dL/dA = G·Bᵀ (per tile of A: G[rows]·Bᵀ[:, chunk], Bᵀ generated q × chunk), dL/dB = Aᵀ·G (per "
+      "tile of B: Aᵀ[chunk, :]·G, Aᵀ generated chunk × p); G[" +
+      j.g.shape() + "]";
   g.budget = budget;
   const std::size_t p = j.a.rows(), s = j.a.cols(), q = j.b.cols();
   hp.la = layout_for(j.a, j.a_row, j.a_col, j.points, j.params);
@@ -726,7 +741,8 @@ grad_product_plan plan_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j
     hp.a = true;
     hp.pa = plan::tiles_2d(p, s, budget, threads, cost_a, what, {p}, chunks_j);
     hp.pa.min_bytes = min_a;  // all p rows per tile: the smallest tile is p × 1
-    g.labels.push_back("A (rows of A, chunks of the contraction): A's row side and parameters; its column side per chunk");
+    g.labels.push_back(
+        "A (rows of A, chunks of the contraction): A's row side and parameters; its column side per chunk");
     g.passes.push_back(hp.pa);
     g.planned_bytes = std::max(g.planned_bytes, hp.pa.planned_bytes);
   }
@@ -734,12 +750,17 @@ grad_product_plan plan_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j
     hp.b = true;
     hp.pb = plan::tiles_2d(s, q, budget, threads, cost_b, what, chunks_i, {q});
     hp.pb.min_bytes = min_b;  // all q columns per tile: the smallest tile is 1 × q
-    g.labels.push_back("B (chunks of the contraction, all columns of B): B's row side per chunk; its column side and "
-                       "parameters per thread");
+    g.labels.push_back(
+        "B (chunks of the contraction, all columns of B): B's row side per chunk; its column side and "
+        "parameters per thread");
     g.passes.push_back(hp.pb);
     g.planned_bytes = std::max(g.planned_bytes, hp.pb.planned_bytes);
   }
-  g.mode = std::string("lazy x lazy (") + (need_a && need_b ? "a pass over A, then a pass over B" : need_a ? "a pass over A" : "a pass over B") + ")";
+  g.mode = std::string("lazy x lazy (") +
+           (need_a && need_b ? "a pass over A, then a pass over B"
+            : need_a         ? "a pass over A"
+                             : "a pass over B") +
+           ")";
   for (const auto& t : g.passes) g.threads = std::max(g.threads, t.threads);
   return hp;
 }
