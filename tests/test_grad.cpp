@@ -265,6 +265,37 @@ TEST_CASE("grad: lazy x lazy products against finite differences") {
   }
 }
 
+TEST_CASE("grad: diag and trace against finite differences") {
+  auto diag_red = [](const auto& E, const double*) { return memsafe::diag(E); };
+  auto trace_red = [](const auto& E, const double*) { return memsafe::trace(E); };
+  {
+    problem P(8, 8, 3, {0.8, 1.3, 1.1, 1.4}, 1);
+    gradcheck::check("diag(rbf(X, Y) + 0.2 I)", P,
+                     [](auto X, auto Y, const std::vector<double>& t) {
+                       return memsafe::rbf(X, Y, memsafe::ard(t.data(), 3), t[3]) + 0.2 * memsafe::identity(8);
+                     },
+                     diag_red);
+  }
+  {
+    problem P(8, 8, 3, {0.6}, 1);
+    gradcheck::check("trace(linear(X, X))", P,
+                     [](auto X, auto Y, const std::vector<double>& t) { return memsafe::linear(X, Y, t[0]); }, trace_red,
+                     want{true, false, true, false, true});
+  }
+  {  // a stationary kernel of X with itself: trace = n σ², so only ∂/∂σ² is nonzero, and ∂/∂X is exactly 0
+    problem P(8, 8, 3, {1.1, 1.3}, 1);
+    auto m32 = [](auto X, auto Y, const std::vector<double>& t) { return memsafe::matern32(X, Y, t[0], t[1]); };
+    gradcheck::check("trace(matern32(X, X))", P, m32, trace_red, want{false, false, true, false, true});
+    const auto X = memsafe::points(static_cast<const double*>(P.x.data()), 8, 3);
+    const double up = 0.7;
+    const auto g = memsafe::grad(memsafe::trace(m32(X, X, P.th)), memsafe::vec(&up, 1), memsafe::wrt(X, memsafe::params),
+                                 memsafe::options{});
+    CHECK(g.of(X) == std::vector<double>(24, 0.0));
+    CHECK(g.params[0].variance[0] == doctest::Approx(8 * 0.7));
+    CHECK(g.params[0].lengthscale[0] == 0.0);
+  }
+}
+
 TEST_CASE("grad: larger problems are budget-independent over many tiles and threads and split columns") {
   const std::size_t n = 150, m = 700, d = 4;
   const auto x = ref::data(n, d, 1), y = ref::data(m, d, 2), up = ref::data(n, 3, 3), M = ref::data(m, 3, 4);

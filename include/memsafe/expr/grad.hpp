@@ -4,7 +4,8 @@
 // lowered (lower/grad.hpp), planned and run (backend/host/grad.hpp) by memsafe::grad
 // (api/grad.hpp). docs/design.md, "Gradients".
 //
-//   x          sum(E), logsumexp(E), E·v, E·M, v·E, M·E, softmax_sum(E, V), dense(E), A·B (lazy × lazy)
+//   x          sum(E), logsumexp(E), E·v, E·M, v·E, M·E, softmax_sum(E, V), dense(E), A·B (lazy × lazy),
+//              diag(E), trace(E)
 //   upstream   ∂L/∂(x's output) in the output's shape: a vec for vector outputs, a matrix otherwise
 //   wrt        point sets (views given to the formulas, matched by address/extents/strides: the
 //              gradient is the total over every leaf side where the view appears), `params`
@@ -18,6 +19,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "derivatives.hpp"
+#include "diag.hpp"
 #include "lazy.hpp"
 #include "reductions.hpp"
 #include "view.hpp"
@@ -119,6 +121,10 @@ template <class E>
 inline constexpr bool is_vjp_reduction<dense_expr<E>> = true;
 template <class A, class B>
 inline constexpr bool is_vjp_reduction<lazy_product_expr<A, B>> = true;
+template <class E>
+inline constexpr bool is_vjp_reduction<diag_expr<E>> = true;
+template <class E>
+inline constexpr bool is_vjp_reduction<trace_expr<E>> = true;
 
 template <class X>
 constexpr void require_vjp_reduction() {
@@ -127,7 +133,7 @@ constexpr void require_vjp_reduction() {
   else
     static_assert(is_vjp_reduction<X>,
                   "memsafe: grad: this reduction has no vector-Jacobian product yet (supported: sum, logsumexp, "
-                  "K*v, K*M, v*K, M*K, softmax_sum, dense, lazy x lazy A*B; not yet: min/max, diag/trace, "
+                  "K*v, K*M, v*K, M*K, softmax_sum, dense, lazy x lazy A*B, diag, trace; not yet: min/max, "
                   "chains, batches)");
 }
 template <class X, class U>

@@ -29,6 +29,7 @@
 #include "../expr/view.hpp"
 #include "../rewrite/normalize.hpp"
 #include "../rewrite/rules.hpp"
+#include "job.hpp"
 
 namespace memsafe::jobs {
 
@@ -184,6 +185,7 @@ struct grad_job {
   std::vector<matrix_view<const T>> points;    ///< requested point sets, in wrt order
   bool params = false, operand = false;
   std::array<int, terms> row_slot{}, col_slot{};
+  bool diagonal = false;                  ///< diag(E) / trace(E): only the pairs (i, i), W_ii = A_i·B_i
   std::size_t op_rows = 0, op_cols = 0;  ///< the operand gradient's shape as the user sees it
   std::ptrdiff_t op_rs = 0, op_cs = 0;   ///< internal (j, q) → user offset j·op_rs + q·op_cs
   std::string expression, reduction;
@@ -286,7 +288,7 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
     using En = decltype(en);
     using Et = decltype(et);
     static_assert(term_count<En> == term_count<Et>, "memsafe: internal: E and its transpose have different terms");
-    grad_job<En, Et, T, pre_of<X>> j{en, et, {}, {nullptr, 0, 0}, {}, false, false, {}, {}, 0, 0, 0, 0, {}, {}};
+    grad_job<En, Et, T, pre_of<X>> j{en, et, {}, {nullptr, 0, 0}, {}, false, false, {}, {}, false, 0, 0, 0, 0, {}, {}};
     j.points = b.w.points;
     j.params = b.w.params;
     j.operand = b.w.operand;
@@ -329,6 +331,12 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
       j.op_cols = x.values.cols();
       j.op_rs = std::ptrdiff_t(x.values.cols());
       j.op_cs = 1;
+    } else if constexpr (is_diag_node<X>) {  // diag(E): W_ii = ḡ_i; trace(E): W_ii = ḡ (one value)
+      no_operand("diag(E) / trace(E)");
+      j.diagonal = true;
+      j.w.a = b.upstream.rows() == en.rows() ? b.upstream : matrix_view<const T>(b.upstream.data(), en.rows(), 1, 0, 1);
+      j.w.b = ones;
+      j.reduction = "diagonal (the pairs (i, i) only)";
     } else {  // dense_expr
       no_operand("dense(E)");
       j.w.dense = true;

@@ -532,7 +532,7 @@ struct grad_pre_jobs<J, jobs::grad_pre::softmax_sum> {
 template <class J>
 struct grad_host_plan {
   grad_plan shown;
-  bool rows = false, cols = false, fused = false;
+  bool rows = false, cols = false, fused = false, diagonal = false;
   grad_layout row_layout, col_layout;
   tile_plan row_plan, col_plan;
   std::size_t row_ext = 0, col_ext = 0;  ///< per-thread accumulator bytes outside the tile workspace
@@ -573,6 +573,34 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
   g.budget = budget;
   const std::size_t n = j.e.rows(), m = j.e.cols();
   const bool empty = n == 0 || m == 0;
+  if (j.diagonal) {  // diag(E) / trace(E): the n pairs (i, i), one thread, 1×1 tiles, both sides direct
+    grad_layout L = make_layout(j, false, true);
+    L.cols_direct = true;
+    hp.row_layout = L;
+    if (empty || !L.anything()) {
+      g.mode = "none (nothing to compute)";
+      return hp;
+    }
+    hp.row_ext = grad_ext_bytes<T>(L);
+    const std::size_t cost = grad_tile_bytes<typename J::expr_type, T>(j.e, L, 1, 1) + hp.row_ext;
+    g.min_bytes = g.planned_bytes = cost;
+    if (budget < cost) plan::too_small(what, budget, cost);
+    tile_plan& p = hp.row_plan;
+    p.expression = j.expression;
+    p.reduction = "the diagonal pairs (i, i)";
+    p.rows = p.cols = n;
+    p.tile_rows = p.tile_cols = 1;
+    p.threads = g.threads = 1;
+    p.per_thread_bytes = p.planned_bytes = p.min_bytes = cost;
+    p.budget = budget;
+    p.row_blocks = p.col_blocks = p.num_tiles = n;
+    hp.rows = hp.fused = hp.diagonal = true;
+    g.weights = "W_ii = A_i[" + j.w.a.shape() + "] on the diagonal only (diag: the upstream; trace: its one value)";
+    g.mode = "diagonal (the n pairs (i, i) only, one thread)";
+    g.labels.push_back("pairs (i, i): both sides' points and parameters");
+    g.passes.push_back(p);
+    return hp;
+  }
   // Which sides are needed at all.
   const grad_layout rows_only = make_layout(j, false, false);
   const grad_layout fused = make_layout(j, false, true);
@@ -838,11 +866,33 @@ void run_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j, grad_product
   if (hp.b) run_grad_pass<Bn, T, Atn>(j.b, hp.lb, hp.pb, hp.eb, w, out, out.params_b, 0, 0, acc, &j.at, false);
 }
 
+/// Run the diagonal backward (diag/trace): one worker over the pairs (i, i), 1×1 tiles.
+template <class P, class T>
+void run_grad_diagonal(const P& p, const grad_layout& L, const tile_plan& plan, std::size_t ext_bytes,
+                       const jobs::grad_weights<T>& w, grad_outputs<T>& out, accountant& acc) {
+  const std::size_t n = p.rows();
+  grad_ctx<P, T> ctx(p, L, w, out.points, out.op, 0, 0);
+  temp_buffer<double> ext(acc, ext_bytes / sizeof(double));
+  std::fill(ext.data(), ext.data() + ext.size(), 0.0);
+  temp_buffer<std::byte> ws(acc, plan.per_thread_bytes - ext_bytes);
+  grad_worker<P, T> wk(ctx, ws.data(), 1, 1, ext_bytes ? ext.data() : nullptr);
+  for (std::size_t i = 0; i < n; ++i) {
+    wk.start(i, 1);
+    wk.fold(i, 1, i, i + 1);
+    wk.finish(i, 1);
+  }
+  for (std::size_t q = 0; q < L.par_width; ++q) out.params[q] += ext[q];
+}
+
 /// Run a planned backward: the pre-steps (into accounted vectors), then the passes.
 template <class J>
 void run_grad(const J& j, grad_host_plan<J>& hp, grad_outputs<typename J::value_type>& out, accountant& acc) {
   using T = typename J::value_type;
   if (!hp.rows && !hp.cols) return;
+  if (hp.diagonal) {
+    run_grad_diagonal(j.e, hp.row_layout, hp.row_plan, hp.row_ext, j.w, out, acc);
+    return;
+  }
   const std::size_t n = j.e.rows();
   jobs::grad_weights<T> w = j.w;
   temp_buffer<T> lse, delta;
