@@ -37,7 +37,7 @@ void check_node() {
 template <class X, class T = typename X::value_type>
 eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
   check_node<X>();
-  const std::size_t budget = resolve_budget(o.budget);
+  const std::size_t budget = memsafe::detail::resolve_budget(o.budget);
   const device_resources dev = device_resources::current();  // the same numbers plan_for uses
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<stream> own;
@@ -92,7 +92,7 @@ template <evaluable X>
 tile_plan plan_for(const X& x, const options& o, const device_resources& dev) {
   detail::check_node<X>();
   rewrite::rule_log log;
-  auto p = detail::dispatch(x, nullptr, nullptr, o, resolve_budget(o.budget), dev, nullptr, true, log);
+  auto p = detail::dispatch(x, nullptr, nullptr, o, memsafe::detail::resolve_budget(o.budget), dev, nullptr, true, log);
   p.rules = log.fired;
   return p;
 }

@@ -28,6 +28,9 @@
 
 namespace memsafe::host {
 
+// The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
+using namespace memsafe::detail;
+
 using rewrite::chain_order;
 using rewrite::entry_cost;
 using rewrite::is_dense_factor;

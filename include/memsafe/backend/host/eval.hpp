@@ -27,6 +27,9 @@
 
 namespace memsafe::host {
 
+// The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
+using namespace memsafe::detail;
+
 using jobs::batch_job;
 using jobs::bound_rows;
 using jobs::diag_job;
