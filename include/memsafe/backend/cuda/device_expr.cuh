@@ -43,10 +43,10 @@ struct dev_points {
 template <class T>
 struct dev_scale {
   const T* per_dim = nullptr;  ///< device pointer (d values) or null
-  per_dim_kind kind = per_dim_kind::none;
+  memsafe::detail::per_dim_kind kind = memsafe::detail::per_dim_kind::none;
   MEMSAFE_HD T apply(std::int64_t k, T v) const {
-    if (kind == per_dim_kind::inverse) return v / per_dim[k];
-    if (kind == per_dim_kind::sqrt) return v * ::sqrt(per_dim[k]);
+    if (kind == memsafe::detail::per_dim_kind::inverse) return v / per_dim[k];
+    if (kind == memsafe::detail::per_dim_kind::sqrt) return v * ::sqrt(per_dim[k]);
     return v;
   }
 };
@@ -60,11 +60,11 @@ struct dev_map_of {
 
 /// value = F::finalise(base)
 template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D>
-struct dev_map_of<pairwise<F, T, RX, RY, D>> {
+struct dev_map_of<memsafe::detail::pairwise<F, T, RX, RY, D>> {
   static constexpr bool supported = true;
-  using leaf = pairwise<F, T, RX, RY, D>;
+  using leaf = memsafe::detail::pairwise<F, T, RX, RY, D>;
   struct type {
-    formula_params<T> p;
+    memsafe::detail::formula_params<T> p;
     MEMSAFE_HD T operator()(T base) const {
       if constexpr (F::has_finalise) F::finalise(&base, 1, p);
       return base;
@@ -76,7 +76,7 @@ struct dev_map_of<pairwise<F, T, RX, RY, D>> {
 
 /// value = op(inner)
 template <class Op, class E>
-struct dev_map_of<unary_expr<Op, E>> {
+struct dev_map_of<memsafe::detail::unary_expr<Op, E>> {
   static constexpr bool supported = dev_map_of<E>::supported;
   using leaf = typename dev_map_of<E>::leaf;
   struct type {
@@ -84,8 +84,8 @@ struct dev_map_of<unary_expr<Op, E>> {
     Op op;
     MEMSAFE_HD auto operator()(decltype(in(0)) base) const { return op(in(base)); }
   };
-  static type make(const unary_expr<Op, E>& e) { return {dev_map_of<E>::make(e.e), e.op}; }
-  static const leaf& leaf_of(const unary_expr<Op, E>& e) { return dev_map_of<E>::leaf_of(e.e); }
+  static type make(const memsafe::detail::unary_expr<Op, E>& e) { return {dev_map_of<E>::make(e.e), e.op}; }
+  static const leaf& leaf_of(const memsafe::detail::unary_expr<Op, E>& e) { return dev_map_of<E>::leaf_of(e.e); }
 };
 
 /// A guarded rewrite. When the original form is itself a map over the same leaf (the linear
@@ -93,7 +93,7 @@ struct dev_map_of<unary_expr<Op, E>> {
 /// run-time guard picks one per launch (a uniform branch). Otherwise (a broadcast tensor the
 /// rewrite could not turn into a pairwise formula) only the fast form runs on the device.
 template <class Fast, class Slow>
-struct dev_map_of<guarded<Fast, Slow>> {
+struct dev_map_of<memsafe::detail::guarded<Fast, Slow>> {
   static constexpr bool both =
       dev_map_of<Slow>::supported && std::is_same_v<typename dev_map_of<Fast>::leaf, typename dev_map_of<Slow>::leaf>;
   static constexpr bool supported = dev_map_of<Fast>::supported;
@@ -108,13 +108,13 @@ struct dev_map_of<guarded<Fast, Slow>> {
     }
   };
   using type = std::conditional_t<both, pair_type, typename dev_map_of<Fast>::type>;
-  static void require_fast(const guarded<Fast, Slow>& e) {
+  static void require_fast(const memsafe::detail::guarded<Fast, Slow>& e) {
     if (!e.use_fast)
       throw argument_error("memsafe::cuda: " + e.slow.str() +
                            ": this broadcast expression does not reduce to a pairwise formula (the rewrite's run-time "
                            "guard failed), and broadcast tensors are evaluated on the host only");
   }
-  static type make(const guarded<Fast, Slow>& e) {
+  static type make(const memsafe::detail::guarded<Fast, Slow>& e) {
     if constexpr (both) {
       return {dev_map_of<Fast>::make(e.fast), dev_map_of<Slow>::make(e.slow), e.use_fast};
     } else {
@@ -122,7 +122,7 @@ struct dev_map_of<guarded<Fast, Slow>> {
       return dev_map_of<Fast>::make(e.fast);
     }
   }
-  static const leaf& leaf_of(const guarded<Fast, Slow>& e) {
+  static const leaf& leaf_of(const memsafe::detail::guarded<Fast, Slow>& e) {
     if constexpr (both) {
       return e.use_fast ? dev_map_of<Fast>::leaf_of(e.fast) : dev_map_of<Slow>::leaf_of(e.slow);
     } else {

@@ -22,6 +22,8 @@
 
 namespace memsafe::cuda::kernels {
 
+using memsafe::detail::base_kind;  // expr/formulas.hpp
+
 template <base_kind B, class T>
 __device__ __forceinline__ T base_step(T x, T y, T acc) {
   if constexpr (B == base_kind::sqeuclid) {

@@ -18,8 +18,8 @@ template <class T>
 struct device_scale {
   device_buffer<T> ard;
   dev_scale<T> scale;
-  device_scale(const formula_params<T>& p, std::size_t d, device_accountant& acc) {
-    if (p.kind != per_dim_kind::none) {
+  device_scale(const memsafe::detail::formula_params<T>& p, std::size_t d, device_accountant& acc) {
+    if (p.kind != memsafe::detail::per_dim_kind::none) {
       ard = device_buffer<T>(acc, d);
       MEMSAFE_CUDA_CHECK(cudaMemcpyAsync(ard.data(), p.per_dim, d * sizeof(T), cudaMemcpyDefault, acc.stream()));
     }
@@ -32,8 +32,8 @@ struct device_scale {
 template <class Leaf>
 bool gemm_eligible(const Leaf& leaf) {
   using F = typename Leaf::formula_type;
-  const bool dotlike = F::base != base_kind::l1;
-  return dotlike && leaf.params.kind == per_dim_kind::none && leaf.dim() >= 32;
+  const bool dotlike = F::base != memsafe::detail::base_kind::l1;
+  return dotlike && leaf.params.kind == memsafe::detail::per_dim_kind::none && leaf.dim() >= 32;
 }
 
 /// Writes map(F(x_i, y_j)) for the block Xb × Yc into `tile` (row-major, ld).
@@ -42,11 +42,11 @@ void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, con
                    const dev_points<T>& Yc, T* tile, std::int64_t ld, bool gemm, blas* bl, T* xn, T* yn,
                    cudaStream_t s) {
   using F = typename Leaf::formula_type;
-  constexpr base_kind B = F::base;
+  constexpr memsafe::detail::base_kind B = F::base;
   const T ysign = leaf.params.y_sign;
   if (Xb.n == 0 || Yc.n == 0) return;
   if (gemm && Xb.cs == 1 && Yc.cs == 1) {
-    if constexpr (B != base_kind::l1) {
+    if constexpr (B != memsafe::detail::base_kind::l1) {
       const T one = 1, zero = 0;
       // Row-major C (ni × nj) = X·Yᵀ is column-major Cᵀ = Y·Xᵀ: op(A) = Yᵀ-storage transposed.
       if constexpr (std::is_same_v<T, float>)
@@ -55,7 +55,7 @@ void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, con
       else
         MEMSAFE_CUDA_CHECK(cublasDgemm(bl->get(), CUBLAS_OP_T, CUBLAS_OP_N, int(Yc.n), int(Xb.n), int(Xb.d), &one,
                                        Yc.p, int(Yc.rs), Xb.p, int(Xb.rs), &zero, tile, int(ld)));
-      if constexpr (B != base_kind::dot) {
+      if constexpr (B != memsafe::detail::base_kind::dot) {
         kernels::norms_kernel<B><<<unsigned(cdiv(Xb.n, 256)), 256, 0, s>>>(Xb, xn);
         MEMSAFE_CUDA_LAUNCHED("norms_kernel");
         kernels::norms_kernel<B><<<unsigned(cdiv(Yc.n, 256)), 256, 0, s>>>(Yc, yn);

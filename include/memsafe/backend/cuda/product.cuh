@@ -23,8 +23,8 @@ struct product_eval {
   using T = typename A::value_type;
 
   /// Plan (plan_only: host output, factors' points taken as device-resident), then evaluate.
-  static tile_plan run(const lazy_product_expr<A, B>& x, T* values, const options& o, std::size_t budget,
-                       const device_resources& /*dev: the product's plan does not depend on it*/,
+  static tile_plan run(const memsafe::detail::lazy_product_expr<A, B>& x, T* values, const options& o,
+                       std::size_t budget, const device_resources& /*dev: the product's plan does not depend on it*/,
                        device_accountant* acc_out, bool plan_only, rewrite::rule_log& log) {
     const auto job = jobs::lower(x, values, nullptr, log);  // every rule fired once, logged
     const auto& a = job.a;
@@ -58,7 +58,8 @@ struct product_eval {
       s.hosts[3] = space_of(lb.y.data()) == memory_space::host;
     }
     s.ga = gemm_eligible(la), s.gb = gemm_eligible(lb);
-    s.ard = la.params.kind != per_dim_kind::none || lb.params.kind != per_dim_kind::none;
+    s.ard = la.params.kind != memsafe::detail::per_dim_kind::none ||
+            lb.params.kind != memsafe::detail::per_dim_kind::none;
     return s;
   }
 

@@ -46,7 +46,7 @@ struct row_eval {
     s.rhs_cols = rhs.data() ? rhs.cols() : 0;
     s.rhs_host = query && rhs.data() && space_of(rhs.data()) == memory_space::host;
     s.out_host = out_host;
-    s.ard = leaf.params.kind != per_dim_kind::none;
+    s.ard = leaf.params.kind != memsafe::detail::per_dim_kind::none;
     s.with_index = with_index;
     s.sms = sms;
     const bool small_d = s.d <= fused_max_d;
