@@ -4,78 +4,79 @@
 
 using namespace ref;
 namespace ms = memsafe;
+namespace md = memsafe::detail;  // the node types the rules match (implementation types)
 
 namespace {
 using X2 = ms::matrix_view<const double>;
-using L1 = ms::tleaf<double, 2, 1, ms::dyn>;  // X[:, None, :]
-using L0 = ms::tleaf<double, 2, 0, ms::dyn>;  // Y[None, :, :]
+using L1 = md::tleaf<double, 2, 1, ms::dyn>;  // X[:, None, :]
+using L0 = md::tleaf<double, 2, 0, ms::dyn>;  // Y[None, :, :]
 template <class E>
 using rw = ms::rewrite::normalized_t<E>;
-using sqd = ms::pairwise<ms::formula::sqdist, double, ms::dyn, ms::dyn, ms::dyn>;
+using sqd = md::pairwise<ms::formula::sqdist, double, ms::dyn, ms::dyn, ms::dyn>;
 
 // broadcast_sqdist: each squaring form and both operand orders become guarded sqdist.
-using Dif = ms::tzip<ms::op::sub, L1, L0>;
-static_assert(std::is_same_v<rw<ms::tsum<2, ms::tmap<ms::op::square, Dif>>>,
-                             ms::guarded<sqd, ms::tsum<2, ms::tmap<ms::op::square, Dif>>>>);
-static_assert(std::is_same_v<typename rw<ms::tsum<2, ms::tmap<ms::op::pow_scalar<double>, Dif>>>::fast_type, sqd>);
-static_assert(std::is_same_v<typename rw<ms::tsum<2, ms::tzip<ms::op::mul, Dif, Dif>>>::fast_type, sqd>);
-static_assert(std::is_same_v<typename rw<ms::tsum<2, ms::tmap<ms::op::square, ms::tzip<ms::op::add, L0, L1>>>>::fast_type,
+using Dif = md::tzip<ms::op::sub, L1, L0>;
+static_assert(std::is_same_v<rw<md::tsum<2, md::tmap<ms::op::square, Dif>>>,
+                             md::guarded<sqd, md::tsum<2, md::tmap<ms::op::square, Dif>>>>);
+static_assert(std::is_same_v<typename rw<md::tsum<2, md::tmap<ms::op::pow_scalar<double>, Dif>>>::fast_type, sqd>);
+static_assert(std::is_same_v<typename rw<md::tsum<2, md::tzip<ms::op::mul, Dif, Dif>>>::fast_type, sqd>);
+static_assert(std::is_same_v<typename rw<md::tsum<2, md::tmap<ms::op::square, md::tzip<ms::op::add, L0, L1>>>>::fast_type,
                              sqd>);
 // Look-alikes are left as written.
-using SqDif = ms::tmap<ms::op::square, Dif>;
-static_assert(std::is_same_v<rw<ms::tsum<0, SqDif>>, ms::tsum<0, SqDif>>);                          // other axis
-static_assert(std::is_same_v<rw<ms::tsum<2, ms::tmap<ms::op::abs, Dif>>>, ms::tsum<2, ms::tmap<ms::op::abs, Dif>>>);  // |·|
-using Mixed = ms::tzip<ms::op::mul, Dif, ms::tzip<ms::op::add, L1, L0>>;
-static_assert(std::is_same_v<rw<ms::tsum<2, Mixed>>, ms::tsum<2, Mixed>>);                          // different factors
-using NotBroadcast = ms::tzip<ms::op::sub, L1, L1>;
-static_assert(std::is_same_v<rw<ms::tsum<2, ms::tmap<ms::op::square, NotBroadcast>>>,
-                             ms::tsum<2, ms::tmap<ms::op::square, NotBroadcast>>>);
+using SqDif = md::tmap<ms::op::square, Dif>;
+static_assert(std::is_same_v<rw<md::tsum<0, SqDif>>, md::tsum<0, SqDif>>);                          // other axis
+static_assert(std::is_same_v<rw<md::tsum<2, md::tmap<ms::op::abs, Dif>>>, md::tsum<2, md::tmap<ms::op::abs, Dif>>>);  // |·|
+using Mixed = md::tzip<ms::op::mul, Dif, md::tzip<ms::op::add, L1, L0>>;
+static_assert(std::is_same_v<rw<md::tsum<2, Mixed>>, md::tsum<2, Mixed>>);                          // different factors
+using NotBroadcast = md::tzip<ms::op::sub, L1, L1>;
+static_assert(std::is_same_v<rw<md::tsum<2, md::tmap<ms::op::square, NotBroadcast>>>,
+                             md::tsum<2, md::tmap<ms::op::square, NotBroadcast>>>);
 // constant_fold and double_transpose.
-using K = ms::pairwise<ms::formula::rbf, double, ms::dyn, ms::dyn, ms::dyn>;
+using K = md::pairwise<ms::formula::rbf, double, ms::dyn, ms::dyn, ms::dyn>;
 using M = ms::op::mul_scalar<double>;
-static_assert(std::is_same_v<rw<ms::unary_expr<M, ms::unary_expr<M, K>>>, ms::unary_expr<M, K>>);
-static_assert(std::is_same_v<rw<ms::unary_expr<ms::op::neg, ms::unary_expr<ms::op::neg, K>>>, K>);
-static_assert(std::is_same_v<rw<ms::transpose_expr<ms::transpose_expr<K>>>, K>);
+static_assert(std::is_same_v<rw<md::unary_expr<M, md::unary_expr<M, K>>>, md::unary_expr<M, K>>);
+static_assert(std::is_same_v<rw<md::unary_expr<ms::op::neg, md::unary_expr<ms::op::neg, K>>>, K>);
+static_assert(std::is_same_v<rw<md::transpose_expr<md::transpose_expr<K>>>, K>);
 // transpose_pushdown: F(X, Y)ᵀ → F(Y, X) and op(E)ᵀ → op(Eᵀ); no transpose node is left.
-static_assert(std::is_same_v<rw<ms::transpose_expr<K>>, K>);
-static_assert(std::is_same_v<rw<ms::transpose_expr<ms::unary_expr<M, K>>>, ms::unary_expr<M, K>>);
+static_assert(std::is_same_v<rw<md::transpose_expr<K>>, K>);
+static_assert(std::is_same_v<rw<md::transpose_expr<md::unary_expr<M, K>>>, md::unary_expr<M, K>>);
 // diag_plus survives normalisation around the rewritten child.
-static_assert(std::is_same_v<rw<ms::diag_plus<ms::transpose_expr<K>, ms::scalar_diagonal>>,
-                             ms::diag_plus<K, ms::scalar_diagonal>>);
+static_assert(std::is_same_v<rw<md::diag_plus<md::transpose_expr<K>, md::scalar_diagonal>>,
+                             md::diag_plus<K, md::scalar_diagonal>>);
 
 // scalar_hoist / diag_in_product (rewrite/linear.hpp): scalar maps and diagonal terms at the top
 // are split off; with nothing to split the type is unchanged; the guarded form keeps the original.
 using Dv = ms::op::div_scalar<double>;
 using Ng = ms::op::neg;
-static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, ms::unary_expr<M, ms::unary_expr<Dv, K>>>, K>);
-static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, ms::unary_expr<Ng, ms::diag_plus<K, ms::scalar_diagonal>>>, K>);
-static_assert(std::is_same_v<ms::rewrite::split_linear_t<false, ms::diag_plus<K, ms::scalar_diagonal>>,
-                             ms::diag_plus<K, ms::scalar_diagonal>>);  // products of two lazy factors: scalars only
-static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, ms::unary_expr<ms::op::exp, K>>, ms::unary_expr<ms::op::exp, K>>);
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, md::unary_expr<M, md::unary_expr<Dv, K>>>, K>);
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, md::unary_expr<Ng, md::diag_plus<K, md::scalar_diagonal>>>, K>);
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<false, md::diag_plus<K, md::scalar_diagonal>>,
+                             md::diag_plus<K, md::scalar_diagonal>>);  // products of two lazy factors: scalars only
+static_assert(std::is_same_v<ms::rewrite::split_linear_t<true, md::unary_expr<ms::op::exp, K>>, md::unary_expr<ms::op::exp, K>>);
 static_assert(std::is_same_v<decltype(ms::rewrite::split_linear_guarded<true>(
-                                 std::declval<const ms::unary_expr<M, K>&>(),
+                                 std::declval<const md::unary_expr<M, K>&>(),
                                  std::declval<ms::rewrite::linear_post<double>&>(), std::declval<const X2&>(),
                                  std::declval<ms::rewrite::rule_log&>(), "sum")),
-                             ms::guarded<K, ms::unary_expr<M, K>>>);
+                             md::guarded<K, md::unary_expr<M, K>>>);
 // stationary_diagonal / diagonal_of_map / diagonal_of_sum (rewrite/diagonal.hpp).
 template <class E>
 using dg = ms::rewrite::diagonal_t<E>;
-using Cos = ms::pairwise<ms::formula::cosine, double, ms::dyn, ms::dyn, ms::dyn>;
-static_assert(std::is_same_v<dg<K>, ms::guarded<ms::rewrite::diag_constant<double>, ms::rewrite::diag_entries<K>>>);
-static_assert(std::is_same_v<dg<sqd>, ms::guarded<ms::rewrite::diag_constant<double>, ms::rewrite::diag_entries<sqd>>>);
+using Cos = md::pairwise<ms::formula::cosine, double, ms::dyn, ms::dyn, ms::dyn>;
+static_assert(std::is_same_v<dg<K>, md::guarded<ms::rewrite::diag_constant<double>, ms::rewrite::diag_entries<K>>>);
+static_assert(std::is_same_v<dg<sqd>, md::guarded<ms::rewrite::diag_constant<double>, ms::rewrite::diag_entries<sqd>>>);
 static_assert(std::is_same_v<dg<Cos>, ms::rewrite::diag_entries<Cos>>);  // no rule knows cos(x, x)
-static_assert(std::is_same_v<dg<ms::unary_expr<M, Cos>>, ms::rewrite::diag_map<M, ms::rewrite::diag_entries<Cos>>>);
-static_assert(std::is_same_v<dg<ms::diag_plus<Cos, ms::scalar_diagonal>>,
-                             ms::rewrite::diag_add<ms::rewrite::diag_entries<Cos>, ms::scalar_diagonal>>);
+static_assert(std::is_same_v<dg<md::unary_expr<M, Cos>>, ms::rewrite::diag_map<M, ms::rewrite::diag_entries<Cos>>>);
+static_assert(std::is_same_v<dg<md::diag_plus<Cos, md::scalar_diagonal>>,
+                             ms::rewrite::diag_add<ms::rewrite::diag_entries<Cos>, md::scalar_diagonal>>);
 // symmetric_product (rewrite/symmetric.hpp): only leaves of one formula are candidates.
 static_assert(ms::rewrite::symmetric_candidate<K, K>);
-static_assert(ms::rewrite::symmetric_candidate<ms::guarded<K, ms::unary_expr<M, K>>, K>);
+static_assert(ms::rewrite::symmetric_candidate<md::guarded<K, md::unary_expr<M, K>>, K>);
 static_assert(!ms::rewrite::symmetric_candidate<K, sqd>);
-static_assert(!ms::rewrite::symmetric_candidate<ms::unary_expr<ms::op::exp, K>, K>);
+static_assert(!ms::rewrite::symmetric_candidate<md::unary_expr<ms::op::exp, K>, K>);
 // chain_order (rewrite/chain.hpp): factor kinds from the types, the order from the extents.
-static_assert(ms::rewrite::factor_kind<ms::dense_factor<double>> == 0);
+static_assert(ms::rewrite::factor_kind<md::dense_factor<double>> == 0);
 static_assert(ms::rewrite::factor_kind<K> == 1);
-static_assert(ms::rewrite::factor_kind<ms::pinned<K>> == 2);
+static_assert(ms::rewrite::factor_kind<md::pinned<K>> == 2);
 /// The root split of a chain of three factors with the given kinds and extents p×q·q×r·r×s.
 constexpr std::size_t chain3_root(std::array<int, 3> kinds, std::array<std::size_t, 4> dims, double budget) {
   ms::rewrite::chain_order<3> o;

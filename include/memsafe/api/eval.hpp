@@ -55,7 +55,7 @@ result<typename X::value_type> eval(const X& x, budget_bytes b) {
 template <evaluable X>
 tile_plan plan_for(const X& x, const options& o = {}) {
   rewrite::rule_log log;
-  auto p = host::planner_for(x, log)(resolve_budget(o.budget), plan::resolve_threads(o.threads));
+  auto p = host::planner_for(x, log)(detail::resolve_budget(o.budget), plan::resolve_threads(o.threads));
   p.rules = log.fired;
   return p;
 }
@@ -69,7 +69,7 @@ tile_plan plan_for(const X& x, budget_bytes b) {
 template <evaluable X>
 std::string explain(const X& x, const options& o = {}) {
   std::string s = "as written:   " + x.str() + "\n";
-  const std::size_t budget = resolve_budget(o.budget);
+  const std::size_t budget = detail::resolve_budget(o.budget);
   rewrite::rule_log log;
   auto planner = host::planner_for(x, log);
   try {

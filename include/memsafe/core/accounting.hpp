@@ -13,7 +13,7 @@
 #include "budget.hpp"
 #include "error.hpp"
 
-namespace memsafe {
+namespace memsafe::detail {
 
 class accountant {
  public:
@@ -103,4 +103,4 @@ class temp_buffer {
   T* p_ = nullptr;
 };
 
-}  // namespace memsafe
+}  // namespace memsafe::detail

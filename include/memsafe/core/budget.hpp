@@ -115,6 +115,8 @@ inline std::string format_bytes(std::size_t b) {
   return std::string(buf) + (u ? " (" + std::to_string(b) + " B)" : "");
 }
 
+namespace detail {
+
 /// MEMSAFE_BUDGET (core/env.hpp), parsed; nullopt when unset or empty. Throws argument_error when
 /// malformed.
 inline std::optional<std::size_t> env_budget() {
@@ -133,4 +135,5 @@ inline std::size_t resolve_budget(std::optional<std::size_t> call_budget) {
   return default_budget_bytes;
 }
 
+}  // namespace detail
 }  // namespace memsafe

@@ -9,6 +9,7 @@
 
 namespace memsafe {
 
+namespace detail {
 template <class R, class S>
 struct batched_reduce_expr : evaluable_tag {
   using value_type = typename S::value_type;
@@ -29,7 +30,6 @@ struct batched_reduce_expr : evaluable_tag {
   }
 };
 
-namespace detail {
 template <class S>
 concept batch = is_batched<S>::value;
 template <class R, class S>

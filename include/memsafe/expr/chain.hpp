@@ -17,6 +17,7 @@
 
 namespace memsafe {
 
+namespace detail {
 /// A dense factor over caller memory (any strides), with static extents when known.
 template <class T, std::size_t R = dyn, std::size_t C = dyn>
 struct dense_factor {
@@ -73,16 +74,17 @@ concept chain_node = is_chain_node<std::remove_cvref_t<X>>::value;
 template <class X>
 concept chain_operand = chain_node<X> || lazy_matrix<X> || is_matrix_view<std::remove_cvref_t<X>>::value ||
                         is_vector_view<std::remove_cvref_t<X>>::value;
+}  // namespace detail
 
 /// Pin the evaluation order: `x` is evaluated as a whole before any product it is part of.
 template <class X>
-  requires chain_node<X>
-pinned<X> pin(const X& x) {
+  requires detail::chain_node<X>
+detail::pinned<X> pin(const X& x) {
   return {x};
 }
 /// pin(pin(x)) is pin(x).
 template <class X>
-pinned<X> pin(const pinned<X>& p) {
+detail::pinned<X> pin(const detail::pinned<X>& p) {
   return p;
 }
 
@@ -158,12 +160,12 @@ auto make_chain(const L& l, const R& r) {
 }  // namespace detail
 
 template <class L, class R>
-  requires chain_node<L> && chain_operand<R>
+  requires detail::chain_node<L> && detail::chain_operand<R>
 auto operator*(const L& l, const R& r) {
   return detail::make_chain(l, r);
 }
 template <class L, class R>
-  requires(chain_operand<L> && !chain_node<L>) && chain_node<R>
+  requires(detail::chain_operand<L> && !detail::chain_node<L>) && detail::chain_node<R>
 auto operator*(const L& l, const R& r) {
   return detail::make_chain(l, r);
 }

@@ -17,14 +17,12 @@
 
 namespace memsafe {
 
-/// s·I (n×n), a symbol.
+namespace detail {
+/// s·I (n×n), a symbol. Its operators are here with it, where argument-dependent lookup finds them.
 struct scaled_identity {
   std::size_t n;
   double s = 1;
 };
-/// The n×n identity, a symbol: `K + 0.1 * identity(n)`.
-inline scaled_identity identity(std::size_t n) { return {n, 1.0}; }
-
 inline scaled_identity operator*(double s, scaled_identity I) { return {I.n, I.s * s}; }
 inline scaled_identity operator*(scaled_identity I, double s) { return {I.n, I.s * s}; }
 inline scaled_identity operator-(scaled_identity I) { return {I.n, -I.s}; }
@@ -34,10 +32,18 @@ template <class T>
 struct diag_matrix {
   vector_view<const T> d;
 };
+}  // namespace detail
+
+/// The n×n identity, a symbol: `K + 0.1 * identity(n)`.
+inline detail::scaled_identity identity(std::size_t n) { return {n, 1.0}; }
+
+/// diag(v), a symbol: `K + diag(v)`.
 template <class T, std::size_t N>
-diag_matrix<std::remove_cv_t<T>> diag(const vector_view<T, N>& v) {
+detail::diag_matrix<std::remove_cv_t<T>> diag(const vector_view<T, N>& v) {
   return {vector_view<const std::remove_cv_t<T>>(v)};
 }
+
+namespace detail {
 
 /// The diagonal of a diag_plus node: a constant or a caller vector.
 struct scalar_diagonal {
@@ -66,7 +72,6 @@ struct diag_plus : lazy_tag {
   std::string str() const { return "(" + e.str() + " + " + d.str(e.rows()) + ")"; }
 };
 
-namespace detail {
 template <class E>
 void check_square(const E& e, std::size_t n, const char* what) {
   static_assert(extents_compatible<E::static_rows, E::static_cols>,
@@ -78,23 +83,24 @@ void check_square(const E& e, std::size_t n, const char* what) {
 }  // namespace detail
 
 template <lazy_matrix E>
-auto operator+(const E& e, scaled_identity I) {
+auto operator+(const E& e, detail::scaled_identity I) {
   detail::check_square(e, I.n, "K + s*I");
-  return diag_plus<E, scalar_diagonal>{{}, e, {I.s}};
+  return detail::diag_plus<E, detail::scalar_diagonal>{{}, e, {I.s}};
 }
 template <lazy_matrix E>
-auto operator+(scaled_identity I, const E& e) { return e + I; }
+auto operator+(detail::scaled_identity I, const E& e) { return e + I; }
 template <lazy_matrix E>
-auto operator-(const E& e, scaled_identity I) { return e + (-I); }
+auto operator-(const E& e, detail::scaled_identity I) { return e + (-I); }
 template <lazy_matrix E, class T>
-auto operator+(const E& e, const diag_matrix<T>& D) {
+auto operator+(const E& e, const detail::diag_matrix<T>& D) {
   static_assert(std::is_same_v<T, typename E::value_type>, "memsafe: K + diag(v): v must have K's value type");
   detail::check_square(e, D.d.size(), "K + diag(v)");
-  return diag_plus<E, vector_diagonal<T>>{{}, e, {D.d}};
+  return detail::diag_plus<E, detail::vector_diagonal<T>>{{}, e, {D.d}};
 }
 template <lazy_matrix E, class T>
-auto operator+(const diag_matrix<T>& D, const E& e) { return e + D; }
+auto operator+(const detail::diag_matrix<T>& D, const E& e) { return e + D; }
 
+namespace detail {
 /// diag(K): the n diagonal entries of a square lazy matrix (n values).
 template <class E>
 struct diag_expr : evaluable_tag {
@@ -115,16 +121,17 @@ struct trace_expr : evaluable_tag {
   std::size_t cols() const { return 1; }
   std::string str() const { return "trace(" + e.str() + ")"; }
 };
+}  // namespace detail
 
 template <lazy_matrix E>
 auto diag(const E& e) {
   detail::check_square(e, e.rows(), "diag(K)");
-  return diag_expr<E>{{}, e};
+  return detail::diag_expr<E>{{}, e};
 }
 template <lazy_matrix E>
 auto trace(const E& e) {
   detail::check_square(e, e.rows(), "trace(K)");
-  return trace_expr<E>{{}, e};
+  return detail::trace_expr<E>{{}, e};
 }
 
 }  // namespace memsafe

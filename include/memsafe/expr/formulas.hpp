@@ -14,6 +14,9 @@
 
 namespace memsafe {
 
+namespace detail {
+
+/// How a formula accumulates the coordinates of a pair (the inner loop it selects).
 enum class base_kind { sqeuclid, l1, dot, cosine };
 
 /// How the optional per-dimension parameter scales each coordinate before the base.
@@ -41,25 +44,27 @@ struct formula_params {
   }
 };
 
+}  // namespace detail
+
 namespace formula {
 
 #define MEMSAFE_FORMULA_HEAD(NAME, BASE)                 \
   static constexpr const char* name = NAME;              \
-  static constexpr base_kind base = base_kind::BASE;
+  static constexpr detail::base_kind base = detail::base_kind::BASE;
 
 /// ‖x − y‖²
 struct sqdist {
   MEMSAFE_FORMULA_HEAD("sqdist", sqeuclid)
   static constexpr bool has_finalise = false;
   template <class T>
-  MEMSAFE_HD static void finalise(T*, std::size_t, const formula_params<T>&) {}
+  MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// ‖x − y‖
 struct dist {
   MEMSAFE_FORMULA_HEAD("dist", sqeuclid)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>&) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>&) {
     for (std::size_t j = 0; j < n; ++j) r[j] = math::sqrt(r[j]);
   }
 };
@@ -68,28 +73,28 @@ struct l1 {
   MEMSAFE_FORMULA_HEAD("l1", l1)
   static constexpr bool has_finalise = false;
   template <class T>
-  MEMSAFE_HD static void finalise(T*, std::size_t, const formula_params<T>&) {}
+  MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// x · y
 struct dot {
   MEMSAFE_FORMULA_HEAD("dot", dot)
   static constexpr bool has_finalise = false;
   template <class T>
-  MEMSAFE_HD static void finalise(T*, std::size_t, const formula_params<T>&) {}
+  MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// 1 − x·y / (‖x‖‖y‖); a zero vector has similarity 0 (distance 1) with everything.
 struct cosine {
   MEMSAFE_FORMULA_HEAD("cosine", cosine)
   static constexpr bool has_finalise = false;
   template <class T>
-  MEMSAFE_HD static void finalise(T*, std::size_t, const formula_params<T>&) {}
+  MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// σ² exp(−r²/2), r² = Σ ((x_k − y_k)/ℓ_k)²
 struct rbf {
   MEMSAFE_FORMULA_HEAD("rbf", sqeuclid)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T s = T(-0.5) * p.acc_scale, v = p.variance;
     for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(s * r[j]);
   }
@@ -99,7 +104,7 @@ struct matern12 {
   MEMSAFE_FORMULA_HEAD("matern12", sqeuclid)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T s = p.acc_scale, v = p.variance;
     for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(-math::sqrt(s * r[j]));
   }
@@ -109,7 +114,7 @@ struct matern32 {
   MEMSAFE_FORMULA_HEAD("matern32", sqeuclid)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T s = T(3) * p.acc_scale, v = p.variance;
     for (std::size_t j = 0; j < n; ++j) {
       const T a = math::sqrt(s * r[j]);
@@ -124,7 +129,7 @@ struct matern52 {
   MEMSAFE_FORMULA_HEAD("matern52", sqeuclid)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T s = T(5) * p.acc_scale, v = p.variance;
     for (std::size_t j = 0; j < n; ++j) {
       const T a2 = s * r[j];
@@ -139,7 +144,7 @@ struct rq {
   MEMSAFE_FORMULA_HEAD("rq", sqeuclid)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T s = p.acc_scale / (T(2) * p.alpha), v = p.variance, na = -p.alpha;
     for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(na * math::log(T(1) + s * r[j]));
   }
@@ -149,7 +154,7 @@ struct linear {
   MEMSAFE_FORMULA_HEAD("linear", dot)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
     for (std::size_t j = 0; j < n; ++j) r[j] = v * r[j];
   }

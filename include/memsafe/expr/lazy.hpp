@@ -17,7 +17,10 @@
 
 namespace memsafe {
 
-/// Marker base of every lazy matrix node.
+/// Marker base of every lazy matrix node. The nodes themselves are implementation types
+/// (memsafe::detail); the tag stays here so that memsafe is an associated namespace of every node
+/// and argument-dependent lookup finds the operators and builders below (`K + K`, `exp(K)`)
+/// wherever an expression is written.
 struct lazy_tag {};
 
 template <class E>
@@ -25,6 +28,7 @@ concept lazy_matrix = std::is_base_of_v<lazy_tag, std::remove_cvref_t<E>>;
 
 // ---- pairwise ---------------------------------------------------------------------------------
 
+namespace detail {
 /// F(x_i, y_j) for the rows x_i of X (i < n) and y_j of Y (j < m): an n×m lazy matrix.
 template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D>
 struct pairwise : lazy_tag {
@@ -40,6 +44,7 @@ struct pairwise : lazy_tag {
   std::size_t dim() const { return x.cols(); }
   std::string str() const { return std::string(F::name) + "(X[" + x.shape() + "], Y[" + y.shape() + "])"; }
 };
+}  // namespace detail
 
 // ---- elementwise ------------------------------------------------------------------------------
 
@@ -98,7 +103,6 @@ std::string op_str(const Op& op, const std::string& inner) {
   if constexpr (requires { op.c; }) return std::string(Op::name) + "(" + inner + ", " + std::to_string(op.c) + ")";
   else return std::string(Op::name) + "(" + inner + ")";
 }
-}  // namespace detail
 
 /// op(e_ij)
 template <class Op, class E>
@@ -139,7 +143,6 @@ struct transpose_expr : lazy_tag {
 
 // ---- building pairwise expressions ------------------------------------------------------------
 
-namespace detail {
 template <class XV, class YV>
 using pair_value_t = std::remove_cv_t<typename XV::element_type>;
 
@@ -273,7 +276,7 @@ auto rq(const XV& X, const YV& Y, LS lengthscale = 1, double variance = 1, doubl
 template <class XV, class YV, class V = double>
 auto linear(const XV& X, const YV& Y, V variance = 1) {
   using T = detail::pair_value_t<XV, YV>;
-  formula_params<T> p;
+  detail::formula_params<T> p;
   if constexpr (std::is_arithmetic_v<V>) {
     detail::check_positive(static_cast<T>(variance), "variance", "linear");
     p.variance = static_cast<T>(variance);
@@ -284,7 +287,7 @@ auto linear(const XV& X, const YV& Y, V variance = 1) {
                         " per-dimension variances for points of dimension d = " + std::to_string(X.cols()));
     for (std::size_t k = 0; k < variance.size; ++k) detail::check_nonneg(variance.data[k], "every variance", "linear");
     p.per_dim = variance.data;
-    p.kind = per_dim_kind::sqrt;
+    p.kind = detail::per_dim_kind::sqrt;
   }
   return detail::make_pairwise<formula::linear>(X, Y, p);
 }
@@ -369,6 +372,6 @@ auto clamp_max(const E& e, S c) { return detail::make_unary(e, op::clamp_max<dou
 
 /// The transposed lazy matrix (m×n).
 template <lazy_matrix E>
-auto transpose(const E& e) { return transpose_expr<E>{{}, e}; }
+auto transpose(const E& e) { return detail::transpose_expr<E>{{}, e}; }
 
 }  // namespace memsafe

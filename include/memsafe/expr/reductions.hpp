@@ -30,11 +30,13 @@ struct argkmax { static constexpr const char* name = "argkmax"; std::size_t k; }
 struct logsumexp { static constexpr const char* name = "logsumexp"; };
 }  // namespace red
 
-/// Marker base of every node `eval` accepts.
+/// Marker base of every node `eval` accepts (the nodes are in memsafe::detail; the tag is here for
+/// argument-dependent lookup, as lazy_tag in expr/lazy.hpp).
 struct evaluable_tag {};
 template <class X>
 concept evaluable = std::is_base_of_v<evaluable_tag, std::remove_cvref_t<X>>;
 
+namespace detail {
 /// R over j of the n×m lazy matrix E: n results (k per row for top-k).
 template <class R, class E>
 struct reduce_expr : evaluable_tag {
@@ -106,7 +108,6 @@ struct dense_expr : evaluable_tag {
   std::string str() const { return "dense(" + e.str() + ")"; }
 };
 
-namespace detail {
 template <class R, lazy_matrix E>
 auto make_reduce(const E& e, R r = {}) {
   return reduce_expr<R, E>{{}, e, r};
@@ -181,7 +182,8 @@ auto argkmax(const E& e) {
 template <lazy_matrix E, class VV>
 auto softmax_sum(const E& s, const VV& V) {
   using T = typename E::value_type;
-  static_assert(is_matrix_view<VV>::value, "memsafe: softmax_sum(S, V): V must be a dense matrix (memsafe::matrix)");
+  static_assert(detail::is_matrix_view<VV>::value,
+                "memsafe: softmax_sum(S, V): V must be a dense matrix (memsafe::matrix)");
   static_assert(std::is_same_v<std::remove_cv_t<typename VV::element_type>, T>,
                 "memsafe: softmax_sum(S, V): V must have the scores' value type");
   static_assert(detail::extents_compatible<E::static_cols, VV::static_rows>,
@@ -189,12 +191,12 @@ auto softmax_sum(const E& s, const VV& V) {
   if (V.rows() != s.cols())
     throw shape_error("memsafe: softmax_sum(S, V): S is " + detail::shape_str(s.rows(), s.cols()) + " but V is " +
                       V.shape() + " (V needs one row per column of S)");
-  return softmax_sum_expr<E>{{}, s, matrix_view<const T>(V)};
+  return detail::softmax_sum_expr<E>{{}, s, matrix_view<const T>(V)};
 }
 
 /// Materialise a lazy matrix (only sensible when n×m fits in memory as a result).
 template <lazy_matrix E>
-auto dense(const E& e) { return dense_expr<E>{{}, e}; }
+auto dense(const E& e) { return detail::dense_expr<E>{{}, e}; }
 
 // ---- products ----------------------------------------------------------------------------------
 
@@ -222,7 +224,7 @@ auto operator*(const E& e, const vector_view<T, N>& v) {
   if (v.size() != e.cols())
     throw shape_error("memsafe: K * v: K is " + detail::shape_str(e.rows(), e.cols()) + " but v has length " +
                       std::to_string(v.size()));
-  return matmul_expr<E>{{}, e, col, true, false};
+  return detail::matmul_expr<E>{{}, e, col, true, false};
 }
 /// K · M (n×c): many right-hand sides at once.
 template <lazy_matrix E, class T, std::size_t R, std::size_t C>
@@ -231,7 +233,7 @@ auto operator*(const E& e, const matrix_view<T, R, C>& M) {
                 "memsafe: K * M: M's static row count differs from the lazy matrix's column count");
   using V = typename E::value_type;
   detail::check_matmul(e, M, M.rows(), "K * M");
-  return matmul_expr<E>{{}, e, matrix_view<const V>(M), false, false};
+  return detail::matmul_expr<E>{{}, e, matrix_view<const V>(M), false, false};
 }
 /// vᵀ · K (m values), evaluated as Kᵀ v.
 template <class T, std::size_t N, lazy_matrix E>
@@ -244,7 +246,7 @@ auto operator*(const vector_view<T, N>& v, const E& e) {
     throw shape_error("memsafe: v * K: K is " + detail::shape_str(e.rows(), e.cols()) + " but v has length " +
                       std::to_string(v.size()));
   auto t = transpose(e);
-  return matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(v.as_column()), true, false};
+  return detail::matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(v.as_column()), true, false};
 }
 /// M · K (c×m) for M c×n, evaluated as (Kᵀ Mᵀ)ᵀ.
 template <class T, std::size_t R, std::size_t C, lazy_matrix E>
@@ -257,7 +259,7 @@ auto operator*(const matrix_view<T, R, C>& M, const E& e) {
     throw shape_error("memsafe: M * K: M is " + M.shape() + " but K is " + detail::shape_str(e.rows(), e.cols()) +
                       ": inner extents differ (" + std::to_string(M.cols()) + " vs " + std::to_string(e.rows()) + ")");
   auto t = transpose(e);
-  return matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(M).t(), false, true};
+  return detail::matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(M).t(), false, true};
 }
 /// A · B for two lazy matrices (e.g. Kuf · Kufᵀ), contracting A's columns with B's rows.
 template <lazy_matrix A, lazy_matrix B>
@@ -269,7 +271,7 @@ auto operator*(const A& a, const B& b) {
   if (a.cols() != b.rows())
     throw shape_error("memsafe: A * B: A is " + detail::shape_str(a.rows(), a.cols()) + " but B is " +
                       detail::shape_str(b.rows(), b.cols()) + ": inner extents differ");
-  return lazy_product_expr<A, B>{{}, a, b};
+  return detail::lazy_product_expr<A, B>{{}, a, b};
 }
 
 }  // namespace memsafe

@@ -24,12 +24,16 @@
 
 namespace memsafe {
 
-/// Marker base of broadcast-tensor nodes.
+/// Marker base of broadcast-tensor nodes (memsafe::detail); here for argument-dependent lookup, as
+/// lazy_tag (expr/lazy.hpp).
 struct tensor_tag {};
+
+namespace detail {
 template <class E>
 concept tensor_expr = std::is_base_of_v<tensor_tag, std::remove_cvref_t<E>>;
 
 inline constexpr std::size_t no_axis = ~std::size_t{0};
+}  // namespace detail
 
 /// A read-only strided tensor over caller memory (row-major by default).
 template <class T, std::size_t R>
@@ -64,7 +68,6 @@ std::string dims_str(const std::array<std::size_t, N>& s) {
   for (std::size_t a = 0; a < N; ++a) r += (a ? "×" : "") + std::to_string(s[a]);
   return r;
 }
-}  // namespace detail
 
 /// Leaf: a rank-R source with a size-1 axis inserted at position A (A == no_axis: none), so its
 /// rank is R+1 (or R). D is the static extent of the last axis (dyn if unknown). Size-1 axes
@@ -127,6 +130,7 @@ struct tzip : tensor_tag {
   }
   std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
 };
+}  // namespace detail
 
 // ---- building ----------------------------------------------------------------------------------
 
@@ -135,23 +139,23 @@ template <std::size_t A, class T, std::size_t RR, std::size_t C>
 auto unsqueeze(const matrix_view<T, RR, C>& m) {
   static_assert(A <= 2, "memsafe: unsqueeze<A> of a matrix: A must be 0, 1 or 2");
   using V = std::remove_cv_t<T>;
-  return tleaf<V, 2, A, (A == 2 ? std::size_t(1) : C)>{{}, m.data(), {m.rows(), m.cols()},
-                                                        {m.row_stride(), m.col_stride()}};
+  return detail::tleaf<V, 2, A, (A == 2 ? std::size_t(1) : C)>{{}, m.data(), {m.rows(), m.cols()},
+                                                                {m.row_stride(), m.col_stride()}};
 }
 template <std::size_t A, class T, std::size_t R>
 auto unsqueeze(const tensor_view<T, R>& t) {
   static_assert(A <= R, "memsafe: unsqueeze<A>: A must be at most the tensor's rank");
-  return tleaf<T, R, A, (A == R ? std::size_t(1) : dyn)>{{}, t.data, t.shape, t.strides};
+  return detail::tleaf<T, R, A, (A == R ? std::size_t(1) : dyn)>{{}, t.data, t.shape, t.strides};
 }
 /// A matrix or tensor as a broadcast operand without a new axis.
 template <class T, std::size_t RR, std::size_t C>
 auto as_tensor(const matrix_view<T, RR, C>& m) {
   using V = std::remove_cv_t<T>;
-  return tleaf<V, 2, no_axis, C>{{}, m.data(), {m.rows(), m.cols()}, {m.row_stride(), m.col_stride()}};
+  return detail::tleaf<V, 2, detail::no_axis, C>{{}, m.data(), {m.rows(), m.cols()}, {m.row_stride(), m.col_stride()}};
 }
 template <class T, std::size_t R>
 auto as_tensor(const tensor_view<T, R>& t) {
-  return tleaf<T, R, no_axis, dyn>{{}, t.data, t.shape, t.strides};
+  return detail::tleaf<T, R, detail::no_axis, dyn>{{}, t.data, t.shape, t.strides};
 }
 
 namespace detail {
@@ -215,6 +219,7 @@ auto pow(const E& e, S p) { return detail::make_tmap(e, op::pow_scalar<double>{s
 
 // ---- sum over one axis -------------------------------------------------------------------------
 
+namespace detail {
 /// Σ over axis Ax of a rank-3 broadcast tensor: an n×m lazy matrix (the two remaining axes in
 /// order). Entries are computed on demand, one pair at a time.
 /// With Swap the remaining axes are taken in reverse order (the transpose).
@@ -252,19 +257,20 @@ struct batched_sum {
   std::string str() const { return "sum<" + std::to_string(Ax) + ">(" + e.str() + ")"; }
 };
 
+template <class>
+struct is_batched : std::false_type {};
+template <std::size_t Ax, class E>
+struct is_batched<batched_sum<Ax, E>> : std::true_type {};
+}  // namespace detail
+
 /// `sum<Axis>(t)`: for a rank-3 tensor an n×m lazy matrix; for higher ranks a batch of them.
 template <std::size_t Ax, detail::pure_tensor E>
 auto sum(const E& e) {
   static_assert(E::rank >= 3, "memsafe: sum<A>(broadcast tensor) needs a tensor of rank ≥ 3 (n×m×d, optionally batched)");
   static_assert(Ax < E::rank, "memsafe: sum<A>: the axis is out of range");
-  if constexpr (E::rank == 3) return tsum<Ax, E>{{}, e};
-  else return batched_sum<Ax, E>{e};
+  if constexpr (E::rank == 3) return detail::tsum<Ax, E>{{}, e};
+  else return detail::batched_sum<Ax, E>{e};
 }
-
-template <class>
-struct is_batched : std::false_type {};
-template <std::size_t Ax, class E>
-struct is_batched<batched_sum<Ax, E>> : std::true_type {};
 
 // ---- slicing leading batch axes ---------------------------------------------------------------
 
@@ -303,7 +309,6 @@ auto slice_front(const tzip<Op, A, B>& z, const std::size_t* idx) {
   auto b = slice_front<NB>(z.b, idx);
   return tzip<Op, decltype(a), decltype(b)>{{}, a, b, z.op};
 }
-}  // namespace detail
 
 /// The lazy n×m matrix of batch entry `b` (flattened over the batch axes, row-major).
 template <std::size_t Ax, class E>
@@ -315,8 +320,9 @@ auto slice(const batched_sum<Ax, E>& s, std::size_t b) {
     idx[a] = b % sh[a];
     b /= sh[a];
   }
-  auto c = detail::slice_front<NB>(s.e, idx);
+  auto c = slice_front<NB>(s.e, idx);
   return tsum<Ax - NB, decltype(c)>{{}, c};
 }
+}  // namespace detail
 
 }  // namespace memsafe

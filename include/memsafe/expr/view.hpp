@@ -201,6 +201,7 @@ constexpr ard_view<T> ard(std::span<const T> s) {
   return {s.data(), s.size()};
 }
 
+namespace detail {
 template <class>
 struct is_matrix_view : std::false_type {};
 template <class T, std::size_t R, std::size_t C>
@@ -209,5 +210,6 @@ template <class>
 struct is_vector_view : std::false_type {};
 template <class T, std::size_t N>
 struct is_vector_view<vector_view<T, N>> : std::true_type {};
+}  // namespace detail
 
 }  // namespace memsafe

@@ -56,6 +56,9 @@ struct dense {
 
 namespace jobs {
 
+// The nodes lowered here are implementation types (memsafe::detail).
+using namespace memsafe::detail;
+
 using rewrite::linear_post;
 
 /// Where a row reduction writes: values (rows × cols, any strides) and optionally indices.

@@ -20,6 +20,8 @@
 
 namespace memsafe::rewrite {
 
+using namespace memsafe::detail;  // the chain factors (expr/chain.hpp)
+
 template <class F>
 inline constexpr bool is_dense_factor = false;
 template <class T, std::size_t R, std::size_t C>

@@ -15,6 +15,9 @@
 
 namespace memsafe::rewrite {
 
+// The rules match and build the capture nodes, which are implementation types (memsafe::detail).
+using namespace memsafe::detail;
+
 /// The rules applied to one expression, in the order they fired (each listed once).
 struct rule_log {
   std::vector<std::string> fired;
@@ -39,7 +42,7 @@ bool same_view(const U& u, const V& v) {
 
 }  // namespace memsafe::rewrite
 
-namespace memsafe {
+namespace memsafe::detail {
 
 /// The op of a unary_expr (void for any other node), for rules that look one level down.
 template <class E>
@@ -66,4 +69,4 @@ struct guarded : lazy_tag {
   std::string str() const { return use_fast ? fast.str() : slow.str(); }
 };
 
-}  // namespace memsafe
+}  // namespace memsafe::detail

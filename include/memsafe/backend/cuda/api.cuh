@@ -109,7 +109,7 @@ tile_plan plan_for(const X& x, const options& o, const device_resources& dev) {
   if constexpr (detail::device_node<X>) {
     rewrite::rule_log log;
     const auto job = detail::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log);
-    tile_plan p = detail::plan_job(job, resolve_budget(o.budget), dev, detail::residency::assumed, x.str()).plan;
+    tile_plan p = detail::plan_job(job, detail::resolve_budget(o.budget), dev, detail::residency::assumed, x.str()).plan;
     p.rules = log.fired;
     return p;
   } else {

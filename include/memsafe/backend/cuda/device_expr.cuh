@@ -28,6 +28,18 @@
 
 namespace memsafe::cuda::detail {
 
+// The implementation types of the core (memsafe::detail) the device backend reads: the nodes it
+// maps to device functors, the formula parameters and the accountant.
+using memsafe::detail::accountant;
+using memsafe::detail::base_kind;
+using memsafe::detail::formula_params;
+using memsafe::detail::guarded;
+using memsafe::detail::lazy_product_expr;
+using memsafe::detail::pairwise;
+using memsafe::detail::per_dim_kind;
+using memsafe::detail::resolve_budget;
+using memsafe::detail::unary_expr;
+
 // ---- points on the device ----------------------------------------------------------------------
 
 /// n points of dimension d: element (i, k) at p[i * rs + k * cs]. p is a device pointer.

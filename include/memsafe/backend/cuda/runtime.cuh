@@ -123,8 +123,8 @@ class event {
 class device_accountant {
  public:
   device_accountant(std::size_t limit, cudaStream_t s) : acc_(limit), s_(s) {}
-  accountant& counter() { return acc_; }
-  const accountant& counter() const { return acc_; }
+  memsafe::detail::accountant& counter() { return acc_; }
+  const memsafe::detail::accountant& counter() const { return acc_; }
   cudaStream_t stream() const { return s_; }
 
   void* allocate_device(std::size_t bytes) {
@@ -165,7 +165,7 @@ class device_accountant {
   static constexpr std::size_t round(std::size_t b) { return (b + 255) / 256 * 256; }
 
  private:
-  accountant acc_;
+  memsafe::detail::accountant acc_;
   cudaStream_t s_;
 };
 

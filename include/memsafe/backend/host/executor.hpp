@@ -22,6 +22,9 @@
 
 namespace memsafe::host {
 
+// The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
+using namespace memsafe::detail;
+
 /// Run `body(t)` for every t in [0, n): t = 0 on the caller, the others on new threads; rethrow the
 /// first exception once every started thread has been joined. When the system refuses a thread
 /// (std::system_error from std::thread, e.g. no address space left for its stack) the bodies it

@@ -20,6 +20,9 @@
 
 namespace memsafe::host {
 
+// The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
+using namespace memsafe::detail;
+
 template <class T>
 inline constexpr std::size_t lanes = 64 / sizeof(T);
 

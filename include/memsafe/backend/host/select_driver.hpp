@@ -31,6 +31,9 @@
 
 namespace memsafe::host {
 
+// The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
+using namespace memsafe::detail;
+
 /// The fused path is on unless MEMSAFE_KERNELS=reference (then every expression takes the
 /// portable tile path — for comparisons and debugging).
 inline bool fused_kernels_enabled() {

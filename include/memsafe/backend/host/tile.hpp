@@ -15,6 +15,9 @@
 
 namespace memsafe::host {
 
+// The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
+using namespace memsafe::detail;
+
 /// Carve `bytes` (64-byte aligned) from a cursor into a thread's workspace.
 template <class U>
 U* carve(std::byte*& cur, std::size_t count) {
