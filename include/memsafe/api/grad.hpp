@@ -84,7 +84,7 @@ void append_param_gradients(const E& e, const host::grad_layout& L, const std::v
     param_gradient<T> g;
     g.formula = F::name;
     if (t < L.par.size() && L.par[t]) {
-      const formula_params<T>& p = term.leaf->params;
+      const detail::formula_params<T>& p = term.leaf->params;
       const std::size_t d = term.leaf->dim();
       const double* a = acc.data() + L.poff[t];
       const double* q = a + 2;
@@ -94,7 +94,7 @@ void append_param_gradients(const E& e, const host::grad_layout& L, const std::v
         const double as = static_cast<double>(p.acc_scale);
         if constexpr (Dv::has_variance) g.variance = {static_cast<T>(a[0] / static_cast<double>(p.variance))};
         if constexpr (Dv::has_lengthscale) {
-          if (p.kind == per_dim_kind::inverse) {
+          if (p.kind == detail::per_dim_kind::inverse) {
             for (std::size_t k = 0; k < d; ++k)
               g.lengthscale.push_back(static_cast<T>(-2.0 * as * q[k] / static_cast<double>(p.per_dim[k])));
           } else {
@@ -103,7 +103,7 @@ void append_param_gradients(const E& e, const host::grad_layout& L, const std::v
         }
         if constexpr (Dv::has_alpha) g.alpha = {static_cast<T>(a[1])};
       } else if constexpr (Dv::has_variance) {
-        if (p.kind == per_dim_kind::sqrt) {
+        if (p.kind == detail::per_dim_kind::sqrt) {
           for (std::size_t k = 0; k < d; ++k) g.variance.push_back(static_cast<T>(q[k]));
         } else {
           g.variance = {static_cast<T>(qs)};
@@ -124,7 +124,7 @@ std::string grad_what(const backward_expr<X>& b) {
 template <class X>
 gradients<typename X::value_type> grad(const backward_expr<X>& b, const options& o) {
   using T = typename X::value_type;
-  const std::size_t budget = resolve_budget(o.budget);
+  const std::size_t budget = detail::resolve_budget(o.budget);
   const std::size_t threads = plan::resolve_threads(o.threads);
   const auto t0 = std::chrono::steady_clock::now();
   rewrite::rule_log log;
@@ -140,7 +140,7 @@ gradients<typename X::value_type> grad(const backward_expr<X>& b, const options&
     g.points[k].assign(detail::checked_mul(j.points[k].rows(), j.points[k].cols(), "memsafe: grad: a gradient"), T(0));
     out.points.push_back(g.points[k].data());
   }
-  accountant acc(budget);
+  detail::accountant acc(budget);
   if constexpr (jobs::is_grad_product_job<std::remove_cvref_t<decltype(j)>>) {
     out.params.assign(hp.la.par_width, 0.0);
     out.params_b.assign(hp.lb.par_width, 0.0);
@@ -199,7 +199,7 @@ template <class X>
 grad_plan plan_for(const backward_expr<X>& b, const options& o = {}) {
   rewrite::rule_log log;
   const auto j = jobs::lower_grad(b, log);
-  auto hp = host::plan_grad(j, resolve_budget(o.budget), plan::resolve_threads(o.threads), detail::grad_what(b));
+  auto hp = host::plan_grad(j, detail::resolve_budget(o.budget), plan::resolve_threads(o.threads), detail::grad_what(b));
   hp.shown.rules = log.fired;
   hp.shown.expression = b.str();
   return hp.shown;
@@ -214,7 +214,7 @@ grad_plan plan_for(const backward_expr<X>& b, budget_bytes bb) {
 template <class X>
 std::string explain(const backward_expr<X>& b, const options& o = {}) {
   std::string s = "as written:   " + b.str() + "\n";
-  const std::size_t budget = resolve_budget(o.budget);
+  const std::size_t budget = detail::resolve_budget(o.budget);
   rewrite::rule_log log;
   const auto j = jobs::lower_grad(b, log);
   try {

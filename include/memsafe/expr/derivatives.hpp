@@ -33,11 +33,11 @@ struct derivative {
   static constexpr derivative_kind kind = derivative_kind::stationary;
   static constexpr bool has_variance = false, has_lengthscale = false, has_alpha = false;
   template <class T>
-  static void at(T, const formula_params<T>&, T& f, T& dfdu) {
+  static void at(T, const detail::formula_params<T>&, T& f, T& dfdu) {
     f = dfdu = T(0);
   }
   template <class T>
-  static T dalpha(T, const formula_params<T>&, T) {
+  static T dalpha(T, const detail::formula_params<T>&, T) {
     return T(0);
   }
 };
@@ -53,7 +53,7 @@ struct stationary_kernel_head {
   static constexpr derivative_kind kind = derivative_kind::stationary;
   static constexpr bool has_variance = true, has_lengthscale = true, has_alpha = false;
   template <class T>
-  static T dalpha(T, const formula_params<T>&, T) {
+  static T dalpha(T, const detail::formula_params<T>&, T) {
     return T(0);
   }
 };
@@ -62,7 +62,7 @@ struct stationary_distance_head {
   static constexpr derivative_kind kind = derivative_kind::stationary;
   static constexpr bool has_variance = false, has_lengthscale = false, has_alpha = false;
   template <class T>
-  static T dalpha(T, const formula_params<T>&, T) {
+  static T dalpha(T, const detail::formula_params<T>&, T) {
     return T(0);
   }
 };
@@ -72,7 +72,7 @@ struct stationary_distance_head {
 template <>
 struct derivative<formula::sqdist> : detail::stationary_distance_head {
   template <class T>
-  static void at(T u, const formula_params<T>&, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>&, T& f, T& dfdu) {
     f = u;
     dfdu = T(1);
   }
@@ -82,7 +82,7 @@ struct derivative<formula::sqdist> : detail::stationary_distance_head {
 template <>
 struct derivative<formula::dist> : detail::stationary_distance_head {
   template <class T>
-  static void at(T u, const formula_params<T>&, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>&, T& f, T& dfdu) {
     const T a = math::sqrt(u);
     f = a;
     dfdu = detail::dsel(u == T(0), T(0), T(0.5) / a);
@@ -92,7 +92,7 @@ struct derivative<formula::dist> : detail::stationary_distance_head {
 template <>
 struct derivative<formula::rbf> : detail::stationary_kernel_head {
   template <class T>
-  static void at(T u, const formula_params<T>& p, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
     f = p.variance * math::exp(T(-0.5) * u);
     dfdu = T(-0.5) * f;
   }
@@ -102,7 +102,7 @@ struct derivative<formula::rbf> : detail::stationary_kernel_head {
 template <>
 struct derivative<formula::matern12> : detail::stationary_kernel_head {
   template <class T>
-  static void at(T u, const formula_params<T>& p, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
     const T a = math::sqrt(u);
     f = p.variance * math::exp(-a);
     dfdu = detail::dsel(u == T(0), T(0), T(-0.5) * f / a);
@@ -112,7 +112,7 @@ struct derivative<formula::matern12> : detail::stationary_kernel_head {
 template <>
 struct derivative<formula::matern32> : detail::stationary_kernel_head {
   template <class T>
-  static void at(T u, const formula_params<T>& p, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
     const T a = math::sqrt(T(3) * u), e = math::exp(-a);
     f = detail::dsel(a == math::detail::inf_v<T>(), T(0), p.variance * ((T(1) + a) * e));
     dfdu = T(-1.5) * p.variance * e;
@@ -122,7 +122,7 @@ struct derivative<formula::matern32> : detail::stationary_kernel_head {
 template <>
 struct derivative<formula::matern52> : detail::stationary_kernel_head {
   template <class T>
-  static void at(T u, const formula_params<T>& p, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
     const T a2 = T(5) * u, a = math::sqrt(a2), e = math::exp(-a);
     const bool inf = a == math::detail::inf_v<T>();
     f = detail::dsel(inf, T(0), p.variance * ((T(1) + a + a2 * T(1.0 / 3.0)) * e));
@@ -134,13 +134,13 @@ template <>
 struct derivative<formula::rq> : detail::stationary_kernel_head {
   static constexpr bool has_alpha = true;
   template <class T>
-  static void at(T u, const formula_params<T>& p, T& f, T& dfdu) {
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
     const T t = T(1) + u / (T(2) * p.alpha);
     f = p.variance * math::exp(-p.alpha * math::log(t));
     dfdu = T(-0.5) * f / t;
   }
   template <class T>
-  static T dalpha(T u, const formula_params<T>& p, T f) {
+  static T dalpha(T u, const detail::formula_params<T>& p, T f) {
     const T t = T(1) + u / (T(2) * p.alpha);
     return detail::dsel(f == T(0), T(0), f * (T(1) - T(1) / t - math::log(t)));
   }

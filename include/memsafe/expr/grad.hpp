@@ -73,7 +73,7 @@ void add_wrt(wrt_set<T>& w, const A& a) {
   } else if constexpr (std::is_same_v<A, operand_t>) {
     w.operand = true;
   } else {
-    static_assert(is_matrix_view<A>::value,
+    static_assert(detail::is_matrix_view<A>::value,
                   "memsafe: wrt(...) takes point sets (memsafe::points / matrix_view), memsafe::params and "
                   "memsafe::operand");
     static_assert(std::is_same_v<std::remove_cv_t<typename A::element_type>, T>,
@@ -110,21 +110,21 @@ namespace detail {
 template <class X>
 inline constexpr bool is_vjp_reduction = false;
 template <class E>
-inline constexpr bool is_vjp_reduction<reduce_expr<red::sum, E>> = true;
+inline constexpr bool is_vjp_reduction<detail::reduce_expr<red::sum, E>> = true;
 template <class E>
-inline constexpr bool is_vjp_reduction<reduce_expr<red::logsumexp, E>> = true;
+inline constexpr bool is_vjp_reduction<detail::reduce_expr<red::logsumexp, E>> = true;
 template <class E, bool L>
-inline constexpr bool is_vjp_reduction<matmul_expr<E, L>> = true;
+inline constexpr bool is_vjp_reduction<detail::matmul_expr<E, L>> = true;
 template <class E>
-inline constexpr bool is_vjp_reduction<softmax_sum_expr<E>> = true;
+inline constexpr bool is_vjp_reduction<detail::softmax_sum_expr<E>> = true;
 template <class E>
-inline constexpr bool is_vjp_reduction<dense_expr<E>> = true;
+inline constexpr bool is_vjp_reduction<detail::dense_expr<E>> = true;
 template <class A, class B>
-inline constexpr bool is_vjp_reduction<lazy_product_expr<A, B>> = true;
+inline constexpr bool is_vjp_reduction<detail::lazy_product_expr<A, B>> = true;
 template <class E>
-inline constexpr bool is_vjp_reduction<diag_expr<E>> = true;
+inline constexpr bool is_vjp_reduction<detail::diag_expr<E>> = true;
 template <class E>
-inline constexpr bool is_vjp_reduction<trace_expr<E>> = true;
+inline constexpr bool is_vjp_reduction<detail::trace_expr<E>> = true;
 
 template <class X>
 constexpr void require_vjp_reduction() {
@@ -140,7 +140,7 @@ template <class X, class U>
 matrix_view<const typename X::value_type> upstream_view(const X& x, const U& u) {
   using T = typename X::value_type;
   matrix_view<const T> g{nullptr, 0, 0};
-  if constexpr (is_vector_view<U>::value) {
+  if constexpr (detail::is_vector_view<U>::value) {
     static_assert(std::is_same_v<std::remove_cv_t<typename U::element_type>, T>,
                   "memsafe: vjp: the upstream gradient must have the expression's value type");
     if (x.cols() != 1 && x.rows() != 1)
@@ -152,7 +152,7 @@ matrix_view<const typename X::value_type> upstream_view(const X& x, const U& u) 
     g = x.cols() == 1 ? matrix_view<const T>(u.data(), u.size(), 1, u.stride(), 1)
                       : matrix_view<const T>(u.data(), 1, u.size(), u.size() * u.stride(), u.stride());
   } else {
-    static_assert(is_matrix_view<U>::value,
+    static_assert(detail::is_matrix_view<U>::value,
                   "memsafe: vjp: the upstream gradient is a memsafe::vec or a memsafe::matrix");
     static_assert(std::is_same_v<std::remove_cv_t<typename U::element_type>, T>,
                   "memsafe: vjp: the upstream gradient must have the expression's value type");
