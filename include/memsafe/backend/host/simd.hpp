@@ -68,6 +68,12 @@ struct simd<float> {
     __builtin_memcpy(&r, p, sizeof r);
     return r;
   }
+  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
+  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
+  static reg keep(reg a) {
+    __asm__("" : "+v"(a));
+    return a;
+  }
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v}; }
   static reg zero() { return reg{}; }
   static reg add(reg a, reg b) { return a + b; }
@@ -100,6 +106,12 @@ struct simd<double> {
     reg r;
     __builtin_memcpy(&r, p, sizeof r);
     return r;
+  }
+  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
+  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
+  static reg keep(reg a) {
+    __asm__("" : "+v"(a));
+    return a;
   }
   static reg set1(double v) { return reg{v, v, v, v, v, v, v, v}; }
   static reg zero() { return reg{}; }
@@ -142,11 +154,13 @@ struct simd<double> {
 #endif
 namespace memsafe::host::avx2 {
 
-/// Register block: 3 rows × 2 panels (4 registers each) = 12 accumulators (+ 3 panel loads, the
-/// fourth a memory operand, + 1 broadcast of 16 registers). Measured on Zen 3 (single-thread CPU
-/// time, n = 10⁵, m = 1000) against 6×1, 5×1, 4×1 and 4×2: best or tied at d = 3 and 100, where every
-/// shape but 4×2 (which spills) runs at the FMA peak; fewer rows also leave shorter row tails.
-inline constexpr int block_rows = 3, block_panels = 2;
+/// Register block: 6 rows × 1 panel (2 registers) = 12 accumulators (+ 2 panel loads kept in
+/// registers + 1 broadcast of 16 registers), the classic 6 × 16 shape: enough independent FMA
+/// chains for a 4–5 cycle latency on two pipes. Measured on Zen 3 (single-thread CPU time,
+/// n = 10⁵, m = 1000): 6×1, 5×1 and 4×1 tie at the FMA peak at d = 100 (4×1 and 5×1 ≤ 5 % faster
+/// at d = 3); 3×2 needs 17 registers, so one panel load is folded into the FMAs — fine with generic
+/// tuning, 25 % slower under -march=znver3, which folds every load.
+inline constexpr int block_rows = 6, block_panels = 1;
 
 template <class T>
 struct simd;
@@ -159,6 +173,12 @@ struct simd<float> {
     reg r;
     __builtin_memcpy(&r, p, sizeof r);
     return r;
+  }
+  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
+  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
+  static reg keep(reg a) {
+    __asm__("" : "+v"(a));
+    return a;
   }
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v}; }
   static reg zero() { return reg{}; }
@@ -192,6 +212,12 @@ struct simd<double> {
     reg r;
     __builtin_memcpy(&r, p, sizeof r);
     return r;
+  }
+  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
+  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
+  static reg keep(reg a) {
+    __asm__("" : "+v"(a));
+    return a;
   }
   static reg set1(double v) { return reg{v, v, v, v}; }
   static reg zero() { return reg{}; }
