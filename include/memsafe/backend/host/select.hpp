@@ -191,18 +191,19 @@ struct screen_args {
   const T* yinv = nullptr;  ///< cosine: the points' weights, np·P; else null
   const T* thr = nullptr;   ///< the R rows' thresholds
   std::size_t np = 0;
+  bool clean = false;       ///< every screening input finite (screen_kernel.inc)
   void (*hit)(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) = nullptr;
   void* ctx = nullptr;
 };
 
 /// One instruction set's screening kernels for (T, K): `rows` rows at a time (`group`) or one
-/// (`single`), indexed by Clean (all screening inputs finite). Null pointers: no kernels.
+/// (`single`). Null pointers: no kernels.
 template <class T>
 struct screen_kernels {
   using fn = void (*)(const screen_args<T>&);
   int rows = 0;
-  fn group[2] = {nullptr, nullptr};
-  fn single[2] = {nullptr, nullptr};
+  fn group = nullptr;
+  fn single = nullptr;
 };
 
 }  // namespace memsafe::host

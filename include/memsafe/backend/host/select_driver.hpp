@@ -142,7 +142,7 @@ struct select_worker {
   select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
                 isa i)
       : e(ex), k(k_), d(ex.dim()), tj(tj_), m(ex.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i)) {
-    if (!kernels.group[0]) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " selection kernels");
+    if (!kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " selection kernels");
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -217,9 +217,10 @@ struct select_worker {
     for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
     a.xs = xs + r * d;
     a.thr = thr + r;
+    a.clean = clean;
     group_r0 = r;
     group_rows = rows;
-    (rows == 1 ? kernels.single : kernels.group)[clean ? 1 : 0](a);
+    (rows == 1 ? kernels.single : kernels.group)(a);
   }
 
   /// Fold column tiles [cb0, cb1) into the row block's heaps, then sort each heap best first

@@ -83,7 +83,7 @@ struct simd<float> {
     const std::int32_t m = 0x7fffffff;
     return (reg)((vec::i32x16)a & vec::i32x16{m, m, m, m, m, m, m, m, m, m, m, m, m, m, m, m});
   }
-  static reg min(reg a, reg b) { return a < b ? a : b; }  ///< only on finite values (Clean)
+  static reg min(reg a, reg b) { return a < b ? a : b; }  ///< only on finite values (clean)
   /// c − a·b, one rounding
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
@@ -262,17 +262,9 @@ template <class T, select_kind K>
 screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i) {
   screen_kernels<T> s;
 #if defined(MEMSAFE_SIMD_DISPATCH)
-  if (i == isa::avx512) {
-    constexpr int R = avx512::block_rows;
-    s = {R,
-         {&avx512::screen_rows<T, K, R, false>, &avx512::screen_rows<T, K, R, true>},
-         {&avx512::screen_rows<T, K, 1, false>, &avx512::screen_rows<T, K, 1, true>}};
-  } else if (i == isa::avx2) {
-    constexpr int R = avx2::block_rows;
-    s = {R,
-         {&avx2::screen_rows<T, K, R, false>, &avx2::screen_rows<T, K, R, true>},
-         {&avx2::screen_rows<T, K, 1, false>, &avx2::screen_rows<T, K, 1, true>}};
-  }
+  if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
+                             &avx512::screen_rows<T, K, 1>};
+  else if (i == isa::avx2) s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};
 #endif
   return s;
 }
