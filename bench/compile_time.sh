@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Compile time of translation units that use memsafe, with g++ and (when present) nvcc.
-# Prints one JSON line per (compiler, translation unit): min and median wall seconds of R runs.
+# Prints one JSON line per (compiler, flags, translation unit): min and median wall seconds of R runs.
+# g++ compiles with -O3 -march=native (this project's own programs) and, for the small translation
+# units, with plain -O2 as a consumer does by default (lines with "flags": "-O2").
 #   bash bench/compile_time.sh [R]        (default R = 3)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 R=${1:-3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-measure() {  # name compiler args...
-  local name=$1 cc=$2; shift 2
+measure() {  # name flags-label compiler args...   (an empty label: no "flags" field)
+  local name=$1 label=$2 cc=$3; shift 3
   local times=()
   for _ in $(seq "$R"); do
     local t0 t1
@@ -17,16 +19,20 @@ measure() {  # name compiler args...
     t1=$(date +%s.%N)
     times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')")
   done
-  printf '%s\n' "${times[@]}" | sort -g | awk -v n="$name" -v c="$cc" -v cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" '
+  printf '%s\n' "${times[@]}" | sort -g | awk -v n="$name" -v f="$label" -v c="$cc" -v cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" '
     { t[NR] = $1 } END { med = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2;
-      printf "{\"tu\": \"%s\", \"compiler\": \"%s\", \"runs\": %d, \"min_s\": %.2f, \"median_s\": %.2f, \"cpu\": \"%s\"}\n", n, c, NR, t[1], med, cpu }'
+      fl = (f == "") ? "" : sprintf(", \"flags\": \"%s\"", f);
+      printf "{\"tu\": \"%s\", \"compiler\": \"%s\"%s, \"runs\": %d, \"min_s\": %.2f, \"median_s\": %.2f, \"cpu\": \"%s\"}\n", n, c, fl, NR, t[1], med, cpu }'
 }
 flags=(-std=c++20 -O3 -march=native -fno-math-errno -DNDEBUG -Iinclude -Iexamples -c)
 for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp bench/compile_time/grad.cpp examples/knn.cpp; do
-  measure "$tu" g++ "${flags[@]}" "$tu"
+  measure "$tu" "" g++ "${flags[@]}" "$tu"
+done
+for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp; do
+  measure "$tu" "-O2" g++ -std=c++20 -O2 -Iinclude -c "$tu"
 done
 if command -v nvcc >/dev/null 2>&1; then
   for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp; do
-    measure "$tu" nvcc -std=c++20 -O3 -Iinclude -c -x cu "$tu"
+    measure "$tu" "" nvcc -std=c++20 -O3 -Iinclude -c -x cu "$tu"
   done
 fi

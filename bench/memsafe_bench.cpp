@@ -115,7 +115,21 @@ struct row {
   std::optional<std::size_t> tile_rows, tile_cols;
   std::optional<double> setup_s;
   std::vector<double> times;
+  std::string isa;  // memsafe: the instruction set of the host kernels that ran (tile_plan::isa)
 };
+
+// How this program was compiled (MEMSAFE_BENCH_BUILD from CMake: "native" for -march=native,
+// "default" for the plain -O2 of memsafe_bench_default), and the instruction set it targets.
+#if !defined(MEMSAFE_BENCH_BUILD)
+#define MEMSAFE_BENCH_BUILD "unknown"
+#endif
+#if defined(__AVX512F__)
+constexpr const char* compiled_target = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr const char* compiled_target = "avx2";
+#else
+constexpr const char* compiled_target = "baseline";
+#endif
 
 // Thrown by the naive code when it cannot have its matrix; carries the bytes it needed.
 struct oom_error : std::runtime_error {
@@ -143,6 +157,8 @@ void print_row(const config& c, const row& r) {
   j.add("cpu", bc::cpu_model()).add("cores", std::thread::hardware_concurrency());
   if (r.tile_rows) j.add("tile_rows", *r.tile_rows);
   if (r.tile_cols) j.add("tile_cols", *r.tile_cols);
+  if (!r.isa.empty()) j.add("isa", r.isa);
+  j.add("build", MEMSAFE_BENCH_BUILD).add("compiled_target", compiled_target);
 #if defined(MEMSAFE_BENCH_HAS_FAISS)
   if (c.impl == "faiss") {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
@@ -212,6 +228,7 @@ void parallel_blocks(unsigned threads, std::size_t count, F&& f) {
 void record_plan(row& r, const memsafe::eval_stats& st, std::size_t peak) {
   bc::record_plan(r, st, peak);
   r.threads = st.threads;
+  r.isa = st.plan.isa;
 }
 
 // ---- knn data ----------------------------------------------------------------------------------

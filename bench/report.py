@@ -34,10 +34,13 @@ UNLIMITED = TIB
 
 def row_key(r: dict) -> tuple:
     if r.get("bench") == "compile":
-        return ("compile", r.get("tu"), r.get("compiler"))
-    return (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
-            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
-            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
+        return ("compile", r.get("tu"), r.get("compiler")) + ((r["flags"],) if r.get("flags") else ())
+    key = (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
+           r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
+           r.get("precision"), r.get("budget_bytes"), r.get("threads"))
+    if r.get("suite") == "isa":  # one row per build and forced instruction set
+        key += (r.get("build"), r.get("isa_forced"))
+    return key
 
 
 def load(results: str, gpu: bool = False) -> list[dict]:
@@ -544,14 +547,53 @@ def overhead_workloads(ov):
     return seen
 
 
+def section_isa(rows) -> str:
+    rs = [r for r in rows if r.get("suite") == "isa"]
+    s = ["## Instruction sets: default-flags build, -march=native, forced kernels", "",
+         "`python3 bench/run.py isa` — kNN L2, f32, k = 10, 64 MiB budget, random N(0,1) data: `memsafe_bench` "
+         "built with `-O3 -march=native` (*native*) and `memsafe_bench_default` built as a consumer builds it, "
+         "plain `-O2` without `-march` (*default*); each with the fused kernels chosen at run time (*dispatched*) "
+         "and with every instruction set this CPU runs forced by `MEMSAFE_ISA` (*portable* is the tile path). One "
+         "process per variant and round, the variants alternating in each round; min and median over the rounds "
+         "(one timed call each, after a warm-up call).", ""]
+    if not rs:
+        return "\n".join(s + [NM + ".", ""])
+    first = rs[0]
+    s += [f"Machine: {first.get('host_cpu') or first.get('cpu')}, {first.get('host_cores') or first.get('cores')} cores, "
+          f"{first.get('host_cpu_mhz') or 0:.0f} MHz (`cpu MHz`), instruction sets: {first.get('host_simd', 'unknown')}; "
+          f"results of run `{first.get('run_id')}` at git `{first.get('git_rev')}`.", ""]
+    body = []
+    order = {None: 0, "portable": 1, "avx2": 2, "avx512": 3}
+    for n, m, d in sorted({(r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) for r in rs},
+                          key=lambda w: (w[0], w[1], -w[2])):
+        mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
+                (n, m, d)]
+        base = next((r for r in mine if r.get("build") == "native" and r.get("isa_forced") is None), None)
+        base_t = base.get("median_s") if ok(base) else None
+        for r in sorted(mine, key=lambda r: (order.get(r.get("isa_forced"), 9), r.get("build") != "native")):
+            t = r.get("median_s") if ok(r) else None
+            check = (r.get("check") or {}).get("same_indices_as_portable")
+            body.append([f"{n:,} × {m:,}, d = {d}", r.get("build"), r.get("isa_forced") or "dispatched",
+                         r.get("isa") or "—", status_cell(r, fsec(t)), status_cell(r, fsec(r.get("min_s"))),
+                         status_cell(r, fqps(r.get("qps_median"))), ratio_cell(base_t, t) if t else "—",
+                         "—" if check is None else ("yes" if check else "**no**")])
+    s.append(table(["n × m", "build", "MEMSAFE_ISA", "ran", "median", "min", "queries/s",
+                    "speed vs native dispatched", "same indices as portable"], body))
+    return "\n".join(s + ["", "*speed vs native dispatched*: the median of the -march=native build with the "
+                              "dispatched kernels divided by this row's median (above 1: faster).", ""])
+
+
 def section_compile(rows) -> str:
     cr = [r for r in rows if r.get("bench") == "compile"]
-    s = ["## Compile time", "", "`python3 bench/run.py compile` (runs `bash bench/compile_time.sh R`).", ""]
+    s = ["## Compile time", "", "`python3 bench/run.py compile` (runs `bash bench/compile_time.sh R`): g++ with "
+         "`-O3 -march=native -fno-math-errno` (this project's programs), *g++ -O2* with plain `-O2` as a consumer "
+         "compiles by default; nvcc with `-O3`.", ""]
     if not cr:
         return "\n".join(s + [NM + ".", ""])
-    body = [[r.get("tu"), r.get("compiler"), status_cell(r, fsec(r.get("min_s"))) if "error" not in r else "compile failed",
+    body = [[r.get("tu"), r.get("compiler") + (f" {r['flags']}" if r.get("flags") else ""),
+             status_cell(r, fsec(r.get("min_s"))) if "error" not in r else "compile failed",
              fsec(r.get("median_s")) if "error" not in r else "—", str(r.get("runs", "—"))]
-            for r in sorted(cr, key=lambda r: (r.get("compiler") or "", r.get("tu") or ""))]
+            for r in sorted(cr, key=lambda r: (r.get("compiler") or "", r.get("flags") or "", r.get("tu") or ""))]
     return "\n".join(s + [table(["translation unit", "compiler", "min", "median", "runs"], body), ""])
 
 
@@ -969,6 +1011,7 @@ def main(argv=None) -> int:
         section_sweep(rows, sweep_img),
         section_matvec3(rows),
         section_overhead(rows),
+        section_isa(rows),
         section_compile(rows),
         goals(rows, pk),
     ]

@@ -5,7 +5,7 @@ bench/results/<suite>.jsonl (bench/results/quick/<suite>.jsonl with --quick).
   python3 bench/run.py SUITE [--quick] [--reps R] [--threads T] [--out bench/results]
                              [--bin build/bench/memsafe_bench] [--data-dir ../shared/data]
 
-SUITE: fig2 | knn | mnist | sweep | matvec3 | overhead | compile | all.
+SUITE: fig2 | knn | mnist | sweep | matvec3 | overhead | compile | isa | all.
 Then `python3 bench/report.py` turns the results into docs/benchmarks.md and the plots.
 
 Every measurement is its own subprocess (so max_rss_bytes is per run) with a wall-clock
@@ -48,7 +48,7 @@ from array import array
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KEOPS_SCRIPT = os.path.join(HERE, "peers", "keops_bench.py")
-SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile"]
+SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile", "isa"]
 IMPLS = ["memsafe", "faiss", "keops", "naive"]
 UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine can hold
 
@@ -277,7 +277,7 @@ class Runner:
         if req["impl"] == "keops":
             cmd = [a.python, KEOPS_SCRIPT, req["bench"]]
         else:
-            cmd = [a.bin, req["bench"], "--impl", req["impl"]]
+            cmd = [req.get("bin", a.bin), req["bench"], "--impl", req["impl"]]
         opt = lambda name, val: cmd.extend([f"--{name}", str(val)])  # noqa: E731
         if req["bench"] == "knn":
             opt("data", req["data"])
@@ -335,9 +335,15 @@ class Runner:
             "precision": req["precision"], "threads": a.threads, "reps": req["reps"],
             "budget_bytes": parse_bytes(req["budget"]) if req["impl"] == "memsafe" else None,
         }
+        env = None
+        if "isa_forced" in req:  # the isa suite: MEMSAFE_ISA for this process only (None: unset)
+            row["isa_forced"] = req["isa_forced"]
+            env = {k: v for k, v in os.environ.items() if k not in ("MEMSAFE_ISA", "MEMSAFE_KERNELS")}
+            if req["isa_forced"]:
+                env["MEMSAFE_ISA"] = req["isa_forced"]
         load_before = os.getloadavg()[0]  # other work on the machine shows here
         timeout = req.get("timeout", a.timeout)
-        out, err, rc, timed_out, wall = run_program(cmd, timeout, preexec_fn=preexec)
+        out, err, rc, timed_out, wall = run_program(cmd, timeout, preexec_fn=preexec, env=env)
         parsed = last_json_line(out)
         err_tail = stderr_tail(err)
         if parsed is not None:
@@ -366,7 +372,9 @@ class Runner:
         row.update({
             "m_requested": req.get("m_requested", req["m"]), "n_requested": req["n"],
             "budget": req.get("budget") if req["impl"] == "memsafe" else None,
-            "rc": rc, "wall_s": round(wall, 3), "cmd": shlex.join(cmd).replace(REPO + os.sep, ""),
+            "rc": rc, "wall_s": round(wall, 3),
+            "cmd": ((f"MEMSAFE_ISA={req['isa_forced']} " if req.get("isa_forced") else "") +
+                    shlex.join(cmd).replace(REPO + os.sep, "")),
             "loadavg_before": round(load_before, 2),
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "git_rev": self.rev, "run_id": self.run_id, "quick": bool(a.quick),
@@ -651,8 +659,80 @@ def suite_peak(R: Runner) -> None:
     R.write("peak", rows)
 
 
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def suite_isa(R: Runner) -> None:
+    """kNN L2, f32, k = 10, 64 MiB budget, n = 10^6, m = 1000, d = 100 and 3: memsafe_bench built with
+    -march=native (--bin) against memsafe_bench_default (--bin-default: plain -O2, no -march, as a
+    consumer builds it), each with the kernels chosen at run time and with every instruction set this
+    CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512). One process per variant and round, the
+    variants alternating in every round (--reps rounds, one timed call each after the warm-up), so
+    slow drifts of the machine's load hit all alike; a row per variant gathers its rounds' times."""
+    a = R.a
+    if not R.wants("memsafe"):
+        return
+    bins = [("native", a.bin), ("default", a.bin_default)]
+    for name, path in bins:
+        if not os.access(path, os.X_OK):
+            log(f"[isa] {path} not found: cmake --build build --target memsafe_bench memsafe_bench_default")
+            return
+    flags = cpu_flags()
+    simd = ", ".join(x for x in ("avx2", "fma", "avx512f") if x in flags) or "none of avx2, fma, avx512f"
+    forced = ["portable"]
+    if {"avx2", "fma"} <= flags:
+        forced.append("avx2")
+    if {"avx2", "fma", "avx512f"} <= flags:
+        forced.append("avx512")
+    n, m = (20000, 200) if a.quick else (10**6, 1000)
+    for d in (100, 3):
+        w = {"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10,
+             "precision": "f32", "budget": "64MiB", "reps": 1}
+        variants = [(b, path, isa) for isa in [None] + forced for b, path in bins]
+        rows: dict[tuple, dict] = {}
+        dumps: dict[tuple, str | None] = {}
+        for _ in range(a.reps):
+            for b, path, isa in variants:
+                r = R.measure("isa", {**w, "bin": path, "isa_forced": isa})
+                key = (b, isa)
+                if key not in rows:
+                    rows[key] = {**r, "times_s": [], "rounds": 0}
+                    dumps[key] = r.get("_dump") if r.get("status") == "ok" else None
+                agg = rows[key]
+                if r.get("status") == "ok" and r.get("times_s"):
+                    agg["times_s"] = agg["times_s"] + list(r["times_s"])
+                    agg["rounds"] += 1
+                elif r.get("status") != "ok":
+                    agg.update({"status": r.get("status"), "message": r.get("message")})
+        # Answers: every instruction set of one build gives the portable path's indices (bit for bit).
+        for (b, isa), agg in rows.items():
+            ref, mine = dumps.get((b, "portable")), dumps.get((b, isa))
+            if isa != "portable" and ref and mine:
+                with open(ref, "rb") as f1, open(mine, "rb") as f2:
+                    agg["check"] = {"same_indices_as_portable": f1.read() == f2.read()}
+        out = []
+        for agg in rows.values():
+            t = sorted(agg["times_s"])
+            if t:
+                med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+                agg.update({"min_s": t[0], "median_s": med, "reps": len(t), "qps_median": agg["m"] / med,
+                            "pairs_per_s": agg["n"] * agg["m"] / med})
+            agg.pop("_dump", None)
+            agg["host_simd"] = simd
+            out.append(agg)
+        R.write("isa", out)
+
+
 SUITE_FUNCS = {"peak": suite_peak, "fig2": suite_fig2, "knn": suite_knn, "mnist": suite_mnist, "sweep": suite_sweep,
-               "matvec3": suite_matvec3, "overhead": suite_overhead, "compile": suite_compile}
+               "matvec3": suite_matvec3, "overhead": suite_overhead, "compile": suite_compile, "isa": suite_isa}
 
 
 def main(argv=None) -> int:
@@ -664,6 +744,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     p.add_argument("--bin", default=os.path.join(REPO, "build", "bench", "memsafe_bench"))
+    p.add_argument("--bin-default", default=None,
+                   help="isa: memsafe_bench_default (plain -O2, no -march); default: next to --bin")
     p.add_argument("--data-dir", default=default_data_dir(REPO),
                    help="data folder (holding mnist/; bash scripts/fetch_data.sh fills one) or the MNIST folder itself")
     p.add_argument("--python", default=sys.executable, help="interpreter for the KeOps peer")
@@ -696,6 +778,7 @@ def main(argv=None) -> int:
         a.peer_max_call_s = min(a.peer_max_call_s, 10)
         a.pilot_work = min(a.pilot_work, 1e9)
     a.bin = os.path.abspath(a.bin)
+    a.bin_default = os.path.abspath(a.bin_default or os.path.join(os.path.dirname(a.bin), "memsafe_bench_default"))
     a.data_dir = os.path.abspath(a.data_dir)
     needs_bin = a.suite != "compile" and any(i != "keops" for i in a.impls)
     if needs_bin and not os.access(a.bin, os.X_OK):

@@ -1,14 +1,18 @@
 // The fused k-nearest selection (backend/host/select_driver.hpp, backend/host/select.hpp) against the portable
 // tile path (MEMSAFE_KERNELS=reference) and against an independent dense reference in double:
 // indices equal, values bitwise equal, at every budget, on awkward data (ties, NaN, inf, values
-// whose squares overflow, zero vectors), for every supported formula, both precisions.
+// whose squares overflow, zero vectors), for every formula × reduction the fused kernels cover,
+// both precisions, and on every instruction set of the kernels this CPU runs (forced with
+// MEMSAFE_ISA; the others are skipped with a message, tests/test_isa.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memsafe/memsafe.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "reference.hpp"
 #include "sweep.hpp"
@@ -17,30 +21,68 @@ using namespace ref;
 
 namespace {
 
+namespace host = memsafe::host;
+
+/// Sets (or, with null, unsets) an environment variable for a scope.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~scoped_env() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 /// Evaluate with the portable tile path only (restores the environment afterwards).
 template <class X>
 auto eval_reference(const X& x, const memsafe::options& o) {
-  const char* old = std::getenv("MEMSAFE_KERNELS");
-  const std::string saved = old ? old : "";
-  ::setenv("MEMSAFE_KERNELS", "reference", 1);
-  auto r = memsafe::eval(x, o);
-  if (old) ::setenv("MEMSAFE_KERNELS", saved.c_str(), 1);
-  else ::unsetenv("MEMSAFE_KERNELS");
-  return r;
+  scoped_env e("MEMSAFE_KERNELS", "reference");
+  return memsafe::eval(x, o);
 }
 
 bool fused(const memsafe::tile_plan& p) { return p.reduction.find("fused: screened") != std::string::npos; }
 
-/// The fused result equals the reference path's at every budget (and is taken when available).
+/// The instruction sets of the fused kernels this CPU (and this build) runs, best first.
+std::vector<host::isa> fused_isas() {
+  std::vector<host::isa> v;
+  for (host::isa i : {host::isa::avx512, host::isa::avx2})
+    if (host::isa_compiled & host::cpu_isas() & host::isa_bit(i)) v.push_back(i);
+  return v;
+}
+
+/// The fused result equals the reference path's at every budget, on every instruction set this CPU
+/// runs (and is taken when one is available, the best by default).
 template <class X>
 void same_as_reference(const X& x, const std::string& what) {
   INFO(what);
+  scoped_env unset("MEMSAFE_ISA", nullptr);
   const auto want = eval_reference(x, memsafe::options{memsafe::unlimited, 1});
   CHECK_FALSE(fused(want.stats.plan));
-  CHECK(fused(memsafe::plan_for(x)) == memsafe::host::simd_fast);
-  for (const auto& r : eval_all(x)) {
-    CHECK(r.indices == want.indices);
-    CHECK(identical(r.values, want.values));
+  CHECK(want.stats.plan.isa == "portable");
+  const host::isa best = host::best_isa(host::isa_compiled & host::cpu_isas());
+  const auto dflt = memsafe::plan_for(x);
+  CHECK(fused(dflt) == (best != host::isa::portable));
+  CHECK(dflt.isa == host::isa_name(best));
+  for (host::isa i : fused_isas()) {
+    INFO("MEMSAFE_ISA=" << std::string(host::isa_name(i)));
+    scoped_env force("MEMSAFE_ISA", host::isa_name(i));
+    CHECK(memsafe::plan_for(x).isa == host::isa_name(i));
+    for (const auto& r : eval_all(x)) {
+      CHECK(r.stats.plan.isa == host::isa_name(i));
+      CHECK(fused(r.stats.plan));
+      CHECK(r.indices == want.indices);
+      CHECK(identical(r.values, want.values));
+    }
   }
 }
 
@@ -69,19 +111,34 @@ void all_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bo
   const std::string tag = std::string(sizeof(T) == 4 ? "f32" : "f64") + " n=" + std::to_string(n) +
                           " m=" + std::to_string(m) + " d=" + std::to_string(d) + " k=" + std::to_string(k) +
                           (integer ? " integer" : "") + (special ? " special" : "");
+  // Every formula × reduction the fused kernels serve: {argkmin, argmin, min} × {sqdist, l1, cosine},
+  // {argkmax, argmax, max} × dot.
   same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + tag);
   same_as_reference(memsafe::argkmin(memsafe::l1(X, Y), k), "l1 " + tag);
   same_as_reference(memsafe::argkmin(memsafe::cosine(X, Y), k), "cosine " + tag);
   same_as_reference(memsafe::argkmax(memsafe::dot(X, Y), k), "dot " + tag);
   same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin sqdist " + tag);
+  same_as_reference(memsafe::argmin(memsafe::l1(X, Y)), "argmin l1 " + tag);
+  same_as_reference(memsafe::argmin(memsafe::cosine(X, Y)), "argmin cosine " + tag);
+  same_as_reference(memsafe::min(memsafe::sqdist(X, Y)), "min sqdist " + tag);
   same_as_reference(memsafe::min(memsafe::l1(X, Y)), "min l1 " + tag);
+  same_as_reference(memsafe::min(memsafe::cosine(X, Y)), "min cosine " + tag);
   same_as_reference(memsafe::argmax(memsafe::dot(X, Y)), "argmax dot " + tag);
   same_as_reference(memsafe::max(memsafe::dot(X, Y)), "max dot " + tag);
+}
+
+/// One MESSAGE per instruction set of the kernels this CPU cannot run (its tests are skipped).
+void report_skipped() {
+  for (host::isa i : {host::isa::avx512, host::isa::avx2})
+    if (!(host::isa_compiled & host::cpu_isas() & host::isa_bit(i)))
+      MESSAGE("skipped: the " << std::string(host::isa_name(i)) << " kernels (this CPU and build run: "
+                              << host::isa_list(host::isa_compiled & host::cpu_isas()) << ")");
 }
 
 }  // namespace
 
 TEST_CASE("select: fused k-nearest equals the reference path, every formula, both precisions") {
+  report_skipped();
   for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{100}}) {
     all_formulas<float>(29, 517, d, 10, false, false);
     all_formulas<double>(29, 517, d, 10, false, false);
@@ -94,10 +151,49 @@ TEST_CASE("select: ties (integer data) and large k are exact") {
   all_formulas<double>(7, 300, 4, 299, true, false);
 }
 
+TEST_CASE("select: sizes that fill no register block: k = m, m below one panel, single rows") {
+  all_formulas<float>(11, 23, 5, 23, false, false);   // k = m (k > m is an argument_error): never screened out
+  all_formulas<double>(7, 5, 3, 4, false, true);      // m < one register of lanes, special values
+  all_formulas<float>(1, 33, 9, 3, true, false);      // one query row, ties
+  all_formulas<double>(13, 131, 2, 130, true, false);  // k = m − 1
+}
+
 TEST_CASE("select: NaN, inf, overflowing squares and zero vectors take the same answers") {
   for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{20}}) {
     all_formulas<float>(23, 211, d, 5, false, true);
     all_formulas<double>(23, 211, d, 5, false, true);
+  }
+}
+
+/// Points on near-equal spheres around queries far from the origin: the exact distances differ in
+/// the last bits while the screening form's rounding (≈ u·(‖x‖² + ‖y‖²)) is larger than the distances
+/// themselves, so only the proven margin — not luck — keeps every true neighbour from being screened out.
+template <class T>
+void near_ties(std::size_t d) {
+  const std::size_t n = 9, m = 400;
+  const double c = 1000;
+  auto dirs = data(m, d, 97), noise = data(n, d, 98);
+  std::vector<T> x(n * d), y(m * d);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < d; ++k) x[i * d + k] = T(c + 1e-3 * noise[i * d + k]);
+  for (std::size_t j = 0; j < m; ++j) {
+    double nrm = 0;
+    for (std::size_t k = 0; k < d; ++k) nrm += dirs[j * d + k] * dirs[j * d + k];
+    const double r = 1 + 4 * double(std::numeric_limits<T>::epsilon()) * double(j % 13);
+    for (std::size_t k = 0; k < d; ++k) y[j * d + k] = T(c + r * dirs[j * d + k] / std::sqrt(nrm));
+  }
+  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
+  const std::string tag = std::string(sizeof(T) == 4 ? "f32" : "f64") + " d=" + std::to_string(d);
+  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), 10), "near ties sqdist " + tag);
+  same_as_reference(memsafe::argkmin(memsafe::cosine(X, Y), 10), "near ties cosine " + tag);
+  same_as_reference(memsafe::argkmax(memsafe::dot(X, Y), 10), "near ties dot " + tag);
+  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "near ties argmin sqdist " + tag);
+}
+
+TEST_CASE("select: near ties far from the origin are exact (the margin at work)") {
+  for (std::size_t d : {std::size_t{2}, std::size_t{16}, std::size_t{101}}) {
+    near_ties<float>(d);
+    near_ties<double>(d);
   }
 }
 

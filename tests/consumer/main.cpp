@@ -3,16 +3,75 @@
 // implementation types (memsafe::detail), and argument-dependent lookup must still find the
 // operators and builders (through the tag bases lazy_tag, tensor_tag and evaluable_tag, and, for
 // identity(n), the operators of its symbol).
+//
+// It is built with the consumer's default flags (no -march): memsafe's fused
+// k-nearest kernels still run on the best instruction set this CPU has (chosen at run time), and
+// their answers are exactly the portable path's (MEMSAFE_ISA=portable) — here where the exact
+// re-evaluation, compiled for baseline x86-64, rounds without FMA.
 #include <memsafe/memsafe.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
 namespace {
+
 bool close(double a, double b) { return std::fabs(a - b) <= 1e-12 * (1 + std::fabs(a) + std::fabs(b)); }
+
+/// The best instruction set of memsafe's kernels on this CPU, asked independently of memsafe.
+std::string expected_isa() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f")) return "avx512";
+  if (avx2) return "avx2";
+#endif
+  return "portable";
+}
+
+template <class T>
+std::vector<T> numbers(std::size_t n, std::size_t d, unsigned seed) {
+  std::vector<T> v(n * d);
+  unsigned s = seed;
+  for (auto& a : v) {
+    s = s * 1664525u + 1013904223u;
+    a = T(double(s >> 8) / double(1u << 24) * 4 - 2);
+  }
+  for (std::size_t q = 0; q < 6; ++q) {  // NaN, ±inf, huge squares, a zero vector
+    const std::size_t i = (seed * 31u + q * 17u) % n;
+    const T specials[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                          -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::max() / T(8), T(0), T(0)};
+    for (std::size_t k = 0; k < (q >= 4 ? d : 1); ++k) v[i * d + k] = specials[q];
+  }
+  return v;
+}
+
+bool failed = false;
+
+template <class X>
+void same_as_portable(const X& e, const char* what, const std::string& want) {
+  ::unsetenv("MEMSAFE_ISA");
+  const auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  ::setenv("MEMSAFE_ISA", "portable", 1);
+  const auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  ::unsetenv("MEMSAFE_ISA");
+  const bool same = a.indices == b.indices && a.values.size() == b.values.size() &&
+                    std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(a.values[0])) == 0;
+  if (a.stats.plan.isa != want || b.stats.plan.isa != "portable" || !same) {
+    std::fprintf(stderr, "memsafe consumer: %s: dispatched \"%s\" (expected \"%s\"), forced \"%s\", answers %s\n", what,
+                 a.stats.plan.isa.c_str(), want.c_str(), b.stats.plan.isa.c_str(), same ? "equal" : "DIFFER");
+    failed = true;
+  }
+}
+
 }  // namespace
 
-int main() {
+/// Public names and argument-dependent lookup on the implementation types.
+int adl_checks() {
   using namespace memsafe::literals;
   if (memsafe::parse_bytes("1MiB") != 1_MiB) return 1;
 
@@ -59,4 +118,28 @@ int main() {
   for (std::size_t i = 0; i < 4; ++i)
     if (!close(av[i], a[i * 5] * a[i * 5] * v[i])) return 6;
   return 0;
+}
+
+/// The run-time instruction-set choice of the fused kernels.
+int isa_checks() {
+  if (memsafe::parse_bytes("1MiB") != 1048576) return 1;
+  ::unsetenv("MEMSAFE_KERNELS");
+  const std::string want = expected_isa();
+  auto x = numbers<float>(37, 19, 1), y = numbers<float>(1001, 19, 2);
+  auto X = memsafe::points(x.data(), 37, 19), Y = memsafe::points(y.data(), 1001, 19);
+  same_as_portable(memsafe::argkmin(memsafe::sqdist(X, Y), 10), "argkmin sqdist f32", want);
+  same_as_portable(memsafe::argkmin(memsafe::l1(X, Y), 10), "argkmin l1 f32", want);
+  same_as_portable(memsafe::argkmin(memsafe::cosine(X, Y), 10), "argkmin cosine f32", want);
+  same_as_portable(memsafe::argkmax(memsafe::dot(X, Y), 10), "argkmax dot f32", want);
+  auto xd = numbers<double>(23, 3, 3), yd = numbers<double>(300, 3, 4);
+  same_as_portable(memsafe::argmin(memsafe::sqdist(memsafe::points(xd.data(), 23, 3), memsafe::points(yd.data(), 300, 3))),
+                   "argmin sqdist f64", want);
+  std::printf("memsafe consumer: fused k-nearest kernels dispatched to %s (this CPU's best)%s\n", want.c_str(),
+              failed ? " — FAILED" : "");
+  return failed ? 1 : 0;
+}
+
+int main() {
+  if (const int r = adl_checks()) return r;
+  return isa_checks();
 }

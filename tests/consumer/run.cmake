@@ -22,7 +22,12 @@ function(run_step what)
     message(FATAL_ERROR "consumer.${MODE}: ${what} failed (exit ${rc})\n"
       "command: ${ARGN}\n--- output ---\n${out}")
   endif()
-  message(STATUS "consumer.${MODE}: ${what} ok")
+  string(STRIP "${out}" out)
+  if(what STREQUAL "run consumer" AND NOT out STREQUAL "")
+    message(STATUS "consumer.${MODE}: ${what} ok: ${out}")
+  else()
+    message(STATUS "consumer.${MODE}: ${what} ok")
+  endif()
 endfunction()
 
 set(dir ${WORK_DIR}/${MODE})

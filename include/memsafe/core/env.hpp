@@ -17,6 +17,12 @@
 //   MEMSAFE_KERNELS      "reference" turns off the fused k-nearest kernels of the host backend
 //                        (backend/host/select_driver.hpp): every expression takes the portable tile path, for
 //                        comparisons and debugging. Any other value leaves them on.
+//   MEMSAFE_ISA          the instruction set of the fused k-nearest kernels: avx512, avx2 or portable
+//                        (the tile path), case insensitive, surrounding spaces allowed. Unset: the
+//                        best this CPU runs (backend/host/isa.hpp). Another text is an argument_error,
+//                        and so is an instruction set this CPU (or this translation unit: nvcc,
+//                        MEMSAFE_NO_SIMD, not x86-64) lacks; the message names what it has.
+//                        Parsed by host::parse_isa. MEMSAFE_KERNELS=reference takes precedence.
 //
 // The variables are read at every call that needs them, never cached. MEMSAFE_BUDGET applies to
 // the CUDA backend too. Other MEMSAFE_* variables (MEMSAFE_DATA_DIR, MEMSAFE_DATA_MIRROR,
@@ -44,5 +50,8 @@ inline std::optional<std::string_view> num_threads() { return get("MEMSAFE_NUM_T
 
 /// MEMSAFE_KERNELS (see above).
 inline std::optional<std::string_view> kernels() { return get("MEMSAFE_KERNELS"); }
+
+/// MEMSAFE_ISA (see above).
+inline std::optional<std::string_view> isa() { return get("MEMSAFE_ISA"); }
 
 }  // namespace memsafe::env

@@ -51,6 +51,10 @@ struct tile_plan {
   std::size_t row_blocks = 0, col_blocks = 0, inner_blocks = 0, num_tiles = 0;
   bool split_columns = false;  ///< threads share one row block's columns and merge partials
   bool symmetric = false;      ///< lazy × lazy A·Aᵀ: only blocks on and below the diagonal, mirrored
+  /// The instruction set of the host kernels a row job runs with: "avx512" or "avx2" for the fused
+  /// selection (chosen at run time, backend/host/isa.hpp), "portable" for the tile path; empty
+  /// where no such choice is made (other jobs, the CUDA backend).
+  std::string isa;
   std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
 
   /// "as rewritten" and "rules fired" lines.
@@ -64,8 +68,9 @@ struct tile_plan {
   std::string describe() const {
     std::ostringstream o;
     o << describe_rewrite()
-      << "reduction:    " << reduction << "\n"
-      << "index space:  " << rows << " x " << cols;
+      << "reduction:    " << reduction << "\n";
+    if (!isa.empty()) o << "isa:          " << isa << "\n";
+    o << "index space:  " << rows << " x " << cols;
     if (inner) o << " (contracting " << inner << ")";
     o << "\n";
     if (tile_rows) {

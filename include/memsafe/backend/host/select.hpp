@@ -1,33 +1,70 @@
-// memsafe/backend/host/select.hpp — fused nearest-neighbour micro-kernels (AVX-512).
+// memsafe/backend/host/select.hpp — fused nearest-neighbour selection: screening values, margins,
+// exact re-evaluation, and the interface of the screening kernels (simd.hpp, screen_kernel.inc).
 //
 // k-smallest (or largest) selection over a pairwise distance never needs the distance tile: a
-// block of R query rows × NP packed panels of W points accumulates a cheap *screening* value in
-// registers — the dot-product form of the distance, one FMA per feature — and compares it with
-// a per-row threshold; only lanes that pass (a bitmask, almost always empty) are looked at again.
+// block of R query rows × NP packed panels of P = 64/sizeof(T) points accumulates a cheap
+// *screening* value in registers — the dot-product form of the distance, one FMA per feature —
+// and compares it with a per-row threshold; only lanes that pass (a bitmask, almost always
+// empty) are looked at again.
 //
 // Screening is conservative and the answer exact: a lane passes when its screening value is
 // within a proven rounding margin of the row's current k-th best *exact* value, and every lane
 // that passes is re-evaluated with `exact_value`, the same arithmetic as the portable tile path
 // (tile.hpp's pairwise_rows), before it may enter the top k. So the indices and values equal the
-// reference path's bit for bit, at every tile size and budget.
+// reference path's bit for bit, at every tile size and budget, on every instruction set.
 //
-//   kind     exact value                 screening (per lane)                          margin
-//   sqdist   Σ (x_k − y_k)²              ½(1−δ)‖y‖² − Σ x_k y_k  <  ½(thr − (1−δ)‖x‖²)   δ(‖x‖²+‖y‖²)
-//   l1       Σ |x_k − y_k|               the exact value itself                         0
-//   cosine   1 − x̂·ŷ (unit vectors)       −(x̂·ŷ)·w_y  <  (thr − 1 + δ)·1                 δ
-//   dot_max  x·y (largest first)         −½δ‖y‖² − x·y  <  −thr + ½δ‖x‖²               ½δ(‖x‖²+‖y‖²)
+//   kind     exact value v̂               screening value ŝ (per lane)    passes when ŝ < thr, thr =      margin
+//   sqdist   Σ (x_k − y_k)²              ½(1−δ)‖y‖² − Σ x_k y_k           ½(w − (1−δ)‖x‖²)                δN
+//   l1       Σ |x_k − y_k|               the exact value itself            w                               0
+//   cosine   1 − x̂·ŷ (unit vectors)       −(x̂·ŷ)·w_y                        (w − 1 + δ)·1                   δ
+//   dot_max  x·y (largest first)         −½δ‖y‖² − x·y                     −w + ½δ‖x‖²                     ½δN
 //
-// δ = 8(d+4)u (u the unit roundoff) bounds, with a factor two to spare, the error of a d-term
-// FMA chain (γ_d) plus that of the exact value (γ_{d+2}) relative to ‖x‖²+‖y‖², which bounds
-// 2Σ|x_k y_k| and the distance. Cosine works on unit vectors x̂, ŷ (host::normalize) with weights
-// w ∈ {1, 0 for a zero vector, NaN for a non-finite one}: the screening sum is the exact value's
-// dot product negated step by step (fnmadd against madd, both rounded once), so only the final
-// 1 − dot differs, by less than one rounding; w_y = 0 screens a zero point at 0 (it passes whenever
-// its exact value 1 can enter), a zero query (w_x = 0) accepts everything. Lanes whose screening
-// inputs are not finite (overflowing norms, NaN, inf) always pass (their init is −inf, or the row
-// threshold is NaN), so unusual data costs time, never correctness. A row holding fewer than k values, or whose k-th value is NaN
-// (NaN ranks last), has threshold NaN and screens nothing out (`not_ge` is an unordered
-// compare: every lane passes a NaN threshold, and NaN lanes pass any threshold).
+// w is the row's current k-th best exact value, N = ‖x‖² + ‖y‖², u the unit roundoff of T
+// (2⁻²⁴, 2⁻⁵³), γ_n = nu/(1 − nu), δ = 8(d+4)u (select_margin).
+//
+// How each instruction set computes ŝ. Every lane is one point, so a lane's value is the same
+// sequential chain on every instruction set (16 lanes a register on AVX-512, 8 on AVX2, the
+// 64-byte panel being one or two registers): s₀ = the point's offset (`init`, rounded to T), then
+// s_k = fl(s_{k−1} − x_k y_k) for k = 1..d in feature order, one rounding each (a fused
+// multiply-add; for cosine s₁ = −fl(x₁y₁) from s₀ = 0), then for cosine one product with w_y. Register
+// width, block shape, the min over a row's registers (exact: it returns one of its inputs) and
+// the unordered compare (exact) do not round, so ŝ is bit-identical across instruction sets and
+// the bounds below hold for each. (l1 has no product: |fl(x_k − y_k)| added in order, as the
+// exact value.)
+//
+// How v̂ is computed. exact_value runs in the driver, compiled for the translation unit's own
+// target — never inside a kernel's target region — with `madd` (kernels.hpp): one rounding per
+// step where that target has FMA, two where it has not, as the tile path it must equal.
+//
+// Proof that v̂ < w (v̂ > w for dot_max) implies ŝ < thr, for finite data. Ties need not pass: a row
+// meets its columns in increasing j, so an equal value never displaces the lower index it ties with.
+// T* and S below are thr and ŝ in exact arithmetic; thr is computed in double (unit roundoff ≤ u)
+// and rounded up, which only helps.
+// * sqdist. t_k = fl(x_k − y_k) = (x_k − y_k)(1 + ε_k) and D = ‖x − y‖² ≤ 2N: the sum of the t_k²,
+//   with or without FMA, has |v̂ − D| ≤ γ_{d+3}D ≤ 2γ_{d+3}N. init (‖y‖² summed in double, times
+//   ½(1−δ), rounded to T) is within γ_{d+3}·½‖y‖² of ½(1−δ)‖y‖², and the chain adds at most
+//   γ_d(|init| + Σ|x_k y_k|) ≤ γ_d N(1 + γ_{d+3}) (2Σ|x_k y_k| ≤ N): 2|ŝ − S| ≤ (γ_{d+3} + 2γ_d)N(1 + γ_{d+3}).
+//   2(thr − T*) ≥ −γ_d‖x‖² − 4u(w + ‖x‖²), and 4u·w ≤ 4u(w − v̂) + 8uN(1 + γ_{d+3}) as 0 ≤ v̂ < w.
+//   With 2(T* − S) = w − D + δN = (w − v̂) + (v̂ − D) + δN:
+//   2(thr − ŝ) ≥ δN − (3γ_{d+3} + 3γ_d + 12u)N(1 + γ_{d+3}) ≈ (8d + 32 − 6d − 21)uN > 0 when N > 0;
+//   when N = 0, ŝ = 0 < w/2 ≤ thr.
+// * dot_max. The madd chain: |v̂ − x·y| ≤ γ_{d+1}·½N. ŝ is within γ_d(|init| + ½N) + γ_{d+3}|init| of
+//   S = −½δ‖y‖² − x·y, |init| ≤ ½δ‖y‖²(1 + γ_{d+3}). thr's double arithmetic errs by at most
+//   2u(|w| + ‖x‖²), and 2u|w| ≤ (v̂ − w) + 2uN when w < v̂ ≤ ½N(1 + γ_{d+1}). With T* − S =
+//   (x·y − v̂) + (v̂ − w) + ½δN: thr − ŝ ≥ ½δN − (½γ_{d+1} + ½γ_d + 3u)N(1 + δ) ≈ (4d + 16 − d − 3.5)uN > 0.
+// * cosine. x̂, ŷ are unit vectors (normalize; ‖x̂‖‖ŷ‖ ≤ 1 + 3u) with weights w_x, w_y ∈ {1, 0 for a
+//   zero vector, NaN for a non-finite one}. For w_x = w_y = 1: ŝ is the FMA chain of x̂·ŷ negated
+//   (negation is exact), v̂ = fl(1 − dot̂) with dot̂ the madd chain; both chains are within
+//   γ_{d+1}(1 + 3u) of x̂·ŷ, so ŝ ≤ v̂ − 1 + 2.1u + 2γ_{d+1}(1 + 3u) < w − 1 + δ − 7u ≤ thr
+//   (v̂ < w ≤ 2 + 2u; thr's double arithmetic errs by < 7u). w_y = 0 screens a zero point at 0: it
+//   passes whenever its exact value 1 can enter (w > 1); a zero query (w_x = 0) accepts everything.
+// * l1. ŝ = v̂ bit for bit (the same operations in the same order, nothing to contract), thr = w.
+//
+// Non-finite data. Lanes whose screening inputs are not finite (overflowing norms, NaN, inf) always
+// pass (their init is −inf, or the row threshold is NaN), so unusual data costs time, never
+// correctness. A row holding fewer than k values, or whose k-th value is NaN (NaN ranks last), has
+// threshold NaN and screens nothing out (`not_ge` is an unordered compare: every lane passes a NaN
+// threshold, and NaN lanes pass any threshold).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -35,7 +72,6 @@
 #include <limits>
 
 #include "kernels.hpp"
-#include "simd.hpp"
 
 namespace memsafe::host {
 
@@ -141,80 +177,33 @@ T exact_value(const T* x, const T* y, std::size_t d, std::size_t W, T xinv, T yi
   return acc;
 }
 
-#if defined(MEMSAFE_SIMD_AVX512)
-/// Screen R rows (xs: R×d contiguous, d ≥ 1) against NP consecutive packed panels starting at
-/// `yp` (panel stride d·W), with offsets `init` (NP·W) and, for cosine, the points' weights in `yinv` (NP·W).
-/// masks[r·NP + p] receives the lanes of row r, panel p that pass thr[r]; returns whether any did
-/// (masks are written only then).
-///
-/// `Clean`: every screening input is finite (no NaN/inf lanes possible), so a row's panels can be
-/// reduced with min before a single compare; otherwise every lane is compared unordered.
-template <class T, select_kind K, int R, int NP, bool Clean>
-inline bool screen_block(const T* xs, std::size_t d, const T* yp, const T* init, const T* yinv, const T* thr,
-                         std::uint32_t* masks) {
-  using V = simd<T>;
-  using reg = typename V::reg;
-  constexpr std::size_t W = V::W;
-  reg acc[R][NP];
-  {  // first feature: start from the offsets
-    reg y[NP];
-#pragma GCC unroll 8
-    for (int p = 0; p < NP; ++p) y[p] = V::load(yp + p * d * W);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const reg xb = V::set1(xs[r * d]);
-#pragma GCC unroll 8
-      for (int p = 0; p < NP; ++p) {
-        if constexpr (K == select_kind::l1) acc[r][p] = V::abs(V::sub(xb, y[p]));
-        else if constexpr (K == select_kind::cosine) acc[r][p] = V::mul(V::sub(V::zero(), xb), y[p]);
-        else acc[r][p] = V::fnmadd(xb, y[p], V::load(init + p * W));
-      }
-    }
-  }
-  for (std::size_t k = 1; k < d; ++k) {
-    reg y[NP];
-#pragma GCC unroll 8
-    for (int p = 0; p < NP; ++p) y[p] = V::load(yp + p * d * W + k * W);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const reg xb = V::set1(xs[r * d + k]);
-#pragma GCC unroll 8
-      for (int p = 0; p < NP; ++p) {
-        if constexpr (K == select_kind::l1) acc[r][p] = V::add(acc[r][p], V::abs(V::sub(xb, y[p])));
-        else acc[r][p] = V::fnmadd(xb, y[p], acc[r][p]);
-      }
-    }
-  }
-  if constexpr (K == select_kind::cosine) {
-#pragma GCC unroll 8
-    for (int p = 0; p < NP; ++p) {
-      const reg s = V::load(yinv + p * W);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r][p] = V::mul(acc[r][p], s);
-    }
-  }
-  std::uint32_t any = 0;
-  if constexpr (Clean) {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      reg mn = acc[r][0];
-#pragma GCC unroll 8
-      for (int p = 1; p < NP; ++p) mn = V::min(mn, acc[r][p]);
-      any |= V::not_ge(mn, V::set1(thr[r]));
-    }
-  } else {
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int p = 0; p < NP; ++p) any |= V::not_ge(acc[r][p], V::set1(thr[r]));
-  }
-  if (!any) return false;
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int p = 0; p < NP; ++p) masks[r * NP + p] = V::not_ge(acc[r][p], V::set1(thr[r]));
-  return true;
-}
-#endif
+/// What a screening kernel reads: one group of R query rows against the np packed panels of a
+/// column tile (simd.hpp). After each block of panels where a lane passes, the kernel calls
+/// hit(ctx, pnl, nb, masks) — masks[q·nb + p]: the lanes of row q, panel pnl + p — which
+/// re-evaluates those lanes exactly and may lower thr[q] before the next block is screened. hit
+/// is the driver's, compiled for the translation unit's target (never inlined into a kernel).
+template <class T>
+struct screen_args {
+  const T* xs = nullptr;    ///< R rows × d, contiguous
+  std::size_t d = 0;
+  const T* pack = nullptr;  ///< np panels of P = lanes<T> points, panel stride d·P
+  const T* init = nullptr;  ///< screening offsets, np·P
+  const T* yinv = nullptr;  ///< cosine: the points' weights, np·P; else null
+  const T* thr = nullptr;   ///< the R rows' thresholds
+  std::size_t np = 0;
+  bool clean = false;       ///< every screening input finite (screen_kernel.inc)
+  void (*hit)(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) = nullptr;
+  void* ctx = nullptr;
+};
+
+/// One instruction set's screening kernels for (T, K): `rows` rows at a time (`group`) or one
+/// (`single`). Null pointers: no kernels.
+template <class T>
+struct screen_kernels {
+  using fn = void (*)(const screen_args<T>&);
+  int rows = 0;
+  fn group = nullptr;
+  fn single = nullptr;
+};
 
 }  // namespace memsafe::host

@@ -1,13 +1,14 @@
 // memsafe/backend/host/select_driver.hpp — fused k-nearest selection on the host (no distance tile at all).
 //
 // For argkmin/argmin/min of sqdist, l1 and cosine, and argkmax/argmax/max of dot, a worker packs a
-// column tile of Y once per row block, then screens blocks of 8 query rows × 32 points in
-// registers (backend/host/select.hpp) and re-evaluates only the lanes that pass. Each row keeps
-// its k best as a binary heap whose top is the current k-th value, so the screening threshold
-// tightens at every insertion. Results are identical to the tile path's (the reference) — see
-// select.hpp for why — and identical at every budget.
+// column tile of Y once per row block, then screens groups of query rows against its panels in
+// registers (the kernels of the instruction set chosen at run time, isa.hpp and simd.hpp) and
+// re-evaluates only the lanes that pass. Each row keeps its k best as a binary heap whose top is
+// the current k-th value, so the screening threshold tightens at every insertion. Results are
+// identical to the tile path's (the reference) — see select.hpp for why — at every budget and on
+// every instruction set; the plan names the one that ran (tile_plan::isa).
 //
-// Workspace per thread (all accounted, carved from one buffer):
+// Workspace per thread (all accounted, carved from one buffer; the same on every instruction set):
 //   packed Y tile, screening offsets (+ 1/‖y‖ for cosine)    panels(tj)·W·(d + 2)·T
 //   the row block's query rows, 1/‖x‖, screening constants    ti·(d·T + ...)
 //   heaps and counts                                          ti·k·(T + index)
@@ -19,8 +20,10 @@
 #include <cstring>
 #include <vector>
 
+#include "isa.hpp"
 #include "kernels.hpp"
 #include "select.hpp"
+#include "simd.hpp"
 #include "../../core/accounting.hpp"
 #include "../../core/env.hpp"
 #include "../../expr/formulas.hpp"
@@ -34,12 +37,10 @@ namespace memsafe::host {
 // The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
 using namespace memsafe::detail;
 
-/// The fused path is on unless MEMSAFE_KERNELS=reference (then every expression takes the
-/// portable tile path — for comparisons and debugging).
-inline bool fused_kernels_enabled() {
-  const auto e = env::kernels();
-  return !(e && *e == "reference");
-}
+/// The fused path is on unless MEMSAFE_KERNELS=reference or MEMSAFE_ISA=portable (then every
+/// expression takes the portable tile path — for comparisons and debugging), or no instruction set
+/// of the kernels is available (the CPU, or a translation unit without them: isa.hpp).
+inline bool fused_kernels_enabled() { return choose_isa(isa_compiled) != isa::portable; }
 
 template <class F, bool Max>
 struct select_kind_of {
@@ -87,10 +88,11 @@ template <class E, class Mon>
 inline constexpr bool fusable_select = false;
 template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D, class Mon>
 inline constexpr bool fusable_select<pairwise<F, T, RX, RY, D>, Mon> =
-    host::simd_fast && select_monoid<Mon>::ok && select_kind_of<F, select_monoid<Mon>::max>::ok;
+    isa_compiled != isa_bit(isa::portable) && select_monoid<Mon>::ok && select_kind_of<F, select_monoid<Mon>::max>::ok;
 
 /// Call fused(leaf) when the fused selection applies to the (normalised) expression `e` — a
-/// pairwise leaf, or a guarded rewrite whose run-time guard chose one — else generic(e).
+/// pairwise leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of
+/// its kernels is chosen (choose_isa), else generic(e). A plan from generic is marked portable.
 template <class E, class Mon, class Fused, class Generic>
 decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic) {
   if constexpr (fusable_select<E, Mon>) {
@@ -99,10 +101,16 @@ decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& 
     if constexpr (fusable_select<std::remove_cvref_t<decltype(e.fast)>, Mon>)
       if (e.use_fast && fused_kernels_enabled()) return fused(e.fast);
   }
-  return generic(e);
+  if constexpr (std::is_same_v<std::remove_cvref_t<decltype(generic(e))>, tile_plan>) {
+    tile_plan p = generic(e);
+    p.isa = isa_name(isa::portable);
+    return p;
+  } else {
+    return generic(e);
+  }
 }
 
-#if defined(MEMSAFE_SIMD_AVX512)
+#if defined(MEMSAFE_SIMD_DISPATCH)
 
 template <class E, class Mon>
 struct select_worker {
@@ -111,10 +119,7 @@ struct select_worker {
   static constexpr bool Max = select_monoid<Mon>::max;
   static constexpr host::select_kind K = select_kind_of<F, Max>::kind;
   static constexpr bool cos = K == host::select_kind::cosine;
-  static constexpr std::size_t W = host::simd<T>::W;
-  // Register block: 6 rows × 4 panels = 24 accumulators (+ 4 panel loads + 1 broadcast of 32
-  // registers). Measured on Zen 4 against 8×2, 4×4, 8×3 and 5×5: best or tied at d = 3 and 100.
-  static constexpr int R = 6, NP = 4;
+  static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
   static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj) {
     using host::align64;
@@ -134,9 +139,13 @@ struct select_worker {
 
   std::size_t tj, m;
   const out_spec<T>* out;
+  host::screen_kernels<T> kernels;
+  std::size_t group_r0 = 0, group_rows = 0, tile_j0 = 0, tile_nj = 0;  // what `hit` works on
 
-  select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o)
-      : e(ex), k(k_), d(ex.dim()), tj(tj_), m(ex.cols()), out(&o) {
+  select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
+                isa i)
+      : e(ex), k(k_), d(ex.dim()), tj(tj_), m(ex.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i)) {
+    if (!kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " selection kernels");
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -185,48 +194,59 @@ struct select_worker {
     }
   }
 
-  template <int RB, int NB, bool Clean>
-  void block(std::size_t r0, std::size_t pnl, std::size_t j0, std::size_t nj) {
-    std::uint32_t masks[RB * NB];
-    const T* yp = pack + pnl * d * W;
-    const T* yi = cos ? yinv + pnl * W : nullptr;
-    if (!host::screen_block<T, K, RB, NB, Clean>(xs + r0 * d, d, yp, init + pnl * W, yi, thr + r0, masks)) return;
-    for (int q = 0; q < RB; ++q)
-      for (int p = 0; p < NB; ++p)
-        for (std::uint32_t mk = masks[q * NB + p]; mk; mk &= mk - 1) {
-          const std::size_t w = static_cast<std::size_t>(__builtin_ctz(mk)), j = (pnl + p) * W + w;
-          if (j >= nj) continue;
-          const std::size_t r = r0 + q;
-          const T v = host::exact_value<T, K>(xs + r * d, yp + p * d * W + w, d, W, xinv[r], cos ? yinv[j] : T(0));
-          offer(r, v, index_t(j0 + j));
+  /// The kernels' call back (screen_args::hit): re-evaluate the passing lanes of panels
+  /// [pnl, pnl + nb) for the rows of the current group exactly and offer them to their heaps.
+  /// Compiled for the translation unit's target and never inlined into a kernel, so exact_value
+  /// rounds as the portable path does (select.hpp).
+  [[gnu::noinline]] static void hit(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) {
+    auto& w = *static_cast<select_worker*>(ctx);
+    const std::size_t d = w.d;
+    const T* yp = w.pack + pnl * d * W;
+    for (std::size_t q = 0; q < w.group_rows; ++q)
+      for (std::size_t p = 0; p < nb; ++p)
+        for (std::uint32_t mk = masks[q * nb + p]; mk; mk &= mk - 1) {
+          const std::size_t lane = static_cast<std::size_t>(__builtin_ctz(mk)), j = (pnl + p) * W + lane;
+          if (j >= w.tile_nj) continue;
+          const std::size_t r = w.group_r0 + q;
+          const T v = host::exact_value<T, K>(w.xs + r * d, yp + p * d * W + lane, d, W, w.xinv[r],
+                                              cos ? w.yinv[j] : T(0));
+          w.offer(r, v, index_t(w.tile_j0 + j));
         }
   }
 
-  /// All panels of the tile for rows [r, r + RB).
-  template <int RB, bool Clean>
-  void rows(std::size_t r, std::size_t np, std::size_t j0, std::size_t nj) {
-    std::size_t p = 0;
-    for (; p + NP <= np; p += NP) block<RB, NP, Clean>(r, p, j0, nj);
-    for (; p < np; ++p) block<RB, 1, Clean>(r, p, j0, nj);
-  }
-  template <int RB>
-  void rows(std::size_t r, std::size_t np, std::size_t j0, std::size_t nj, bool tile_clean) {
+  /// Screen rows [r, r + rows) (rows: the kernels' block or 1) against the packed tile.
+  void group(host::screen_args<T>& a, std::size_t r, std::size_t rows, bool tile_clean) {
     bool clean = tile_clean;
-    for (int q = 0; q < RB; ++q) clean = clean && rs[r + q].finite;
-    if (clean) rows<RB, true>(r, np, j0, nj);
-    else rows<RB, false>(r, np, j0, nj);
+    for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
+    a.xs = xs + r * d;
+    a.thr = thr + r;
+    a.clean = clean;
+    group_r0 = r;
+    group_rows = rows;
+    (rows == 1 ? kernels.single : kernels.group)(a);
   }
 
   /// Fold column tiles [cb0, cb1) into the row block's heaps, then sort each heap best first
   /// (what merge_from and finish read).
   void fold(std::size_t, std::size_t ni, std::size_t cb0, std::size_t cb1) {
+    const std::size_t R = static_cast<std::size_t>(kernels.rows);
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
       const bool clean = host::screening_init<T, K>(pack, d, nj, np, W, init);
+      tile_j0 = j0;
+      tile_nj = nj;
+      host::screen_args<T> a;
+      a.d = d;
+      a.pack = pack;
+      a.init = init;
+      a.yinv = yinv;
+      a.np = np;
+      a.hit = &select_worker::hit;
+      a.ctx = this;
       std::size_t r = 0;
-      for (; r + R <= ni; r += R) rows<R>(r, np, j0, nj, clean);
-      for (; r < ni; ++r) rows<1>(r, np, j0, nj, clean);
+      for (; r + R <= ni; r += R) group(a, r, R, clean);
+      for (; r < ni; ++r) group(a, r, 1, clean);
     }
     for (std::size_t r = 0; r < ni; ++r) std::sort_heap(heap + r * k, heap + r * k + count[r], cmp);
   }
@@ -294,21 +314,25 @@ tile_plan plan_select(const E& e, const Mon& mon, std::size_t budget, std::size_
     p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols);
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
-  p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (AVX-512), " +
+  const isa i = choose_isa(isa_compiled);
+  p.isa = isa_name(i);
+  p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa + "), " +
                 "passing lanes re-evaluated exactly; no distance tile";
   return p;
 }
 
-/// Run the fused selection of every row of `e` into `out` (same outputs as run_rows with `mon`).
+/// Run the fused selection of every row of `e` into `out` (same outputs as run_rows with `mon`), with
+/// the kernels of the instruction set the plan names.
 template <class E, class Mon>
 void run_select(const E& e, const Mon& mon, const out_spec<typename E::value_type>& out, const tile_plan& p,
                 accountant& acc) {
+  const isa i = parse_isa(p.isa).value_or(isa::portable);
   run_row_blocks(e.rows(), e.cols(), mon, out, p, acc, [&](std::byte* ws) {
-    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out);
+    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out, i);
   });
 }
 
-#else  // no AVX-512: never chosen (use_fused_select is false); declared so callers compile.
+#else  // no SIMD kernels in this translation unit: never chosen (fusable_select is false); declared so callers compile.
 
 template <class E, class Mon>
 tile_plan plan_select(const E&, const Mon&, std::size_t, std::size_t, const std::string&) {

@@ -1,0 +1,142 @@
+// memsafe/backend/host/isa.hpp — which instruction set the host's hand-vectorised kernels run with.
+//
+// The fused k-nearest kernels (select.hpp, simd.hpp) are compiled in every translation unit for
+// each instruction set below, whatever its -march flags, and one is chosen at run time:
+//
+//   avx512    AVX-512F (16 floats / 8 doubles a register)
+//   avx2      AVX2 + FMA (8 floats / 4 doubles)
+//   portable  no fused kernel: the tile path (tile.hpp + monoids.hpp), compiled for the
+//             translation unit's own target; also the reference the others are tested against
+//
+// The CPU is asked once per process (CPUID for the features, XGETBV for the operating system
+// saving their registers: a feature the OS does not enable is not there), and every evaluation
+// takes the best instruction set both the CPU and the translation unit have, unless
+// MEMSAFE_ISA (core/env.hpp) forces one; forcing one that is not available is an argument_error
+// naming what is. A translation unit has the SIMD kernels when GCC or Clang compiles it for
+// x86-64, not under nvcc (__CUDACC__: its host code keeps the portable path) and not with
+// MEMSAFE_NO_SIMD defined; then MEMSAFE_SIMD_DISPATCH is 1.
+#pragma once
+#include <cctype>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "../../core/env.hpp"
+#include "../../core/error.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define MEMSAFE_X86_CPUID 1
+#if !defined(MEMSAFE_NO_SIMD) && !defined(__CUDACC__)
+#define MEMSAFE_SIMD_DISPATCH 1
+#endif
+#endif
+
+namespace memsafe::host {
+
+/// An instruction set of the host kernels; its value is its bit in the sets below.
+enum class isa : unsigned { portable = 0, avx2 = 1, avx512 = 2 };
+inline constexpr isa isa_all[] = {isa::avx512, isa::avx2, isa::portable};  ///< best first
+
+constexpr unsigned isa_bit(isa i) { return 1u << static_cast<unsigned>(i); }
+
+inline const char* isa_name(isa i) {
+  switch (i) {
+    case isa::avx512: return "avx512";
+    case isa::avx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+/// The instruction sets this translation unit has kernels for. Internal linkage (a namespace-scope
+/// constexpr), so translation units compiled differently (nvcc) do not disagree about it; the
+/// functions below take it as an argument for the same reason.
+#if defined(MEMSAFE_SIMD_DISPATCH)
+constexpr unsigned isa_compiled = isa_bit(isa::portable) | isa_bit(isa::avx2) | isa_bit(isa::avx512);
+#else
+constexpr unsigned isa_compiled = isa_bit(isa::portable);
+#endif
+
+/// Ask the CPU (see cpu_isas).
+inline unsigned detect_cpu_isas() {
+  unsigned bits = isa_bit(isa::portable);
+#if defined(MEMSAFE_X86_CPUID)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return bits;
+  const bool osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u, fma = (c >> 12) & 1u;
+  if (!osxsave || !avx || __get_cpuid_max(0, nullptr) < 7) return bits;
+  unsigned xlo = 0, xhi = 0;
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(xlo), "=d"(xhi) : "c"(0u));  // XGETBV(0): XCR0
+  const unsigned long long xcr0 = (static_cast<unsigned long long>(xhi) << 32) | xlo;
+  const bool ymm = (xcr0 & 0x6u) == 0x6u;    // SSE and AVX state
+  const bool zmm = (xcr0 & 0xe6u) == 0xe6u;  // + opmask, upper ZMM0-15, ZMM16-31 state
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = (b >> 5) & 1u, avx512f = (b >> 16) & 1u;
+  if (ymm && avx2 && fma) bits |= isa_bit(isa::avx2);
+  if (ymm && zmm && avx2 && fma && avx512f) bits |= isa_bit(isa::avx512);
+#endif
+  return bits;
+}
+
+/// "avx2, portable": the names in `set`, best first.
+inline std::string isa_list(unsigned set) {
+  std::string s;
+  for (isa i : isa_all)
+    if (set & isa_bit(i)) s += (s.empty() ? "" : ", ") + std::string(isa_name(i));
+  return s;
+}
+
+/// The instruction sets this CPU runs (bits as isa_bit), asked once per process.
+inline unsigned cpu_isas() {
+  static const unsigned bits = detect_cpu_isas();
+  return bits;
+}
+
+/// The best instruction set in `set`.
+inline isa best_isa(unsigned set) {
+  for (isa i : isa_all)
+    if (set & isa_bit(i)) return i;
+  return isa::portable;
+}
+
+/// "avx512", "avx2" or "portable", case insensitive, surrounding spaces allowed; nullopt otherwise.
+inline std::optional<isa> parse_isa(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  for (isa i : isa_all) {
+    const std::string_view n = isa_name(i);
+    if (n.size() != s.size()) continue;
+    bool eq = true;
+    for (std::size_t k = 0; k < n.size(); ++k)
+      eq = eq && std::tolower(static_cast<unsigned char>(s[k])) == static_cast<unsigned char>(n[k]);
+    if (eq) return i;
+  }
+  return std::nullopt;
+}
+
+/// The instruction set of the fused kernels for one evaluation, in a translation unit that has
+/// kernels for `compiled` (pass isa_compiled): portable under MEMSAFE_KERNELS=reference; else
+/// MEMSAFE_ISA when set; else the best the CPU and the translation unit both have. Read at every
+/// call (the CPU only once). Throws argument_error for a MEMSAFE_ISA that is not a name, or names
+/// an instruction set not available here.
+inline isa choose_isa(unsigned compiled) {
+  if (const auto k = env::kernels(); k && *k == "reference") return isa::portable;
+  const unsigned cpu = cpu_isas(), have = compiled & cpu;
+  const auto e = env::isa();
+  if (!e) return best_isa(have);
+  const auto want = parse_isa(*e);
+  if (!want)
+    throw argument_error("memsafe: MEMSAFE_ISA must be avx512, avx2 or portable, got \"" + std::string(*e) + "\"");
+  if (have & isa_bit(*want)) return *want;
+  const std::string n = isa_name(*want);
+  if (!(cpu & isa_bit(*want)))
+    throw argument_error("memsafe: MEMSAFE_ISA=" + n + ": this CPU does not run " + n +
+                         (*want == isa::avx512 ? " (AVX-512F, with the OS saving its registers)"
+                                               : " (AVX2 and FMA, with the OS saving their registers)") +
+                         "; it runs: " + isa_list(cpu));
+  throw argument_error("memsafe: MEMSAFE_ISA=" + n + ": this translation unit has no " + n +
+                       " kernels (compiled by nvcc, with MEMSAFE_NO_SIMD, or not by GCC/Clang for x86-64); "
+                       "available: " + isa_list(have));
+}
+
+}  // namespace memsafe::host

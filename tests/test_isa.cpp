@@ -1,0 +1,156 @@
+// Run-time choice of the instruction set of the host's fused kernels (backend/host/isa.hpp):
+// detection, MEMSAFE_ISA parsing and errors, what the plan and explain report. That every
+// instruction set gives the portable path's answers is tests/test_select.cpp's job (it forces each
+// one this CPU runs); the default-flags build is tests/consumer's.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <memsafe/memsafe.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reference.hpp"
+
+namespace {
+
+namespace host = memsafe::host;
+
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~scoped_env() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+unsigned available() { return host::isa_compiled & host::cpu_isas(); }
+
+/// The message of the argument_error f() throws ("" when it throws none).
+template <class F>
+std::string argument_error_of(F&& f) {
+  try {
+    f();
+  } catch (const memsafe::argument_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct knn_data {
+  std::vector<float> x = ref::cast<float>(ref::data(21, 5, 91)), y = ref::cast<float>(ref::data(203, 5, 92));
+  auto X() { return memsafe::points(x.data(), 21, 5); }
+  auto Y() { return memsafe::points(y.data(), 203, 5); }
+  auto knn() { return memsafe::argkmin(memsafe::sqdist(X(), Y()), 4); }
+};
+
+}  // namespace
+
+TEST_CASE("isa: names parse strictly") {
+  CHECK(host::parse_isa("avx512") == host::isa::avx512);
+  CHECK(host::parse_isa("avx2") == host::isa::avx2);
+  CHECK(host::parse_isa("portable") == host::isa::portable);
+  CHECK(host::parse_isa("  AVX2 ") == host::isa::avx2);
+  CHECK(host::parse_isa("Portable\n") == host::isa::portable);
+  for (const char* bad : {"", " ", "avx", "avx2x", "avx-512", "avx512f", "sse", "auto", "avx2 fma", "2"})
+    CHECK_MESSAGE(!host::parse_isa(bad).has_value(), "\"" << bad << "\"");
+  for (host::isa i : host::isa_all) CHECK(host::parse_isa(host::isa_name(i)) == i);
+}
+
+TEST_CASE("isa: the CPU's instruction sets agree with the compiler's own detection") {
+  const unsigned cpu = host::cpu_isas();
+  CHECK((cpu & host::isa_bit(host::isa::portable)) != 0);
+  MESSAGE("this CPU runs: " << host::isa_list(cpu) << "; this build has kernels for: " << host::isa_list(host::isa_compiled)
+                            << "; default: " << std::string(host::isa_name(host::best_isa(available()))));
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  // libgcc's / compiler-rt's detection also checks that the OS saves the registers (XCR0).
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  CHECK(((cpu & host::isa_bit(host::isa::avx2)) != 0) == avx2);
+  CHECK(((cpu & host::isa_bit(host::isa::avx512)) != 0) == avx512);
+#endif
+  CHECK(host::cpu_isas() == cpu);  // asked once, cached
+}
+
+TEST_CASE("isa: by default the best instruction set available runs, and the plan says which") {
+  scoped_env unset_isa("MEMSAFE_ISA", nullptr), unset_kernels("MEMSAFE_KERNELS", nullptr);
+  knn_data k;
+  const auto best = host::best_isa(available());
+  const auto r = memsafe::eval(k.knn(), memsafe::options{memsafe::unlimited, 1});
+  CHECK(r.stats.plan.isa == host::isa_name(best));
+  CHECK(memsafe::plan_for(k.knn()).isa == host::isa_name(best));
+  CHECK(contains(memsafe::explain(k.knn()), std::string("isa:          ") + host::isa_name(best) + "\n"));
+  {
+    scoped_env empty("MEMSAFE_ISA", "");  // an empty variable counts as unset
+    CHECK(memsafe::plan_for(k.knn()).isa == host::isa_name(best));
+  }
+  // A row job the fused kernels do not serve runs the portable tile path, and says so.
+  std::vector<float> v(203, 1.0f);
+  const auto mv = memsafe::plan_for(memsafe::rbf(k.X(), k.Y(), 1.0) * memsafe::vec(v.data(), 203));
+  CHECK(mv.isa == "portable");
+  CHECK(contains(mv.describe(), "isa:          portable\n"));
+}
+
+TEST_CASE("isa: MEMSAFE_ISA forces each available instruction set; MEMSAFE_KERNELS=reference wins") {
+  scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  knn_data k;
+  for (host::isa i : host::isa_all) {
+    if (!(available() & host::isa_bit(i))) continue;
+    scoped_env force("MEMSAFE_ISA", host::isa_name(i));
+    const auto r = memsafe::eval(k.knn(), memsafe::options{memsafe::unlimited, 2});
+    CHECK(r.stats.plan.isa == host::isa_name(i));
+    CHECK(contains(r.stats.plan.describe(), std::string("isa:          ") + host::isa_name(i) + "\n"));
+    CHECK(contains(r.stats.plan.reduction, "fused: screened") == (i != host::isa::portable));
+  }
+  scoped_env force("MEMSAFE_ISA", "avx2");
+  scoped_env reference("MEMSAFE_KERNELS", "reference");
+  CHECK(memsafe::plan_for(k.knn()).isa == "portable");
+}
+
+TEST_CASE("isa: a MEMSAFE_ISA that is not a name is an argument_error quoting it") {
+  scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  knn_data k;
+  for (const char* bad : {"avx3", "AVX2X", "sse4", "fastest"}) {
+    scoped_env force("MEMSAFE_ISA", bad);
+    const std::string e = argument_error_of([&] { (void)memsafe::eval(k.knn()); });
+    CHECK_MESSAGE(contains(e, std::string("MEMSAFE_ISA must be avx512, avx2 or portable, got \"") + bad + "\""), e);
+    CHECK(contains(argument_error_of([&] { (void)memsafe::plan_for(k.knn()); }), "MEMSAFE_ISA must be"));
+  }
+}
+
+TEST_CASE("isa: forcing an instruction set this CPU lacks is a clear error naming what it runs") {
+  scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  knn_data k;
+  bool any = false;
+  for (host::isa i : {host::isa::avx512, host::isa::avx2}) {
+    if (available() & host::isa_bit(i)) continue;
+    any = true;
+    scoped_env force("MEMSAFE_ISA", host::isa_name(i));
+    const std::string e = argument_error_of([&] { (void)memsafe::eval(k.knn()); });
+    INFO(e);
+    if (host::isa_compiled & host::isa_bit(i)) {
+      CHECK(contains(e, std::string("MEMSAFE_ISA=") + host::isa_name(i) + ": this CPU does not run " +
+                            host::isa_name(i)));
+      CHECK(contains(e, "it runs: " + host::isa_list(host::cpu_isas())));
+    } else {
+      CHECK(contains(e, "this translation unit has no"));
+    }
+    // Nothing ran: the error comes from planning, before any temporary.
+    CHECK(contains(argument_error_of([&] { (void)memsafe::plan_for(k.knn()); }), "MEMSAFE_ISA="));
+  }
+  if (!any) MESSAGE("skipped: this CPU runs every instruction set of the kernels (" << host::isa_list(available()) << ")");
+}
