@@ -272,23 +272,105 @@ TEST_CASE("CUDA errors become exceptions naming the call; a full GPU is reported
   CHECK_THROWS_AS(mc::detail::check(CUBLAS_STATUS_ALLOC_FAILED, "cublasCreate", "f", 1), mc::device_out_of_memory);
 
   // Another allocation holds (almost) all device memory: the evaluation reports it, leaks nothing.
-  std::size_t free = 0, total = 0;
-  MEMSAFE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  void* hog = nullptr;
-  std::size_t take = free > (std::size_t(64) << 20) ? free - (std::size_t(16) << 20) : 0;
-  while (take && cudaMalloc(&hog, take) != cudaSuccess) {
-    (void)cudaGetLastError();
-    take -= std::size_t(64) << 20;
-  }
+  // The input and the host output exist before the GPU is filled; the hog frees itself on every path.
   const std::size_t n = 1 << 16, d = 128;
   std::vector<float> x(n * d, 1.0f);
   dvec<float> X(x);
   const auto e = memsafe::dense(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(X.p, 4096, d)));
   std::vector<float> out(std::size_t(n) * 4096);
-  CHECK_THROWS_AS((void)mc::eval_into(e, out.data(), nullptr, mc::options{std::size_t(1) << 30}), mc::device_out_of_memory);
-  cudaFree(hog);
-  const std::size_t after = used_device_bytes();
+  struct hog_t {
+    void* p = nullptr;
+    ~hog_t() {
+      if (p) cudaFree(p);
+    }
+  } hog;
+  std::size_t free = 0, total = 0;
   MEMSAFE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  CHECK(after == total - free);
+  std::size_t take = free > (std::size_t(64) << 20) ? free - (std::size_t(16) << 20) : 0;
+  while (take && cudaMalloc(&hog.p, take) != cudaSuccess) {
+    (void)cudaGetLastError();
+    hog.p = nullptr;
+    take = take > (std::size_t(64) << 20) ? take - (std::size_t(64) << 20) : 0;
+  }
+  REQUIRE(hog.p != nullptr);
+  const std::size_t before = used_device_bytes();
+  CHECK_THROWS_AS((void)mc::eval_into(e, out.data(), nullptr, mc::options{std::size_t(1) << 30}), mc::device_out_of_memory);
+  MEMSAFE_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaMemPool_t pool = nullptr;  // stream-ordered frees go back to the pool: trim it to see them from outside
+  int dev = 0;
+  MEMSAFE_CUDA_CHECK(cudaGetDevice(&dev));
+  MEMSAFE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  MEMSAFE_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  CHECK(used_device_bytes() <= before);  // nothing of the failed evaluation is held
+  CHECK(cudaGetLastError() == cudaSuccess);  // and no error is left pending for the caller
+}
+/// Writes x[i] = i % 97 after spinning for about `ns` nanoseconds: a slow producer on a stream.
+__global__ void slow_fill(float* x, std::int64_t n, unsigned long long ns) {
+  const unsigned long long t0 = clock64();
+  if (threadIdx.x == 0) {
+    while (clock64() - t0 < ns) {
+    }
+  }
+  __syncthreads();
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    x[i] = float(i % 97);
+}
+
+TEST_CASE("inputs written on the default stream are complete before an evaluation on its internal stream reads them") {
+  const std::size_t n = 512, m = 4096, d = 4;
+  dvec<float> X(n * d), Y(m * d);
+  MEMSAFE_CUDA_CHECK(cudaMemset(X.p, 0, n * d * sizeof(float)));
+  MEMSAFE_CUDA_CHECK(cudaMemset(Y.p, 0, m * d * sizeof(float)));
+  MEMSAFE_CUDA_CHECK(cudaDeviceSynchronize());
+  // Queued on stream 0, still running (tens of milliseconds of spinning) when eval starts.
+  slow_fill<<<8, 256, 0, 0>>>(X.p, std::int64_t(n * d), 200000000ull);
+  slow_fill<<<8, 256, 0, 0>>>(Y.p, std::int64_t(m * d), 200000000ull);
+  MEMSAFE_CUDA_CHECK(cudaGetLastError());
+  const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), 4);
+  const auto r = mc::eval(e, mc::options{std::size_t(8) << 20});
+  std::vector<double> x(n * d), y(m * d);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = double(i % 97);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = double(i % 97);
+  const auto want = knn_ref(x, y, n, m, d, 4);
+  CHECK(std::vector<std::int64_t>(r.indices.begin(), r.indices.end()) == want);
+}
+
+TEST_CASE("a CUDA error left pending by the caller is reported as the caller's, then the next call runs") {
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, std::size_t(1) << 60) != cudaSuccess);  // a non-sticky error nobody reads
+  const std::size_t n = 64, m = 128, d = 3;
+  auto x = data(n, d, 91), y = data(m, d, 92);
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf), Y(yf);
+  const auto e = memsafe::argmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)));
+  try {
+    (void)mc::eval(e, mc::options{std::size_t(1) << 20});
+    FAIL("the pending error was not reported");
+  } catch (const mc::cuda_error& err) {
+    CHECK(std::string(err.what()).find("pending before the call") != std::string::npos);
+    CHECK(std::string(err.what()).find("cudaErrorMemoryAllocation") != std::string::npos);
+  }
+  const auto r = mc::eval(e, mc::options{std::size_t(1) << 20});  // reading it cleared it
+  CHECK(r.indices == memsafe::eval(memsafe::argmin(memsafe::sqdist(memsafe::points(xf.data(), n, d),
+                                                                   memsafe::points(yf.data(), m, d))),
+                                   memsafe::options{std::size_t(1) << 20, 1})
+                         .indices);
+}
+
+TEST_CASE("cuBLAS handles are reused across evaluations (none created or destroyed per call)") {
+  const std::size_t mz = 96, n = 300, d = 5;
+  auto z = data(mz, d, 93), x = data(n, d, 94);
+  auto zf = cast<float>(z), xf = cast<float>(x);
+  dvec<float> Z(zf), X(xf);
+  const auto Kuf = memsafe::rbf(memsafe::points(Z.p, mz, d), memsafe::points(X.p, n, d), 1.3);
+  const auto e = Kuf * memsafe::transpose(Kuf);
+  const auto first = mc::eval(e, mc::options{std::size_t(16) << 20});
+  const std::size_t after_first = used_device_bytes();
+  for (int r = 0; r < 5; ++r) {
+    const auto again = mc::eval(e, mc::options{std::size_t(16) << 20});
+    CHECK(again.values == first.values);  // same plan, same handle settings: bit-identical
+  }
+  MEMSAFE_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(used_device_bytes() <= after_first + (std::size_t(2) << 20));  // no handle or workspace left per call
 }
 }

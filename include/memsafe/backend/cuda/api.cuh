@@ -47,11 +47,15 @@ template <class X, class T = typename X::value_type>
 eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
   check_node<X>();
   if constexpr (device_node<X>) {
+    check_no_pending_error("memsafe::cuda::eval");
     const std::size_t budget = resolve_budget(o.budget);
     const device_resources dev = device_resources::current();  // the same numbers plan_for uses
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<stream> own;
-    if (!o.stream) own = std::make_unique<stream>();
+    if (!o.stream) {
+      own = std::make_unique<stream>();
+      after_default_streams(own->get());
+    }
     const cudaStream_t st = o.stream ? o.stream : own->get();
     rewrite::rule_log log;
     const auto job = lower(x, values, indices, log);

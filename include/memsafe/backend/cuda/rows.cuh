@@ -5,6 +5,8 @@
 // K·M, softmax_sum, dense tiles) — and the diagonal terms applied on the host. run_job decides
 // nothing: the path, the layout and where the data live come from the plan.
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -131,16 +133,19 @@ void allocate(const P& r, tile_buffers<typename P::T>& b) {
   }
 }
 
-/// Once per process (per instantiation): raise the top-k kernel's dynamic shared-memory limit.
+/// Once per device (per instantiation): raise the top-k kernel's dynamic shared-memory limit. The
+/// attribute belongs to the current device, so each device ordinal is configured the first time it
+/// runs the kernel; concurrent first calls may both set it (the same value), which is harmless.
 template <bool Max, class T>
 void configure_topk() {
-  static bool configured = false;
-  if (!configured) {
-    MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernels::topk_tile_kernel<Max, T>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(kernels::topk_smem_bytes)));
-    configured = true;
-  }
+  static std::atomic<std::uint64_t> configured{0};  // bit d: device d (ordinals >= 64: set every time)
+  int dev = 0;
+  MEMSAFE_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::uint64_t bit = dev < 64 ? std::uint64_t(1) << dev : 0;
+  if (bit && (configured.load(std::memory_order_acquire) & bit)) return;
+  MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernels::topk_tile_kernel<Max, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(kernels::topk_smem_bytes)));
+  configured.fetch_or(bit, std::memory_order_release);
 }
 
 template <class P>

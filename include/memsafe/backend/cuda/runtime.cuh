@@ -16,8 +16,11 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../../core/accounting.hpp"
 #include "../../core/error.hpp"
@@ -222,33 +225,101 @@ class pinned_buffer {
   T* p_ = nullptr;
 };
 
-/// A cuBLAS handle bound to the stream, with its workspace taken from the budget (cuBLAS would
-/// otherwise allocate its own, unaccounted). FP32 math stays FP32 unless TF32 is asked for.
+/// cuBLAS handles, kept per device and reused: creating one costs device memory and destroying one
+/// synchronises the whole device, so an evaluation takes a handle from its device's pool and gives it
+/// back. A handle is used by one evaluation (one thread) at a time; the pool grows to the number of
+/// evaluations that ever ran at once on that device. The pool is never destroyed: its handles live
+/// until the process ends (destroying them from a static destructor could run after the CUDA
+/// runtime has shut down).
+class blas_pool {
+ public:
+  static blas_pool& instance() {
+    static blas_pool* p = new blas_pool;  // deliberately never deleted (see above)
+    return *p;
+  }
+  /// A handle created on (and only to be used on) `device`.
+  cublasHandle_t acquire(int device) {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      if (auto& v = free_[device]; !v.empty()) {
+        cublasHandle_t h = v.back();
+        v.pop_back();
+        return h;
+      }
+    }
+    cublasHandle_t h = nullptr;
+    MEMSAFE_CUDA_CHECK(cublasCreate(&h));
+    return h;
+  }
+  void release(int device, cublasHandle_t h) noexcept {
+    try {
+      const std::lock_guard<std::mutex> lock(mu_);
+      free_[device].push_back(h);
+    } catch (...) {
+      cublasDestroy(h);  // no memory to keep it: destroy instead of leaking
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, std::vector<cublasHandle_t>> free_;
+};
+
+/// A cuBLAS handle of the device's pool, bound to the stream, with its workspace taken from the
+/// budget (cuBLAS would otherwise use its own, unaccounted). The default math mode keeps FP32 GEMM
+/// in FP32 (TF32 tensor cores only when asked for); nothing is destroyed when the evaluation ends.
 class blas {
  public:
   static constexpr std::size_t workspace_bytes = std::size_t(4) << 20;
   blas(device_accountant& a, bool allow_tf32) : ws_(a, workspace_bytes) {
-    MEMSAFE_CUDA_CHECK(cublasCreate(&h_));
+    MEMSAFE_CUDA_CHECK(cudaGetDevice(&device_));
+    h_ = blas_pool::instance().acquire(device_);
     try {
       MEMSAFE_CUDA_CHECK(cublasSetStream(h_, a.stream()));
       MEMSAFE_CUDA_CHECK(cublasSetWorkspace(h_, ws_.data(), ws_.size()));
-      MEMSAFE_CUDA_CHECK(cublasSetMathMode(h_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+      MEMSAFE_CUDA_CHECK(cublasSetMathMode(h_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     } catch (...) {
-      cublasDestroy(h_);
+      blas_pool::instance().release(device_, h_);
       throw;
     }
   }
   blas(const blas&) = delete;
   blas& operator=(const blas&) = delete;
+  /// Back to the pool. The workspace is freed stream-ordered right after, so work queued on the
+  /// stream still finds it; the next evaluation sets its own before any call.
   ~blas() {
-    if (h_) cublasDestroy(h_);
+    if (h_) blas_pool::instance().release(device_, h_);
   }
   cublasHandle_t get() const { return h_; }
 
  private:
   device_buffer<unsigned char> ws_;
+  int device_ = 0;
   cublasHandle_t h_ = nullptr;
 };
+
+/// Before an evaluation: a CUDA error left pending by earlier work of the caller (a failed launch
+/// or call whose error nobody read) is reported as such, naming it, instead of being blamed on the
+/// first check of memsafe's own calls. Reading it clears it (when it is not sticky).
+inline void check_no_pending_error(const char* entry) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return;
+  throw cuda_error(std::string(entry) + ": a CUDA error was pending before the call (raised by earlier work, not by "
+                                        "memsafe): " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")",
+                   int(e));
+}
+
+/// An internal stream (the caller gave none) runs after what the caller queued on the default
+/// stream: the legacy default stream and this thread's per-thread default stream are joined by an
+/// event each, so inputs written by a kernel or cudaMemcpyAsync on stream 0 (PyTorch's and CuPy's
+/// default) are complete before memsafe reads them.
+inline void after_default_streams(cudaStream_t s) {
+  for (cudaStream_t d : {cudaStreamLegacy, cudaStreamPerThread}) {
+    event e;
+    e.record(d);
+    MEMSAFE_CUDA_CHECK(cudaStreamWaitEvent(s, e.get(), 0));
+  }
+}
 
 }  // namespace detail
 }  // namespace memsafe::cuda
