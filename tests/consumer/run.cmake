@@ -56,3 +56,13 @@ run_step("build consumer" ${CMAKE_COMMAND} --build ${dir}/consumer-build)
 find_program(exe memsafe_consumer PATHS ${dir}/consumer-build ${dir}/consumer-build/Release
   NO_DEFAULT_PATH REQUIRED)
 run_step("run consumer" ${exe})
+
+# The memsafe::mpi consumer, built when MPI was found: run as one process (MPI's singleton mode).
+find_program(exe_mpi memsafe_consumer_mpi PATHS ${dir}/consumer-build ${dir}/consumer-build/Release NO_DEFAULT_PATH)
+if(exe_mpi)
+  set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+  set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+  run_step("run consumer" ${exe_mpi})
+else()
+  message(STATUS "consumer.${MODE}: no memsafe::mpi (MPI not found): the MPI consumer is not built")
+endif()

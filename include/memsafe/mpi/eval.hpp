@@ -1,0 +1,433 @@
+// memsafe/mpi/eval.hpp — one expression evaluated by every rank of a communicator, each on its own
+// shard of the data (views of its own memory), each under its own budget.
+//
+//   shard_reduced: each rank holds a shard of the points the reduction runs over (Y of a reduction
+//                  over j, with v / M / V sharded alike; X of a reduction over i; the shared index
+//                  of a lazy × lazy product); everything else is replicated. Each rank evaluates its
+//                  shard with the host planner, the partial results are merged (mpi/merge.hpp) by a
+//                  binomial-tree reduction and broadcast: every rank gets the whole result, equal
+//                  to one process's (exactly for selections, to rounding for sums).
+//   shard_rows:    each rank holds a shard of the result's rows (X of a reduction over j); the
+//                  reduced operand is replicated. Each rank gets its own rows; nothing is sent but
+//                  the agreement below.
+//
+// Every call is collective and starts with an agreement (one MPI_Allgather of a fixed-size record
+// per rank): each rank plans its shard first, and a budget too small, a bad argument or
+// inconsistent shapes on any rank raises the same error on every rank before any work — never a
+// hang. The communication buffers (two chunks of records: what a rank sends and what it receives)
+// come from the rank's budget through the accountant, in chunks of rows all ranks agree on; MPI's
+// own internal buffers (eager-message pools) are outside it.
+#pragma once
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../api/eval.hpp"
+#include "merge.hpp"
+
+namespace memsafe::mpi {
+
+/// The reduced index is sharded across the ranks (see the file comment).
+struct shard_reduced_t {};
+/// The result's rows are sharded across the ranks (see the file comment).
+struct shard_rows_t {};
+inline constexpr shard_reduced_t shard_reduced{};
+inline constexpr shard_rows_t shard_rows{};
+
+/// What the distribution did on this rank.
+struct comm_stats {
+  int ranks = 1, rank = 0;
+  std::size_t global_extent = 0;   ///< the reduced extent over all ranks (shard_reduced)
+  std::size_t offset = 0;          ///< this rank's first global index of the reduced extent
+  std::size_t chunk_rows = 0;      ///< rows per communication chunk (the same on every rank)
+  std::size_t chunks = 0;
+  std::size_t buffer_bytes = 0;    ///< communication buffers, counted in the budget
+  std::size_t bytes_sent = 0;      ///< point-to-point bytes this rank sent (tree reduction)
+  std::size_t bytes_received = 0;  ///< and received
+  std::size_t bytes_broadcast = 0; ///< size of the broadcast result
+  double seconds = 0;              ///< time in communication (agreement included)
+};
+
+/// A rank's result: memsafe::result plus what the distribution did.
+template <class T>
+struct result : memsafe::result<T> {
+  comm_stats comm;
+};
+
+/// The distributed plan on this rank (collective: mpi::plan_for).
+struct plan {
+  std::string layout;           ///< "shard_reduced" or "shard_rows"
+  std::string merge;            ///< how partial results merge (shard_reduced)
+  int ranks = 1, rank = 0;
+  std::size_t local_extent = 0, global_extent = 0, offset = 0;
+  std::size_t rows = 0, record_bytes = 0, chunk_rows = 0, chunks = 0, buffer_bytes = 0;
+  std::size_t tree_steps = 0;   ///< ⌈log2 ranks⌉
+  std::size_t bytes_per_rank = 0;  ///< what one rank sends at most in the tree, plus the broadcast
+  tile_plan local;              ///< the local evaluation's plan (empty for an empty shard)
+  bool local_empty = false;
+  std::string describe() const {
+    std::ostringstream s;
+    s << "distributed over " << ranks << " rank(s), this is rank " << rank << " (" << layout << ")\n";
+    if (layout == "shard_reduced") {
+      s << "  reduced index: this rank holds [" << offset << ", " << offset + local_extent << ") of " << global_extent
+        << (local_empty ? " (empty shard: nothing evaluated here)" : "") << "\n";
+      s << "  merge: " << merge << "; binomial-tree reduction (" << tree_steps << " step(s)) then broadcast\n";
+      s << "  communication: " << rows << " row(s) × " << record_bytes << " B = " << format_bytes(rows * record_bytes)
+        << " per message, in " << chunks << " chunk(s) of ≤ " << chunk_rows << " row(s); at most "
+        << format_bytes(bytes_per_rank) << " sent per rank; buffers " << format_bytes(buffer_bytes)
+        << " counted in the budget\n";
+    } else {
+      s << "  this rank's rows: " << rows << "; no communication beyond the agreement\n";
+    }
+    if (!local_empty) s << local.describe();
+    return s.str();
+  }
+};
+
+namespace detail {
+using namespace memsafe::detail;
+
+/// One rank's planning outcome, exchanged by the agreement.
+struct rank_info {
+  std::uint64_t rows, cols, extent, need, budget, chunk_rows;
+  std::int32_t failed;  // 0 ok, 1 budget_error, 2 shape_error, 3 argument_error, 4 other error
+  char message[300];
+};
+
+inline void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw error(std::string("memsafe::mpi: ") + call + " failed: " + std::string(text, std::size_t(len)));
+}
+
+inline void note_failure(rank_info& me, int kind, const char* what) {
+  me.failed = kind;
+  std::strncpy(me.message, what, sizeof(me.message) - 1);
+  me.message[sizeof(me.message) - 1] = 0;
+}
+
+/// Every rank's info; the same error on every rank when any rank failed to plan.
+inline std::vector<rank_info> agree(rank_info me, MPI_Comm comm, int rank) {
+  int ranks = 1;
+  check_mpi(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  std::vector<rank_info> all(static_cast<std::size_t>(ranks) + 0);
+  check_mpi(MPI_Allgather(&me, int(sizeof(rank_info)), MPI_BYTE, all.data(), int(sizeof(rank_info)), MPI_BYTE, comm),
+            "MPI_Allgather");
+  for (int r = 0; r < ranks; ++r) {
+    const rank_info& x = all[std::size_t(r)];
+    if (!x.failed) continue;
+    const std::string msg = r == rank ? std::string(x.message)
+                                      : "memsafe::mpi: rank " + std::to_string(r) + " cannot evaluate its shard: " +
+                                            std::string(x.message);
+    switch (x.failed) {
+      case 1: throw budget_error(msg, x.budget, x.need);
+      case 2: throw shape_error(msg);
+      case 3: throw argument_error(msg);
+      default: throw error(msg);
+    }
+  }
+  return all;
+}
+
+/// Runs `plan_local` (which returns the bytes the local evaluation needs at least), catching what
+/// it throws into `me` so that the agreement can raise it on every rank.
+template <class F>
+void plan_guarded(rank_info& me, F&& plan_local) {
+  try {
+    me.need = std::max<std::uint64_t>(me.need, plan_local());
+  } catch (const budget_error& e) {
+    me.need = std::max<std::uint64_t>(me.need, e.minimum_bytes);
+    note_failure(me, 1, e.what());
+  } catch (const shape_error& e) {
+    note_failure(me, 2, e.what());
+  } catch (const argument_error& e) {
+    note_failure(me, 3, e.what());
+  } catch (const std::exception& e) {
+    note_failure(me, 4, e.what());
+  }
+}
+
+inline int rank_of(MPI_Comm comm) {
+  int r = 0;
+  check_mpi(MPI_Comm_rank(comm, &r), "MPI_Comm_rank");
+  return r;
+}
+
+/// The local expression: a top-k over a shard with fewer than k points keeps what it has.
+template <class X>
+X localize(const X& x, std::size_t extent) {
+  X l = x;
+  if constexpr (requires { l.r.k; }) l.r.k = std::min<std::size_t>(l.r.k, extent);
+  return l;
+}
+
+/// The least bytes a local evaluation needs (its plan's minimum).
+template <class X>
+std::size_t local_minimum(const X& x, unsigned threads) {
+  return plan_for(x, options{unlimited, threads}).min_bytes;
+}
+
+/// Everything the distributed evaluation decides before any work (collective).
+template <class X>
+struct distributed {
+  using rule_t = typename rule_of<X>::type;
+  X local;
+  rule_t rule;
+  std::size_t extent = 0, kl = 0, budget = 0;
+  bool empty = false;
+  mpi::plan p;
+};
+
+template <class X>
+typename rule_of<X>::type make_rule(const X& x) {
+  typename rule_of<X>::type r;
+  if constexpr (requires { r.k; }) r.k = x.cols();
+  if constexpr (requires { r.c; }) r.c = x.cols();
+  if constexpr (requires { r.dv; }) r.dv = x.cols();
+  return r;
+}
+
+template <class X>
+distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const options& o) {
+  static_assert(rule_of<X>::supported,
+                "memsafe::mpi: shard_reduced merges reductions (sum, min, max, argmin, argmax, argkmin, argkmax, "
+                "logsumexp), products K*v, K*M, v*K, M*K, softmax_sum and lazy x lazy products; shard dense(E), "
+                "product chains and batches by rows (memsafe::mpi::shard_rows)");
+  const int rank = rank_of(comm);
+  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x), 0, 0, 0, false, {}};
+  d.extent = rule_of<X>::extent(x);
+  d.empty = d.extent == 0;
+  rank_info me{};
+  me.rows = x.rows();
+  me.cols = x.cols();
+  me.extent = d.extent;
+  plan_guarded(me, [&] {
+    d.budget = resolve_budget(o.budget);
+    me.budget = d.budget;
+    std::size_t need = 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
+    if (!d.empty) {
+      need = std::max(need, local_minimum(d.local, o.threads));
+      if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>)
+        need = std::max(need, local_minimum(make_reduce<red::logsumexp>(x.e), o.threads));
+    }
+    if (need > d.budget) memsafe::plan::too_small("the shard of " + x.str() + " and its communication buffers", d.budget, need);
+    const std::size_t cap = std::size_t(INT_MAX) / 2;
+    me.chunk_rows = std::max<std::size_t>(1, std::min(d.budget, cap) / 2 / d.rule.row_bytes());
+    return need;
+  });
+  const auto all = agree(me, comm, rank);
+  const int ranks = int(all.size());
+  std::size_t global = 0, offset = 0, chunk = SIZE_MAX;
+  for (int r = 0; r < ranks; ++r) {
+    const rank_info& a = all[std::size_t(r)];
+    if (a.rows != me.rows || a.cols != me.cols)
+      throw shape_error("memsafe::mpi: shard_reduced: every rank must have a result of the same shape, but rank " +
+                        std::to_string(r) + "'s is " + shape_str(a.rows, a.cols) + " and rank " + std::to_string(rank) +
+                        "'s is " + shape_str(me.rows, me.cols) + " (the reduced index is the sharded one: " + x.str() +
+                        ")");
+    global += a.extent;
+    if (r < rank) offset += a.extent;
+    chunk = std::min<std::size_t>(chunk, a.chunk_rows);
+  }
+  if constexpr (requires { d.rule.k; }) {
+    if (global == 0)
+      throw argument_error("memsafe::mpi: " + x.str() + ": the reduced index is empty on every rank, so there is no "
+                           "index to return");
+    if (d.rule.k > global)
+      throw argument_error("memsafe::mpi: " + x.str() + ": k = " + std::to_string(d.rule.k) +
+                           " is larger than the reduced extent over all ranks (" + std::to_string(global) + ")");
+  }
+  d.kl = std::min<std::size_t>(x.cols(), d.extent);
+  mpi::plan& p = d.p;
+  p.layout = "shard_reduced";
+  p.merge = rule_of<X>::type::name;
+  p.ranks = ranks;
+  p.rank = rank;
+  p.local_extent = d.extent;
+  p.global_extent = global;
+  p.offset = offset;
+  p.rows = x.rows();
+  p.record_bytes = d.rule.row_bytes();
+  p.chunk_rows = p.rows ? std::min(chunk, p.rows) : 0;
+  p.chunks = p.chunk_rows ? (p.rows + p.chunk_rows - 1) / p.chunk_rows : 0;
+  p.buffer_bytes = 2 * p.chunk_rows * p.record_bytes;
+  std::size_t steps = 0;
+  while ((std::size_t(1) << steps) < std::size_t(ranks)) ++steps;
+  p.tree_steps = steps;
+  p.bytes_per_rank = ranks > 1 ? p.rows * p.record_bytes * (1 + steps) : 0;
+  p.local_empty = d.empty;
+  if (!d.empty) p.local = plan_for(d.local, options{d.budget, o.threads});
+  return d;
+}
+
+/// Binomial-tree reduction to rank 0, then a broadcast: `buf` (nr records) ends up equal on every
+/// rank. `tmp` receives a partner's records.
+template <class Rule>
+void tree_allreduce(const Rule& rule, std::byte* buf, std::byte* tmp, std::size_t nr, MPI_Comm comm, int rank,
+                    int ranks, comm_stats& cs) {
+  const int bytes = int(nr * rule.row_bytes());
+  for (int mask = 1; mask < ranks; mask <<= 1) {
+    if (rank & mask) {
+      check_mpi(MPI_Send(buf, bytes, MPI_BYTE, rank - mask, 7301, comm), "MPI_Send");
+      cs.bytes_sent += std::size_t(bytes);
+      break;
+    }
+    if (rank + mask < ranks) {
+      check_mpi(MPI_Recv(tmp, bytes, MPI_BYTE, rank + mask, 7301, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+      cs.bytes_received += std::size_t(bytes);
+      rule.merge(buf, tmp, nr);
+    }
+  }
+  check_mpi(MPI_Bcast(buf, bytes, MPI_BYTE, 0, comm), "MPI_Bcast");
+  cs.bytes_broadcast += std::size_t(bytes);
+}
+
+template <class X, class T = typename X::value_type>
+mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  distributed<X> d = prepare_reduced(x, comm, o);
+  const mpi::plan& p = d.p;
+  const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const options lo{d.budget, o.threads};
+
+  // The shard's partial result (and, for softmax_sum, its log-sum-exp).
+  memsafe::result<T> loc, lse;
+  if (!d.empty) {
+    loc = memsafe::eval(d.local, lo);
+    if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<T>>) lse = memsafe::eval(make_reduce<red::logsumexp>(x.e), lo);
+  }
+
+  mpi::result<T> out;
+  out.rows = x.rows();
+  out.cols = x.cols();
+  out.values.assign(out.rows * out.cols, T(0));
+  if constexpr (X::has_indices) out.indices.assign(out.rows * out.cols, -1);
+  out.stats = loc.stats;
+  out.stats.budget_bytes = d.budget;
+  out.stats.peak_temp_bytes = std::max(loc.stats.peak_temp_bytes, lse.stats.peak_temp_bytes);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  comm_stats& cs = out.comm;
+  cs.ranks = p.ranks;
+  cs.rank = p.rank;
+  cs.global_extent = p.global_extent;
+  cs.offset = p.offset;
+  cs.chunk_rows = p.chunk_rows;
+  cs.chunks = p.chunks;
+  cs.buffer_bytes = p.buffer_bytes;
+  {
+    accountant acc(d.budget);
+    temp_buffer<std::byte> mine(acc, p.chunk_rows * p.record_bytes), theirs(acc, p.chunk_rows * p.record_bytes);
+    for (std::size_t r0 = 0; r0 < p.rows; r0 += p.chunk_rows) {
+      const std::size_t nr = std::min(p.chunk_rows, p.rows - r0);
+      if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<T>>)
+        d.rule.pack(loc, lse, d.empty, r0, nr, mine.data());
+      else if constexpr (requires { d.rule.k; })
+        d.rule.pack(loc, d.empty ? 0 : d.kl, index_t(p.offset), r0, nr, mine.data());
+      else
+        d.rule.pack(loc, d.empty, r0, nr, mine.data());
+      tree_allreduce(d.rule, mine.data(), theirs.data(), nr, comm, p.rank, p.ranks, cs);
+      d.rule.unpack(mine.data(), r0, nr, out);
+    }
+    out.stats.peak_temp_bytes = std::max(out.stats.peak_temp_bytes, acc.peak());
+  }
+  cs.seconds = t_agree + std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  out.stats.min_budget_bytes = std::max<std::size_t>(out.stats.min_budget_bytes, 2 * p.record_bytes);
+  out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+template <class X>
+mpi::plan prepare_rows(const X& x, MPI_Comm comm, const options& o, std::size_t& budget) {
+  const int rank = rank_of(comm);
+  rank_info me{};
+  me.rows = x.rows();
+  me.cols = x.cols();
+  plan_guarded(me, [&] {
+    budget = resolve_budget(o.budget);
+    me.budget = budget;
+    const std::size_t need = local_minimum(x, o.threads);
+    if (need > budget) memsafe::plan::too_small(x.str(), budget, need);
+    return need;
+  });
+  const auto all = agree(me, comm, rank);
+  mpi::plan p;
+  p.layout = "shard_rows";
+  p.ranks = int(all.size());
+  p.rank = rank;
+  p.rows = x.rows();
+  p.local = plan_for(x, options{budget, o.threads});
+  return p;
+}
+
+}  // namespace detail
+
+/// Evaluate a reduction whose reduced index is sharded across the ranks of `comm` (collective).
+/// Every rank gets the whole result.
+template <evaluable X>
+mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_reduced_t, const options& o = {}) {
+  return detail::run_reduced(x, comm, o);
+}
+
+/// Evaluate an expression whose result rows are sharded across the ranks of `comm` (collective:
+/// the ranks agree on the plans first). Each rank gets its own rows.
+template <evaluable X>
+mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_rows_t, const options& o = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t budget = 0;
+  const mpi::plan p = detail::prepare_rows(x, comm, o, budget);
+  const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  mpi::result<typename X::value_type> out;
+  static_cast<memsafe::result<typename X::value_type>&>(out) = memsafe::eval(x, options{budget, o.threads});
+  out.comm.ranks = p.ranks;
+  out.comm.rank = p.rank;
+  out.comm.seconds = t_agree;
+  return out;
+}
+
+/// The distributed plan on this rank (collective; nothing evaluated).
+template <evaluable X>
+mpi::plan plan_for(const X& x, MPI_Comm comm, shard_reduced_t, const options& o = {}) {
+  return detail::prepare_reduced(x, comm, o).p;
+}
+template <evaluable X>
+mpi::plan plan_for(const X& x, MPI_Comm comm, shard_rows_t, const options& o = {}) {
+  std::size_t budget = 0;
+  return detail::prepare_rows(x, comm, o, budget);
+}
+
+/// memsafe::explain of this rank's shard, then the distribution and its communication (collective).
+template <evaluable X, class Shard>
+std::string explain(const X& x, MPI_Comm comm, Shard s, const options& o = {}) {
+  const mpi::plan p = mpi::plan_for(x, comm, s, o);
+  std::string out = p.describe();
+  if (!p.local_empty) out = memsafe::explain(detail::localize(x, p.local_extent ? p.local_extent : x.cols()), o) + out;
+  return out;
+}
+
+/// Selections whose shard may hold fewer than k points, or none: built without the one-process
+/// check k ≤ the (local) reduced extent; mpi::eval checks k against the extent over all ranks.
+template <lazy_matrix E>
+auto argkmin(const E& e, std::size_t k) {
+  if (k == 0) throw argument_error("memsafe::mpi::argkmin: k must be at least 1");
+  return memsafe::detail::make_reduce(e, red::argkmin{k});
+}
+template <lazy_matrix E>
+auto argkmax(const E& e, std::size_t k) {
+  if (k == 0) throw argument_error("memsafe::mpi::argkmax: k must be at least 1");
+  return memsafe::detail::make_reduce(e, red::argkmax{k});
+}
+template <lazy_matrix E>
+auto argmin(const E& e) { return memsafe::detail::make_reduce<red::argmin>(e); }
+template <lazy_matrix E>
+auto argmax(const E& e) { return memsafe::detail::make_reduce<red::argmax>(e); }
+
+}  // namespace memsafe::mpi

@@ -1,0 +1,247 @@
+// memsafe/mpi/merge.hpp — how the partial results of a reduction evaluated on shards of its reduced
+// index merge into the result one process would compute. No MPI here: each rule packs rows of a
+// rank's local result into fixed-size records, merges two records row by row, and unpacks the
+// merged records into the result. The transport (mpi/eval.hpp) moves records between ranks.
+//
+// Rules (the host's semantics, docs/budget.md "Semantics", kept exactly):
+//   select  (min, max, argmin, argmax, argkmin, argkmax): k (value, global index) pairs per row,
+//           sorted best first; numbers before NaN, ties to the lower global index; a shard that
+//           holds fewer than k points (or none) pads with "nothing" (NaN at the largest index).
+//           Merging two sorted lists is exact, so the indices equal one process's.
+//   sum     (sum, K·v, K·M, v·K, M·K, lazy × lazy): the output row's values, added.
+//   lse     (logsumexp): NaN if any NaN, else +inf if any +inf, else max + log Σ exp(l − max);
+//           an empty shard contributes −inf.
+//   softmax (softmax_sum): (lse_r, out_r) per row; out = Σ_r exp(lse_r − lse) out_r over the shards
+//           whose scores are not all −inf; NaN for a row with NaN or +inf or no finite score.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "../api/eval.hpp"
+
+namespace memsafe::mpi::detail {
+
+using namespace memsafe::detail;
+
+/// A (value, global index) pair of a selection; `none` marks "nothing" (no point behind it).
+template <class T>
+struct ranked {
+  T v;
+  index_t i;
+};
+inline constexpr index_t none = std::numeric_limits<index_t>::max();
+
+/// "a ranks before b": numbers before NaN; smaller (Max: larger) values first; ties to the lower
+/// index (the host's order, backend/host/monoids.hpp).
+template <bool Max, class T>
+bool ranks_before(const ranked<T>& a, const ranked<T>& b) {
+  const bool an = a.v != a.v, bn = b.v != b.v;
+  if (an != bn) return bn;
+  if (!an && a.v != b.v) return Max ? a.v > b.v : a.v < b.v;
+  return a.i < b.i;
+}
+
+/// Selections: k pairs per row.
+template <class T, bool Max, bool WithIndex>
+struct select_rule {
+  using rec = ranked<T>;
+  std::size_t k = 1;
+  static constexpr const char* name = "k-way merge of sorted (value, global index) lists";
+
+  std::size_t row_bytes() const { return k * sizeof(rec); }
+  /// Rows [r0, r0 + nr) of a local result with `kl` entries per row (kl ≤ k; kl = 0: empty shard).
+  void pack(const memsafe::result<T>& loc, std::size_t kl, index_t offset, std::size_t r0, std::size_t nr,
+            std::byte* buf) const {
+    rec* out = reinterpret_cast<rec*>(buf);
+    for (std::size_t r = 0; r < nr; ++r)
+      for (std::size_t q = 0; q < k; ++q) {
+        rec x{std::numeric_limits<T>::quiet_NaN(), none};
+        if (q < kl) {
+          x.v = loc.values[(r0 + r) * kl + q];
+          if constexpr (WithIndex) {
+            const index_t li = loc.indices[(r0 + r) * kl + q];
+            x.i = li < 0 ? none : li + offset;
+          } else {
+            x.i = offset;  // a value: the index only orders equal values, which are equal anyway
+          }
+        }
+        out[r * k + q] = x;
+      }
+  }
+  /// dst ← merge(dst, src), row by row (both sorted best first).
+  void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
+    rec* d = reinterpret_cast<rec*>(dst);
+    const rec* s = reinterpret_cast<const rec*>(src);
+    rec tmp[64];
+    rec* heap = nullptr;
+    if (k > 64) heap = new rec[k];
+    rec* c = heap ? heap : tmp;
+    for (std::size_t r = 0; r < nr; ++r) {
+      rec* a = d + r * k;
+      const rec* b = s + r * k;
+      std::size_t ia = 0, ib = 0;
+      for (std::size_t q = 0; q < k; ++q) c[q] = (ib >= k || (ia < k && ranks_before<Max>(a[ia], b[ib]))) ? a[ia++] : b[ib++];
+      std::copy(c, c + k, a);
+    }
+    delete[] heap;
+  }
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
+    const rec* in = reinterpret_cast<const rec*>(buf);
+    for (std::size_t r = 0; r < nr; ++r)
+      for (std::size_t q = 0; q < k; ++q) {
+        const rec& x = in[r * k + q];
+        const bool nothing = x.i == none;
+        // Nothing at all (a reduced extent of 0): the host's identity, ±inf (and -1) for min/max,
+        // NaN for top-k (unreachable: k ≤ the global extent is checked).
+        T v = x.v;
+        if (nothing)
+          v = k == 1 ? (Max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+                     : std::numeric_limits<T>::quiet_NaN();
+        out.values[(r0 + r) * k + q] = v;
+        if constexpr (WithIndex) out.indices[(r0 + r) * k + q] = nothing ? -1 : x.i;
+      }
+  }
+};
+
+/// Sums and products: `c` values per row, added.
+template <class T>
+struct sum_rule {
+  std::size_t c = 1;
+  static constexpr const char* name = "sum of the partial results";
+  std::size_t row_bytes() const { return c * sizeof(T); }
+  void pack(const memsafe::result<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
+    T* out = reinterpret_cast<T*>(buf);
+    if (empty) std::fill(out, out + nr * c, T(0));
+    else std::memcpy(out, loc.values.data() + r0 * c, nr * c * sizeof(T));
+  }
+  void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
+    T* d = reinterpret_cast<T*>(dst);
+    const T* s = reinterpret_cast<const T*>(src);
+    for (std::size_t q = 0; q < nr * c; ++q) d[q] += s[q];
+  }
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
+    std::memcpy(out.values.data() + r0 * c, buf, nr * c * sizeof(T));
+  }
+};
+
+/// log(exp(a) + exp(b)) with the host's special values: NaN wins, then +inf; −inf is nothing.
+inline double lse_combine(double a, double b) {
+  if (a != a || b != b) return std::numeric_limits<double>::quiet_NaN();
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (a == inf || b == inf) return inf;
+  if (a == -inf) return b;
+  if (b == -inf) return a;
+  const double m = std::max(a, b);
+  return m + std::log(std::exp(a - m) + std::exp(b - m));
+}
+
+/// logsumexp: one value per row.
+template <class T>
+struct lse_rule {
+  static constexpr const char* name = "max + log-sum-exp of the partial log-sum-exps";
+  std::size_t row_bytes() const { return sizeof(T); }
+  void pack(const memsafe::result<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
+    T* out = reinterpret_cast<T*>(buf);
+    for (std::size_t r = 0; r < nr; ++r) out[r] = empty ? -std::numeric_limits<T>::infinity() : loc.values[r0 + r];
+  }
+  void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
+    T* d = reinterpret_cast<T*>(dst);
+    const T* s = reinterpret_cast<const T*>(src);
+    for (std::size_t r = 0; r < nr; ++r) d[r] = T(lse_combine(double(d[r]), double(s[r])));
+  }
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
+    std::memcpy(out.values.data() + r0, buf, nr * sizeof(T));
+  }
+};
+
+/// softmax_sum: per row the shard's log-sum-exp of the scores, then its normalised output (dv values).
+template <class T>
+struct softmax_rule {
+  std::size_t dv = 1;
+  static constexpr const char* name = "rescaled sum of the partial softmax outputs (by their log-sum-exps)";
+  std::size_t row_bytes() const { return (1 + dv) * sizeof(T); }
+  void pack(const memsafe::result<T>& out_loc, const memsafe::result<T>& lse_loc, bool empty, std::size_t r0,
+            std::size_t nr, std::byte* buf) const {
+    T* o = reinterpret_cast<T*>(buf);
+    for (std::size_t r = 0; r < nr; ++r) {
+      T* row = o + r * (1 + dv);
+      if (empty) {
+        row[0] = -std::numeric_limits<T>::infinity();
+        std::fill(row + 1, row + 1 + dv, T(0));
+      } else {
+        row[0] = lse_loc.values[r0 + r];
+        std::memcpy(row + 1, out_loc.values.data() + (r0 + r) * dv, dv * sizeof(T));
+      }
+    }
+  }
+  void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    for (std::size_t r = 0; r < nr; ++r) {
+      T* a = reinterpret_cast<T*>(dst) + r * (1 + dv);
+      const T* b = reinterpret_cast<const T*>(src) + r * (1 + dv);
+      const double la = a[0], lb = b[0];
+      const double l = lse_combine(la, lb);
+      if (l != l || l == inf || l == -inf) {  // NaN / +inf / nothing finite: no weights to apply
+        a[0] = T(l);
+        continue;
+      }
+      const double wa = la == -inf ? 0.0 : std::exp(la - l), wb = lb == -inf ? 0.0 : std::exp(lb - l);
+      for (std::size_t q = 1; q <= dv; ++q) {
+        const double va = wa == 0.0 ? 0.0 : wa * double(a[q]), vb = wb == 0.0 ? 0.0 : wb * double(b[q]);
+        a[q] = T(va + vb);
+      }
+      a[0] = T(l);
+    }
+  }
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
+    constexpr T inf = std::numeric_limits<T>::infinity();
+    for (std::size_t r = 0; r < nr; ++r) {
+      const T* row = reinterpret_cast<const T*>(buf) + r * (1 + dv);
+      const bool bad = row[0] != row[0] || row[0] == inf || row[0] == -inf;
+      for (std::size_t q = 0; q < dv; ++q)
+        out.values[(r0 + r) * dv + q] = bad ? std::numeric_limits<T>::quiet_NaN() : row[1 + q];
+    }
+  }
+};
+
+// ---- which rule a node merges by ----------------------------------------------------------------
+
+template <class X>
+struct rule_of {
+  static constexpr bool supported = false;
+};
+template <class R, class E>
+struct rule_of<reduce_expr<R, E>> {
+  static constexpr bool supported = true;
+  using T = typename E::value_type;
+  static constexpr bool topk = std::is_same_v<R, red::argkmin> || std::is_same_v<R, red::argkmax>;
+  static constexpr bool is_max = std::is_same_v<R, red::max> || std::is_same_v<R, red::argmax> || std::is_same_v<R, red::argkmax>;
+  static constexpr bool select = topk || is_max || std::is_same_v<R, red::min> || std::is_same_v<R, red::argmin>;
+  using type = std::conditional_t<select, select_rule<T, is_max, reduce_expr<R, E>::has_indices>,
+                                  std::conditional_t<std::is_same_v<R, red::logsumexp>, lse_rule<T>, sum_rule<T>>>;
+  static std::size_t extent(const reduce_expr<R, E>& x) { return x.e.cols(); }
+};
+template <class E, bool L>
+struct rule_of<matmul_expr<E, L>> {
+  static constexpr bool supported = true;
+  using type = sum_rule<typename E::value_type>;
+  static std::size_t extent(const matmul_expr<E, L>& x) { return x.e.cols(); }
+};
+template <class A, class B>
+struct rule_of<lazy_product_expr<A, B>> {
+  static constexpr bool supported = true;
+  using type = sum_rule<typename A::value_type>;
+  static std::size_t extent(const lazy_product_expr<A, B>& x) { return x.a.cols(); }
+};
+template <class E>
+struct rule_of<softmax_sum_expr<E>> {
+  static constexpr bool supported = true;
+  using type = softmax_rule<typename E::value_type>;
+  static std::size_t extent(const softmax_sum_expr<E>& x) { return x.e.cols(); }
+};
+
+}  // namespace memsafe::mpi::detail
