@@ -40,6 +40,8 @@ def row_key(r: dict) -> tuple:
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
     if r.get("suite") == "isa":  # one row per build and forced instruction set
         key += (r.get("build"), r.get("isa_forced"))
+    if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
+        key += (r.get("task"), r.get("ranks"), r.get("threads_per_rank"))
     return key
 
 
@@ -583,6 +585,76 @@ def section_isa(rows) -> str:
                               "dispatched kernels divided by this row's median (above 1: faster).", ""])
 
 
+# The network the scale model assumes (stated, not measured): a 100 Gb/s link per rank, 2 µs latency.
+NET_BYTES_PER_S = 12.5e9
+NET_LATENCY_S = 2e-6
+
+
+def section_mpi(rows) -> str:
+    s = ["## Distributed evaluation (MPI)", "",
+         "`bash bench/mpi/run.sh` — `memsafe_mpi_bench` under `mpirun` on this machine: the database (kNN) or the "
+         "training points (RBF matvec, ℓ = 0.5) sharded over the ranks (`shard_reduced`), every rank holding the "
+         "m = 1000 queries, 64 MiB budget per rank, f32. Time of the whole call (agreement, local evaluation, merge, "
+         "broadcast), min / median of the repetitions after a warm-up; `comm` is the median time from the end of "
+         "the local evaluation to the merged result, which includes waiting for the slower rank; bytes are the "
+         "most any rank sent, received and broadcast.", ""]
+    mrows = [r for r in rows if r.get("suite") == "mpi"]
+    if not mrows:
+        return "\n".join(s + [NM, ""])
+    body = []
+    for task, d in (("knn", 3), ("knn", 100), ("matvec", 3)):
+        base = find(mrows, suite="mpi", task=task, d=d, ranks=1, threads_per_rank=2)
+        for ranks, th in ((1, 2), (1, 1), (2, 1)):
+            r = find(mrows, suite="mpi", task=task, d=d, ranks=ranks, threads_per_rank=th)
+            if not r:
+                continue
+            ratio = (f"{r['median_s'] / base['median_s']:.2f}×" if base and base.get("median_s") else "—")
+            body.append([f"{task} n = {r['n']:,}, d = {d}" + (f", k = {r['k']}" if task == "knn" else ""),
+                         f"{ranks} × {th}", fsec(r.get("min_s")), fsec(r.get("median_s")), ratio,
+                         fsec(r.get("comm_median_s")), fbytes(r.get("comm_bytes_max_rank")),
+                         fbytes(r.get("peak_temp_bytes_max_rank")), str(r.get("loadavg_1m", "—"))])
+    s.append(table(["workload", "ranks × threads", "min", "median", "median / (1 × 2)", "comm", "bytes per rank",
+                    "peak temp per rank", "load (1 min)"], body))
+    s.append("")
+    s.append("The load column is the machine's 1-minute load average when the row was taken: above 2 (the core "
+             "count) other work shared the cores and the ratios are only indicative.")
+    s.append("")
+    # Scale model: the compute rate measured here (pairs per second per rank), the stated network.
+    knn = find(mrows, suite="mpi", task="knn", d=100, ranks=2, threads_per_rank=1)
+    if knn and knn.get("median_s"):
+        rate = knn["n"] * knn["m"] / 2 / knn["median_s"]  # pairs per second per rank (1 thread)
+        s += ["### Scale model", "",
+              f"Measured: one rank (one thread of this machine) computes {sig(rate)} query–point pairs per second on "
+              "kNN at d = 100 (the 2-rank row above). Modelled for P ranks, each one such thread — scale the compute "
+              "column down by the cores of a real node — with a stated network of "
+              f"{NET_BYTES_PER_S * 8 / 1e9:g} Gb/s per rank and {NET_LATENCY_S * 1e6:g} µs latency: compute = n·m / "
+              "(P · rate); communication = (1 + ⌈log₂ P⌉) · (latency + rows · record bytes / bandwidth) (tree "
+              "reduction then broadcast); memory per rank = the rank's shard of the inputs + the replicated operand + "
+              "the budget (64 MiB) + the result.", ""]
+        body = []
+        for P in (8, 64, 512):
+            steps = (P - 1).bit_length()
+            n, m, d, k = 10**9, 10**4, 100, 10
+            comm_b = m * k * 16
+            comm_t = (1 + steps) * (NET_LATENCY_S + comm_b / NET_BYTES_PER_S)
+            mem = n // P * d * 4 + m * d * 4 + (64 << 20) + m * k * 12
+            body.append([f"kNN n = 10⁹, m = 10⁴, d = 100, k = 10", str(P), fbytes(mem),
+                         fbytes((1 + steps) * comm_b), f"{n * m / (P * rate):.3g} s", f"{comm_t * 1e3:.3g} ms"])
+        for P in (8, 64, 512):
+            steps = (P - 1).bit_length()
+            n, mu, d = 10**8, 10**4, 8
+            comm_b = mu * mu * 8 + mu * 8  # Kuf·Kufᵀ and Kuf·y per pass
+            comm_t = (1 + steps) * (NET_LATENCY_S + comm_b / NET_BYTES_PER_S)
+            mem = n // P * (d + 1) * 8 + mu * d * 8 + (64 << 20) + comm_b
+            body.append([f"SGPR bound n = 10⁸, m = 10⁴, d = 8 (one pass)", str(P), fbytes(mem), fbytes((1 + steps) * comm_b),
+                         "n·m²/(P · GEMM rate)", f"{comm_t * 1e3:.3g} ms"])
+        s.append(table(["workload", "ranks", "memory per rank", "bytes sent per rank", "compute", "communication"], body))
+        s += ["", "The SGPR rows' compute depends on the f64 GEMM rate of a rank (n·m² flops for Kuf·Kufᵀ split over "
+              "the ranks), which this section does not measure; its communication is one merged m×m matrix per "
+              "pass. kNN's communication does not grow with n: it is k (value, index) pairs per query.", ""]
+    return "\n".join(s)
+
+
 def section_compile(rows) -> str:
     cr = [r for r in rows if r.get("bench") == "compile"]
     s = ["## Compile time", "", "`python3 bench/run.py compile` (runs `bash bench/compile_time.sh R`): g++ with "
@@ -1012,6 +1084,7 @@ def main(argv=None) -> int:
         section_matvec3(rows),
         section_overhead(rows),
         section_isa(rows),
+        section_mpi(rows),
         section_compile(rows),
         goals(rows, pk),
     ]

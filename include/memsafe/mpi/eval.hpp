@@ -273,6 +273,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const options& o) {
 template <class Rule>
 void tree_allreduce(const Rule& rule, std::byte* buf, std::byte* tmp, std::size_t nr, MPI_Comm comm, int rank,
                     int ranks, comm_stats& cs) {
+  if (ranks == 1) return;  // one rank: its records are the result
   const int bytes = int(nr * rule.row_bytes());
   for (int mask = 1; mask < ranks; mask <<= 1) {
     if (rank & mask) {
