@@ -27,23 +27,12 @@ namespace memsafe::mpi::detail {
 
 using namespace memsafe::detail;
 
-/// A (value, global index) pair of a selection; `none` marks "nothing" (no point behind it).
-template <class T>
-struct ranked {
-  T v;
-  index_t i;
-};
+/// A (value, global index) pair of a selection, ordered as the host orders it (numbers before NaN,
+/// smaller — or larger — first, ties to the lower index: host::ranks_before); `none` marks
+/// "nothing" (no point behind it).
+using host::ranked;
+using host::ranks_before;
 inline constexpr index_t none = std::numeric_limits<index_t>::max();
-
-/// "a ranks before b": numbers before NaN; smaller (Max: larger) values first; ties to the lower
-/// index (the host's order, backend/host/monoids.hpp).
-template <bool Max, class T>
-bool ranks_before(const ranked<T>& a, const ranked<T>& b) {
-  const bool an = a.v != a.v, bn = b.v != b.v;
-  if (an != bn) return bn;
-  if (!an && a.v != b.v) return Max ? a.v > b.v : a.v < b.v;
-  return a.i < b.i;
-}
 
 /// Selections: k pairs per row.
 template <class T, bool Max, bool WithIndex>
