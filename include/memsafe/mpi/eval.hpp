@@ -169,11 +169,29 @@ X localize(const X& x, std::size_t extent) {
   return l;
 }
 
-/// The least bytes a local evaluation needs (its plan's minimum).
-template <class X>
-std::size_t local_minimum(const X& x, unsigned threads) {
-  return plan_for(x, options{unlimited, threads}).min_bytes;
-}
+/// How a rank evaluates its shard: on the host (this policy) or on its GPU (host_backend's twin
+/// in mpi/cuda.cuh, chosen by passing memsafe::cuda::options). Both give memsafe::result<T>.
+struct host_backend {
+  options o;
+  std::size_t budget() const { return resolve_budget(o.budget); }
+  /// The least bytes a local evaluation needs (its plan's minimum).
+  template <class X>
+  std::size_t minimum(const X& x) const {
+    return memsafe::plan_for(x, options{unlimited, o.threads}).min_bytes;
+  }
+  template <class X>
+  tile_plan plan(const X& x, std::size_t b) const {
+    return memsafe::plan_for(x, options{b, o.threads});
+  }
+  template <class X>
+  memsafe::result<typename X::value_type> eval(const X& x, std::size_t b) const {
+    return memsafe::eval(x, options{b, o.threads});
+  }
+  template <class X>
+  std::string explain(const X& x) const {
+    return memsafe::explain(x, o);
+  }
+};
 
 /// Everything the distributed evaluation decides before any work (collective).
 template <class X>
@@ -195,8 +213,8 @@ typename rule_of<X>::type make_rule(const X& x) {
   return r;
 }
 
-template <class X>
-distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const options& o) {
+template <class X, class B>
+distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
   static_assert(rule_of<X>::supported,
                 "memsafe::mpi: shard_reduced merges reductions (sum, min, max, argmin, argmax, argkmin, argkmax, "
                 "logsumexp), products K*v, K*M, v*K, M*K, softmax_sum and lazy x lazy products; shard dense(E), "
@@ -210,13 +228,13 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const options& o) {
   me.cols = x.cols();
   me.extent = d.extent;
   plan_guarded(me, [&] {
-    d.budget = resolve_budget(o.budget);
+    d.budget = be.budget();
     me.budget = d.budget;
     std::size_t need = 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
     if (!d.empty) {
-      need = std::max(need, local_minimum(d.local, o.threads));
+      need = std::max(need, be.minimum(d.local));
       if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>)
-        need = std::max(need, local_minimum(make_reduce<red::logsumexp>(x.e), o.threads));
+        need = std::max(need, be.minimum(make_reduce<red::logsumexp>(x.e)));
     }
     if (need > d.budget) memsafe::plan::too_small("the shard of " + x.str() + " and its communication buffers", d.budget, need);
     const std::size_t cap = std::size_t(INT_MAX) / 2;
@@ -264,7 +282,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const options& o) {
   p.tree_steps = steps;
   p.bytes_per_rank = ranks > 1 ? p.rows * p.record_bytes * (1 + steps) : 0;
   p.local_empty = d.empty;
-  if (!d.empty) p.local = plan_for(d.local, options{d.budget, o.threads});
+  if (!d.empty) p.local = be.plan(d.local, d.budget);
   return d;
 }
 
@@ -291,19 +309,18 @@ void tree_allreduce(const Rule& rule, std::byte* buf, std::byte* tmp, std::size_
   cs.bytes_broadcast += std::size_t(bytes);
 }
 
-template <class X, class T = typename X::value_type>
-mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const options& o) {
+template <class X, class B, class T = typename X::value_type>
+mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const B& be) {
   const auto t0 = std::chrono::steady_clock::now();
-  distributed<X> d = prepare_reduced(x, comm, o);
+  distributed<X> d = prepare_reduced(x, comm, be);
   const mpi::plan& p = d.p;
   const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const options lo{d.budget, o.threads};
 
   // The shard's partial result (and, for softmax_sum, its log-sum-exp).
   memsafe::result<T> loc, lse;
   if (!d.empty) {
-    loc = memsafe::eval(d.local, lo);
-    if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<T>>) lse = memsafe::eval(make_reduce<red::logsumexp>(x.e), lo);
+    loc = be.eval(d.local, d.budget);
+    if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<T>>) lse = be.eval(make_reduce<red::logsumexp>(x.e), d.budget);
   }
 
   mpi::result<T> out;
@@ -346,16 +363,16 @@ mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const options& o) {
   return out;
 }
 
-template <class X>
-mpi::plan prepare_rows(const X& x, MPI_Comm comm, const options& o, std::size_t& budget) {
+template <class X, class B>
+mpi::plan prepare_rows(const X& x, MPI_Comm comm, const B& be, std::size_t& budget) {
   const int rank = rank_of(comm);
   rank_info me{};
   me.rows = x.rows();
   me.cols = x.cols();
   plan_guarded(me, [&] {
-    budget = resolve_budget(o.budget);
+    budget = be.budget();
     me.budget = budget;
-    const std::size_t need = local_minimum(x, o.threads);
+    const std::size_t need = be.minimum(x);
     if (need > budget) memsafe::plan::too_small(x.str(), budget, need);
     return need;
   });
@@ -365,8 +382,39 @@ mpi::plan prepare_rows(const X& x, MPI_Comm comm, const options& o, std::size_t&
   p.ranks = int(all.size());
   p.rank = rank;
   p.rows = x.rows();
-  p.local = plan_for(x, options{budget, o.threads});
+  p.local = be.plan(x, budget);
   return p;
+}
+
+template <class X, class B>
+mpi::result<typename X::value_type> run_rows(const X& x, MPI_Comm comm, const B& be) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t budget = 0;
+  const mpi::plan p = prepare_rows(x, comm, be, budget);
+  const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  mpi::result<typename X::value_type> out;
+  static_cast<memsafe::result<typename X::value_type>&>(out) = be.eval(x, budget);
+  out.comm.ranks = p.ranks;
+  out.comm.rank = p.rank;
+  out.comm.seconds = t_agree;
+  return out;
+}
+
+template <class X, class B>
+mpi::plan plan_of(const X& x, MPI_Comm comm, shard_reduced_t, const B& be) {
+  return prepare_reduced(x, comm, be).p;
+}
+template <class X, class B>
+mpi::plan plan_of(const X& x, MPI_Comm comm, shard_rows_t, const B& be) {
+  std::size_t budget = 0;
+  return prepare_rows(x, comm, be, budget);
+}
+template <class X, class Shard, class B>
+std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
+  const mpi::plan p = plan_of(x, comm, s, be);
+  std::string out = p.describe();
+  if (!p.local_empty) out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + out;
+  return out;
 }
 
 }  // namespace detail
@@ -375,43 +423,23 @@ mpi::plan prepare_rows(const X& x, MPI_Comm comm, const options& o, std::size_t&
 /// Every rank gets the whole result.
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_reduced_t, const options& o = {}) {
-  return detail::run_reduced(x, comm, o);
+  return detail::run_reduced(x, comm, detail::host_backend{o});
 }
-
 /// Evaluate an expression whose result rows are sharded across the ranks of `comm` (collective:
 /// the ranks agree on the plans first). Each rank gets its own rows.
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_rows_t, const options& o = {}) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::size_t budget = 0;
-  const mpi::plan p = detail::prepare_rows(x, comm, o, budget);
-  const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  mpi::result<typename X::value_type> out;
-  static_cast<memsafe::result<typename X::value_type>&>(out) = memsafe::eval(x, options{budget, o.threads});
-  out.comm.ranks = p.ranks;
-  out.comm.rank = p.rank;
-  out.comm.seconds = t_agree;
-  return out;
+  return detail::run_rows(x, comm, detail::host_backend{o});
 }
-
 /// The distributed plan on this rank (collective; nothing evaluated).
-template <evaluable X>
-mpi::plan plan_for(const X& x, MPI_Comm comm, shard_reduced_t, const options& o = {}) {
-  return detail::prepare_reduced(x, comm, o).p;
+template <evaluable X, class Shard>
+mpi::plan plan_for(const X& x, MPI_Comm comm, Shard s, const options& o = {}) {
+  return detail::plan_of(x, comm, s, detail::host_backend{o});
 }
-template <evaluable X>
-mpi::plan plan_for(const X& x, MPI_Comm comm, shard_rows_t, const options& o = {}) {
-  std::size_t budget = 0;
-  return detail::prepare_rows(x, comm, o, budget);
-}
-
 /// memsafe::explain of this rank's shard, then the distribution and its communication (collective).
 template <evaluable X, class Shard>
 std::string explain(const X& x, MPI_Comm comm, Shard s, const options& o = {}) {
-  const mpi::plan p = mpi::plan_for(x, comm, s, o);
-  std::string out = p.describe();
-  if (!p.local_empty) out = memsafe::explain(detail::localize(x, p.local_extent ? p.local_extent : x.cols()), o) + out;
-  return out;
+  return detail::explain_of(x, comm, s, detail::host_backend{o});
 }
 
 /// Selections whose shard may hold fewer than k points, or none: built without the one-process

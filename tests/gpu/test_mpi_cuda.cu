@@ -1,0 +1,93 @@
+// Distributed evaluation with each rank's shard on its GPU (labels gpu and mpi; run under mpirun
+// where a GPU is): the same answers as one host process, errors on every rank.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <memsafe/mpi.cuh>
+
+#include <vector>
+
+namespace {
+int rank_() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int ranks_() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+template <class T>
+std::vector<T> data(std::size_t n, std::size_t d, unsigned seed) {
+  std::vector<T> v(n * d);
+  unsigned s = seed * 2654435761u + 7u;
+  for (auto& a : v) {
+    s = s * 1664525u + 1013904223u;
+    a = T(double(s >> 8) / double(1u << 24) * 4 - 2);
+  }
+  return v;
+}
+template <class T>
+struct dvec {
+  T* p = nullptr;
+  explicit dvec(const std::vector<T>& h) {
+    MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(h.size(), 1) * sizeof(T)));
+    if (!h.empty()) MEMSAFE_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  dvec(const dvec&) = delete;
+  ~dvec() { cudaFree(p); }
+};
+}  // namespace
+
+TEST_SUITE("gpu_mpi") {
+
+TEST_CASE("k nearest and K*v over a database sharded across ranks, each shard on the GPU, equal one host process") {
+  const std::size_t n = 200, m = 5000, d = 8, k = 10;
+  auto x = data<float>(n, d, 1), y = data<float>(m, d, 2), v = data<float>(m, 1, 3);
+  const std::size_t b = m * std::size_t(rank_()) / std::size_t(ranks_()), e = m * std::size_t(rank_() + 1) / std::size_t(ranks_());
+  dvec<float> X(x), Y(std::vector<float>(y.begin() + std::ptrdiff_t(b * d), y.begin() + std::ptrdiff_t(e * d))),
+      V(std::vector<float>(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(e)));
+  const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, e - b, d);
+  const memsafe::cuda::options o{std::size_t(8) << 20};
+  const auto r = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(Xd, Yd), k), MPI_COMM_WORLD,
+                                    memsafe::mpi::shard_reduced, o);
+  const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)), k),
+                                  memsafe::options{memsafe::unlimited, 2});
+  std::size_t same = 0;
+  for (std::size_t q = 0; q < want.indices.size(); ++q) same += r.indices[q] == want.indices[q];
+  CHECK(same >= want.indices.size() * 99 / 100);  // FP32 GEMM tiles at d = 8 may swap near-ties
+  CHECK(r.stats.peak_temp_bytes <= std::size_t(8) << 20);
+  const auto kv = memsafe::mpi::eval(memsafe::rbf(Xd, Yd, 1.0f) * memsafe::vec(V.p, e - b), MPI_COMM_WORLD,
+                                     memsafe::mpi::shard_reduced, o);
+  const auto kv_want = memsafe::eval(memsafe::rbf(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d), 1.0f) *
+                                         memsafe::vec(v.data(), m),
+                                     memsafe::options{memsafe::unlimited, 2});
+  for (std::size_t i = 0; i < n; ++i) CHECK(kv.values[i] == doctest::Approx(kv_want.values[i]).epsilon(1e-4).scale(double(m)));
+  const std::string ex = memsafe::mpi::explain(memsafe::mpi::argkmin(memsafe::sqdist(Xd, Yd), k), MPI_COMM_WORLD,
+                                               memsafe::mpi::shard_reduced, o);
+  CHECK(ex.find("on its GPU") != std::string::npos);
+}
+
+TEST_CASE("a device budget too small on one rank is a budget_error on every rank") {
+  const std::size_t n = 64, m = 512, d = 4;
+  auto x = data<float>(n, d, 4), y = data<float>(m, d, 5);
+  dvec<float> X(x), Y(y);
+  const memsafe::cuda::options o{rank_() == 0 ? std::size_t(256) : std::size_t(8) << 20};
+  CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d),
+                                                                                 memsafe::points(Y.p, m, d)),
+                                                                 3),
+                                           MPI_COMM_WORLD, memsafe::mpi::shard_reduced, o),
+                  memsafe::budget_error);
+}
+
+}  // TEST_SUITE
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  doctest::Context ctx(argc, argv);
+  const int rc = ctx.run();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
