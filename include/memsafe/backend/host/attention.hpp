@@ -197,6 +197,31 @@ inline T neg_inf() {
   return -std::numeric_limits<T>::infinity();
 }
 
+/// max and sum of a tile row s[0, BC), in NR<T> interleaved lanes (vectorised; the order is
+/// fixed, so results never depend on the plan).
+template <class T>
+inline T row_max(const T* s) {
+  constexpr std::size_t L = NR<T>;
+  T acc[L];
+  for (std::size_t u = 0; u < L; ++u) acc[u] = s[u];
+  for (std::size_t j = L; j < BC; j += L)
+    for (std::size_t u = 0; u < L; ++u) acc[u] = s[j + u] > acc[u] ? s[j + u] : acc[u];
+  T mx = acc[0];
+  for (std::size_t u = 1; u < L; ++u) mx = acc[u] > mx ? acc[u] : mx;
+  return mx;
+}
+template <class T>
+inline T row_sum(const T* s) {
+  constexpr std::size_t L = NR<T>;
+  T acc[L];
+  for (std::size_t u = 0; u < L; ++u) acc[u] = s[u];
+  for (std::size_t j = L; j < BC; j += L)
+    for (std::size_t u = 0; u < L; ++u) acc[u] += s[j + u];
+  for (std::size_t w = L / 2; w > 0; w /= 2)
+    for (std::size_t u = 0; u < w; ++u) acc[u] += acc[u + w];
+  return acc[0];
+}
+
 /// The masks and bias of one tile, applied in place to the scaled scores s[0, BC) of query row i
 /// against keys [j0, j0 + nk) (entries past nk are padding and masked too).
 template <class T>
@@ -295,20 +320,14 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
         for (std::size_t r = 0; r < nr; ++r) {
           T* s = S + r * BC;
           mk.apply(s, i0 + r, j0, nk);
-          T mx = neg_inf<T>();
-          for (std::size_t j = 0; j < BC; ++j) mx = s[j] > mx ? s[j] : mx;
-          const T mnew = std::max(m[r], mx);
+          const T mnew = std::max(m[r], row_max(s));
           if (mnew == neg_inf<T>()) {  // nothing visible yet
             std::fill(s, s + BC, T(0));
             continue;
           }
           const T alpha = math::exp(m[r] - mnew);
-          T sum = 0;
-          for (std::size_t j = 0; j < BC; ++j) {
-            s[j] = math::exp(s[j] - mnew);
-            sum += s[j];
-          }
-          l[r] = l[r] * alpha + sum;
+          for (std::size_t j = 0; j < BC; ++j) s[j] = math::exp(s[j] - mnew);
+          l[r] = l[r] * alpha + row_sum(s);
           if (alpha != T(1))
             for (std::size_t c = 0; c < dvp; ++c) Oa[r * dvp + c] *= alpha;
           m[r] = mnew;
