@@ -65,11 +65,12 @@ inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, 
 inline __m256d vfma(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
 #endif
 
-/// C[MR × n] += A[MR × k] · B[k × n]; n a multiple of NR<T>. Each C entry sums over k in order,
-/// whatever MR (so the row grouping never changes a result).
+/// C[MR × n] += A[MR × k] · B[k × n], A(r, kk) at A[r·ars + kk·acs] (so Aᵀ is read in place); n a
+/// multiple of NR<T>. Each C entry sums over k in order, whatever MR (so the row grouping never
+/// changes a result).
 template <int MR, class T>
-inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t lda, const T* B, std::size_t ldb, T* C,
-                    std::size_t ldc) {
+inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
+                    std::size_t ldb, T* C, std::size_t ldc) {
 #if defined(MEMSAFE_ATTENTION_AVX2)
   constexpr std::size_t W = 32 / sizeof(T);
   using V = decltype(vld(static_cast<const T*>(nullptr)));
@@ -85,7 +86,7 @@ inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t lda, c
       const V b0 = vld(b), b1 = vld(b + W);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        const V a = vbc(A[r * lda + kk]);
+        const V a = vbc(A[r * ars + kk * acs]);
         acc0[r] = vfma(a, b0, acc0[r]);
         acc1[r] = vfma(a, b1, acc1[r]);
       }
@@ -99,7 +100,7 @@ inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t lda, c
 #else
   for (int r = 0; r < MR; ++r)
     for (std::size_t kk = 0; kk < k; ++kk) {
-      const T a = A[r * lda + kk];
+      const T a = A[r * ars + kk * acs];
       const T* b = B + kk * ldb;
       T* c = C + r * ldc;
       for (std::size_t j = 0; j < n; ++j) c[j] += a * b[j];
@@ -107,21 +108,22 @@ inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t lda, c
 #endif
 }
 
-/// C[m × n] += A[m × k] · B[k × n] (n a multiple of NR<T>; B and C rows contiguous).
+/// C[m × n] += A[m × k] · B[k × n] (A(r, kk) at A[r·ars + kk·acs]; n a multiple of NR<T>; B and C
+/// rows contiguous).
 template <class T>
-void mm(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t lda, const T* B, std::size_t ldb, T* C,
-        std::size_t ldc) {
+void mm(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
+        std::size_t ldb, T* C, std::size_t ldc) {
   if (n == 0) return;
   std::size_t i = 0;
-  for (; i + 6 <= m; i += 6) mm_rows<6>(n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc);
-  const T* a = A + i * lda;
+  for (; i + 6 <= m; i += 6) mm_rows<6>(n, k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc);
+  const T* a = A + i * ars;
   T* c = C + i * ldc;
   switch (m - i) {
-    case 5: mm_rows<5>(n, k, a, lda, B, ldb, c, ldc); break;
-    case 4: mm_rows<4>(n, k, a, lda, B, ldb, c, ldc); break;
-    case 3: mm_rows<3>(n, k, a, lda, B, ldb, c, ldc); break;
-    case 2: mm_rows<2>(n, k, a, lda, B, ldb, c, ldc); break;
-    case 1: mm_rows<1>(n, k, a, lda, B, ldb, c, ldc); break;
+    case 5: mm_rows<5>(n, k, a, ars, acs, B, ldb, c, ldc); break;
+    case 4: mm_rows<4>(n, k, a, ars, acs, B, ldb, c, ldc); break;
+    case 3: mm_rows<3>(n, k, a, ars, acs, B, ldb, c, ldc); break;
+    case 2: mm_rows<2>(n, k, a, ars, acs, B, ldb, c, ldc); break;
+    case 1: mm_rows<1>(n, k, a, ars, acs, B, ldb, c, ldc); break;
     default: break;
   }
 }
@@ -141,20 +143,19 @@ std::size_t piece(std::size_t n) {
   return round_up(n, 64 / sizeof(T));
 }
 
-/// Workspace elements of one forward worker at Br query rows.
+/// Workspace elements of one forward worker at Br query rows (Br' = Br rounded up to NR<T>).
 template <class T>
 std::size_t forward_elems(std::size_t Br, std::size_t d, std::size_t dv) {
-  const std::size_t dvp = round_up(dv, NR<T>);
-  return piece<T>(Br * d) + piece<T>(d * BC) + piece<T>(BC * dvp) + piece<T>(Br * BC) + piece<T>(Br * dvp) +
-         piece<T>(2 * Br);
+  const std::size_t dvp = round_up(dv, NR<T>), brp = round_up(Br, NR<T>);
+  return piece<T>(d * brp) + piece<T>(BC * d) + piece<T>(BC * dvp) + piece<T>(BC * brp) + piece<T>(Br * dvp) +
+         piece<T>(4 * brp);
 }
 /// Workspace elements of one backward worker at Br query rows.
 template <class T>
 std::size_t backward_elems(std::size_t Br, std::size_t d, std::size_t dv) {
   const std::size_t dp = round_up(d, NR<T>), dvp = round_up(dv, NR<T>);
   return piece<T>(d * BC) + piece<T>(BC * dp) + piece<T>(dv * BC) + piece<T>(BC * dvp) + piece<T>(BC * dp) +
-         piece<T>(Br * dp) + piece<T>(Br * dvp) + 2 * piece<T>(Br * BC) + piece<T>(BC * Br) + piece<T>(Br * dp) +
-         piece<T>(2 * Br);
+         piece<T>(Br * dp) + piece<T>(Br * dvp) + 2 * piece<T>(Br * BC) + piece<T>(Br * dp) + piece<T>(2 * Br);
 }
 
 struct attn_plan {
@@ -197,31 +198,6 @@ inline T neg_inf() {
   return -std::numeric_limits<T>::infinity();
 }
 
-/// max and sum of a tile row s[0, BC), in NR<T> interleaved lanes (vectorised; the order is
-/// fixed, so results never depend on the plan).
-template <class T>
-inline T row_max(const T* s) {
-  constexpr std::size_t L = NR<T>;
-  T acc[L];
-  for (std::size_t u = 0; u < L; ++u) acc[u] = s[u];
-  for (std::size_t j = L; j < BC; j += L)
-    for (std::size_t u = 0; u < L; ++u) acc[u] = s[j + u] > acc[u] ? s[j + u] : acc[u];
-  T mx = acc[0];
-  for (std::size_t u = 1; u < L; ++u) mx = acc[u] > mx ? acc[u] : mx;
-  return mx;
-}
-template <class T>
-inline T row_sum(const T* s) {
-  constexpr std::size_t L = NR<T>;
-  T acc[L];
-  for (std::size_t u = 0; u < L; ++u) acc[u] = s[u];
-  for (std::size_t j = L; j < BC; j += L)
-    for (std::size_t u = 0; u < L; ++u) acc[u] += s[j + u];
-  for (std::size_t w = L / 2; w > 0; w /= 2)
-    for (std::size_t u = 0; u < w; ++u) acc[u] += acc[u + w];
-  return acc[0];
-}
-
 /// The masks and bias of one tile, applied in place to the scaled scores s[0, BC) of query row i
 /// against keys [j0, j0 + nk) (entries past nk are padding and masked too).
 template <class T>
@@ -249,12 +225,6 @@ struct tile_masks {
       for (std::size_t j = static_cast<std::size_t>(std::max<long>(last + 1, 0)); j < nk; ++j) s[j] = neg_inf<T>();
     }
   }
-  /// The last key query row i can see, +1 (0: none).
-  std::size_t visible_end(std::size_t i, std::size_t Tk) const {
-    if (!sc.is_causal) return Tk;
-    const long e = static_cast<long>(i) + off + 1;
-    return static_cast<std::size_t>(std::clamp<long>(e, 0, static_cast<long>(Tk)));
-  }
 };
 
 /// Forward: O[b, h] and lse[b, h] (lse may be null).
@@ -269,7 +239,7 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
   auto items_at = [&](std::size_t Br) { return BH * ((Tq + Br - 1) / Br); };
   const attn_plan p = choose("attention", budget, memsafe::plan::resolve_threads(o.threads), Tq, bytes_at, items_at);
   accountant acc(budget);
-  const std::size_t Br = p.Br, dvp = round_up(dv, NR<T>);
+  const std::size_t Br = p.Br, dvp = round_up(dv, NR<T>), brp = round_up(Br, NR<T>);
   const std::size_t nrb = (Tq + Br - 1) / Br, items = BH * nrb;
   std::vector<temp_buffer<T>> ws;
   ws.reserve(p.threads);
@@ -278,61 +248,94 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
   const long off = static_cast<long>(Tk) - static_cast<long>(Tq);
 
   memsafe::host::parallel(p.threads, [&](std::size_t t) {
+    // Scores are computed transposed, Sᵀ = K·Qᵀ (keys × queries): K's rows feed the micro-kernel in
+    // place when contiguous, Qᵀ is packed once per row block, and the softmax runs down the key
+    // axis with the query rows as SIMD lanes.
     carver<T> cv{ws[t].data()};
-    T* Qp = cv.take(Br * d);
-    T* KT = cv.take(d * BC);
+    T* QT = cv.take(d * brp);
+    T* Kp = cv.take(BC * d);
     T* Vp = cv.take(BC * dvp);
-    T* S = cv.take(Br * BC);
+    T* St = cv.take(BC * brp);
     T* Oa = cv.take(Br * dvp);
-    T* m = cv.take(2 * Br);
-    T* l = m + Br;
+    T* m = cv.take(4 * brp);
+    T* l = m + brp;
+    T* alpha = l + brp;
+    T* mref = alpha + brp;
+    const bool k_direct = sc.k.stride(3) == 1, v_direct = a.v.stride(3) == 1 && dv == dvp;
+    const T scale = static_cast<T>(sc.scale);
     std::size_t my_tiles = 0;
     for (std::size_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       // causal: the last row blocks (the most work) first
       const std::size_t bh = it % BH, rb = sc.is_causal ? nrb - 1 - it / BH : it / BH;
-      const std::size_t b = bh / H, h = bh % H, i0 = rb * Br, nr = std::min(Br, Tq - i0);
-      const tile_masks<T> mk{sc, b, h, off};
+      const std::size_t b = bh / H, h = bh % H, i0 = rb * Br, nr = std::min(Br, Tq - i0), nrp = round_up(nr, NR<T>);
       for (std::size_t r = 0; r < nr; ++r) {
         const T* q = sc.q.row(b, h, i0 + r);
         const std::size_t qs = sc.q.stride(3);
-        for (std::size_t c = 0; c < d; ++c) Qp[r * d + c] = q[c * qs];
+        for (std::size_t c = 0; c < d; ++c) QT[c * brp + r] = q[c * qs];
+      }
+      for (std::size_t c = 0; c < d; ++c)
+        for (std::size_t r = nr; r < nrp; ++r) QT[c * brp + r] = 0;
+      for (std::size_t r = 0; r < nrp; ++r) {
         m[r] = neg_inf<T>();
         l[r] = 0;
       }
       std::fill(Oa, Oa + nr * dvp, T(0));
-      const std::size_t kend = mk.visible_end(i0 + nr - 1, Tk);
+      const std::size_t kend = sc.is_causal ? static_cast<std::size_t>(std::clamp<long>(
+                                                  static_cast<long>(i0 + nr) + off, 0, static_cast<long>(Tk)))
+                                            : Tk;
       for (std::size_t j0 = 0; j0 < kend; j0 += BC) {
         const std::size_t nk = std::min(BC, Tk - j0);
-        for (std::size_t j = 0; j < nk; ++j) {
-          const T* k = sc.k.row(b, h, j0 + j);
-          const T* v = a.v.row(b, h, j0 + j);
-          const std::size_t ks = sc.k.stride(3), vs = a.v.stride(3);
-          for (std::size_t c = 0; c < d; ++c) KT[c * BC + j] = k[c * ks];
-          for (std::size_t c = 0; c < dv; ++c) Vp[j * dvp + c] = v[c * vs];
-          for (std::size_t c = dv; c < dvp; ++c) Vp[j * dvp + c] = 0;
-        }
-        for (std::size_t j = nk; j < BC; ++j) {
-          for (std::size_t c = 0; c < d; ++c) KT[c * BC + j] = 0;
-          for (std::size_t c = 0; c < dvp; ++c) Vp[j * dvp + c] = 0;
-        }
-        std::fill(S, S + nr * BC, T(0));
-        mm(nr, BC, d, Qp, d, KT, BC, S, BC);
-        for (std::size_t r = 0; r < nr; ++r) {
-          T* s = S + r * BC;
-          mk.apply(s, i0 + r, j0, nk);
-          const T mnew = std::max(m[r], row_max(s));
-          if (mnew == neg_inf<T>()) {  // nothing visible yet
-            std::fill(s, s + BC, T(0));
-            continue;
+        const T* Kr = k_direct ? sc.k.row(b, h, j0) : Kp;
+        const std::size_t ldk = k_direct ? sc.k.stride(2) : d;
+        if (!k_direct)
+          for (std::size_t j = 0; j < nk; ++j) {
+            const T* k = sc.k.row(b, h, j0 + j);
+            for (std::size_t c = 0; c < d; ++c) Kp[j * d + c] = k[c * sc.k.stride(3)];
           }
-          const T alpha = math::exp(m[r] - mnew);
-          for (std::size_t j = 0; j < BC; ++j) s[j] = math::exp(s[j] - mnew);
-          l[r] = l[r] * alpha + row_sum(s);
-          if (alpha != T(1))
-            for (std::size_t c = 0; c < dvp; ++c) Oa[r * dvp + c] *= alpha;
-          m[r] = mnew;
+        const T* Vr = v_direct ? a.v.row(b, h, j0) : Vp;
+        const std::size_t ldv = v_direct ? a.v.stride(2) : dvp;
+        if (!v_direct)
+          for (std::size_t j = 0; j < nk; ++j) {
+            const T* v = a.v.row(b, h, j0 + j);
+            for (std::size_t c = 0; c < dv; ++c) Vp[j * dvp + c] = v[c * a.v.stride(3)];
+            for (std::size_t c = dv; c < dvp; ++c) Vp[j * dvp + c] = 0;
+          }
+        for (std::size_t j = 0; j < nk; ++j) std::fill(St + j * brp, St + j * brp + nrp, T(0));
+        mm(nk, nrp, d, Kr, ldk, std::size_t{1}, QT, brp, St, brp);  // Sᵀ = K Qᵀ
+        // scale, bias, masks; the column max in alpha
+        for (std::size_t r = 0; r < nrp; ++r) alpha[r] = neg_inf<T>();
+        for (std::size_t j = 0; j < nk; ++j) {
+          T* row = St + j * brp;
+          for (std::size_t r = 0; r < nrp; ++r) row[r] *= scale;
+          if (sc.has_bias) {
+            const std::size_t bs = sc.bias.stride(2);
+            const T* bias = sc.bias.row(b, h, i0) + (j0 + j) * sc.bias.stride(3);
+            for (std::size_t r = 0; r < nr; ++r) row[r] += bias[r * bs];
+          }
+          if (sc.keep && !sc.keep[b * sc.keep_stride + j0 + j]) std::fill(row, row + nrp, neg_inf<T>());
+          if (sc.is_causal) {  // query i0 + r sees key j0 + j iff j0 + j ≤ i0 + r + off
+            const long lim = static_cast<long>(j0 + j) - static_cast<long>(i0) - off;
+            const std::size_t hide = static_cast<std::size_t>(std::clamp<long>(lim, 0, static_cast<long>(nrp)));
+            std::fill(row, row + hide, neg_inf<T>());
+          }
+          for (std::size_t r = 0; r < nrp; ++r) alpha[r] = row[r] > alpha[r] ? row[r] : alpha[r];
         }
-        mm(nr, dvp, BC, S, BC, Vp, dvp, Oa, dvp);
+        for (std::size_t r = 0; r < nrp; ++r) {
+          const T mnew = alpha[r] > m[r] ? alpha[r] : m[r];
+          mref[r] = mnew == neg_inf<T>() ? T(0) : mnew;  // no visible key yet: every p is 0
+          alpha[r] = math::exp(m[r] - mref[r]);
+          m[r] = mnew;
+          l[r] *= alpha[r];
+        }
+        for (std::size_t j = 0; j < nk; ++j) {
+          T* row = St + j * brp;
+          for (std::size_t r = 0; r < nrp; ++r) row[r] = math::exp(row[r] - mref[r]);
+          for (std::size_t r = 0; r < nrp; ++r) l[r] += row[r];
+        }
+        for (std::size_t r = 0; r < nr; ++r)
+          if (alpha[r] != T(1))
+            for (std::size_t c = 0; c < dvp; ++c) Oa[r * dvp + c] *= alpha[r];
+        mm(nr, dvp, nk, St, std::size_t{1}, brp, Vr, ldv, Oa, dvp);  // O += P V (P = (Sᵀ)ᵀ in place)
         ++my_tiles;
       }
       for (std::size_t r = 0; r < nr; ++r) {
@@ -395,7 +398,6 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
     T* dOp = cv.take(Br * dvp);
     T* P = cv.take(Br * BC);
     T* dP = cv.take(Br * BC);
-    T* PT = cv.take(BC * Br);
     T* dQt = cv.take(Br * dp);
     T* L = cv.take(2 * Br);
     T* D = L + Br;
@@ -444,7 +446,7 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
             L[r] = lse[bh * Tq + i0 + r];
           }
           std::fill(P, P + nr * BC, T(0));
-          mm(nr, BC, d, Qp, dp, KT, BC, P, BC);
+          mm(nr, BC, d, Qp, dp, 1, KT, BC, P, BC);
           for (std::size_t r = 0; r < nr; ++r) {
             T* s = P + r * BC;
             mk.apply(s, i0 + r, j0, nk);
@@ -455,19 +457,16 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
             for (std::size_t j = 0; j < BC; ++j) s[j] = math::exp(s[j] - L[r]);
           }
           std::fill(dP, dP + nr * BC, T(0));
-          mm(nr, BC, dv, dOp, dvp, VT, BC, dP, BC);
-          for (std::size_t r = 0; r < nr; ++r)
-            for (std::size_t j = 0; j < nk; ++j) PT[j * Br + r] = P[r * BC + j];
-          mm(nk, dvp, nr, PT, Br, dOp, dvp, dVa, dvp);  // dV += Pᵀ dO
+          mm(nr, BC, dv, dOp, dvp, 1, VT, BC, dP, BC);
+          mm(nk, dvp, nr, P, 1, BC, dOp, dvp, dVa, dvp);  // dV += Pᵀ dO (Pᵀ read in place)
           for (std::size_t r = 0; r < nr; ++r) {
             T* g = dP + r * BC;
             const T* pr = P + r * BC;
             for (std::size_t j = 0; j < BC; ++j) g[j] = pr[j] * (g[j] - D[r]);  // dS
-            for (std::size_t j = 0; j < nk; ++j) PT[j * Br + r] = g[j];
           }
-          mm(nk, dp, nr, PT, Br, Qp, dp, dKa, dp);  // dK += dSᵀ Q (× scale below)
+          mm(nk, dp, nr, dP, 1, BC, Qp, dp, dKa, dp);  // dK += dSᵀ Q (× scale below)
           std::fill(dQt, dQt + nr * dp, T(0));
-          mm(nr, dp, nk, dP, BC, Kp, dp, dQt, dp);  // dQ tile = dS K
+          mm(nr, dp, nk, dP, BC, 1, Kp, dp, dQt, dp);  // dQ tile = dS K
           for (std::size_t r = 0; r < nr; ++r) {
             T* g = dQ.row(b, h, i0 + r);
             const std::size_t gs = dQ.stride(3);
