@@ -198,6 +198,21 @@ inline T neg_inf() {
   return -std::numeric_limits<T>::infinity();
 }
 
+/// Σ_c x[c]·y[c·ys] for c < n, x contiguous, in NR<T> interleaved lanes (vectorised; a fixed order).
+template <class T>
+inline T dot_lanes(const T* x, const T* y, std::size_t ys, std::size_t n) {
+  constexpr std::size_t L = NR<T>;
+  T acc[L] = {};
+  std::size_t c = 0;
+  if (ys == 1)
+    for (; c + L <= n; c += L)
+      for (std::size_t u = 0; u < L; ++u) acc[u] += x[c + u] * y[c + u];
+  for (; c < n; ++c) acc[c % L] += x[c] * y[c * ys];
+  for (std::size_t w = L / 2; w > 0; w /= 2)
+    for (std::size_t u = 0; u < w; ++u) acc[u] += acc[u + w];
+  return acc[0];
+}
+
 /// The masks and bias of one tile, applied in place to the scaled scores s[0, BC) of query row i
 /// against keys [j0, j0 + nk) (entries past nk are padding and masked too).
 template <class T>
@@ -434,15 +449,15 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
             const T* go = dO.row(b, h, i0 + r);
             const T* ov = O.row(b, h, i0 + r);
             const std::size_t qs = sc.q.stride(3), gs = dO.stride(3), os = O.stride(3);
-            for (std::size_t c = 0; c < d; ++c) Qp[r * dp + c] = q[c * qs];
-            for (std::size_t c = d; c < dp; ++c) Qp[r * dp + c] = 0;
-            T dsum = 0;
-            for (std::size_t c = 0; c < dv; ++c) {
-              dOp[r * dvp + c] = go[c * gs];
-              dsum += go[c * gs] * ov[c * os];
-            }
-            for (std::size_t c = dv; c < dvp; ++c) dOp[r * dvp + c] = 0;
-            D[r] = dsum;
+            T* qr = Qp + r * dp;
+            T* gr = dOp + r * dvp;
+            if (qs == 1) std::copy(q, q + d, qr);
+            else for (std::size_t c = 0; c < d; ++c) qr[c] = q[c * qs];
+            std::fill(qr + d, qr + dp, T(0));
+            if (gs == 1) std::copy(go, go + dv, gr);
+            else for (std::size_t c = 0; c < dv; ++c) gr[c] = go[c * gs];
+            std::fill(gr + dv, gr + dvp, T(0));
+            D[r] = dot_lanes(gr, ov, os, dv);
             L[r] = lse[bh * Tq + i0 + r];
           }
           std::fill(P, P + nr * BC, T(0));
@@ -454,7 +469,8 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
               std::fill(s, s + BC, T(0));
               continue;
             }
-            for (std::size_t j = 0; j < BC; ++j) s[j] = math::exp(s[j] - L[r]);
+            const T lr = L[r];  // a local: the loop then vectorises (no aliasing with s)
+            for (std::size_t j = 0; j < BC; ++j) s[j] = math::exp(s[j] - lr);
           }
           std::fill(dP, dP + nr * BC, T(0));
           mm(nr, BC, dv, dOp, dvp, 1, VT, BC, dP, BC);
@@ -462,15 +478,20 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
           for (std::size_t r = 0; r < nr; ++r) {
             T* g = dP + r * BC;
             const T* pr = P + r * BC;
-            for (std::size_t j = 0; j < BC; ++j) g[j] = pr[j] * (g[j] - D[r]);  // dS
+            const T dr = D[r];
+            for (std::size_t j = 0; j < BC; ++j) g[j] = pr[j] * (g[j] - dr);  // dS
           }
           mm(nk, dp, nr, dP, 1, BC, Qp, dp, dKa, dp);  // dK += dSᵀ Q (× scale below)
           std::fill(dQt, dQt + nr * dp, T(0));
           mm(nr, dp, nk, dP, BC, 1, Kp, dp, dQt, dp);  // dQ tile = dS K
           for (std::size_t r = 0; r < nr; ++r) {
             T* g = dQ.row(b, h, i0 + r);
+            const T* src = dQt + r * dp;
             const std::size_t gs = dQ.stride(3);
-            for (std::size_t c = 0; c < d; ++c) g[c * gs] += scale * dQt[r * dp + c];
+            if (gs == 1)
+              for (std::size_t c = 0; c < d; ++c) g[c] += scale * src[c];
+            else
+              for (std::size_t c = 0; c < d; ++c) g[c * gs] += scale * src[c];
           }
           ++my_tiles;
         }
