@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat-large", type=int, default=1, help="repetitions of the --T-memsafe runs")
+    ap.add_argument("--large-causal-only", action="store_true", help="run the --T-memsafe sizes causal only")
     ap.add_argument("--budget", default="64MiB")
     ap.add_argument("--mem-limit-gib", type=float, default=8.0)
     ap.add_argument("--timeout", type=float, default=900)
@@ -74,15 +76,16 @@ def main():
         out.flush()
         print(json.dumps(row))
 
-    def memsafe(T, causal, mode):
+    def memsafe(T, causal, mode, repeat=None):
         cmd = [a.bin, "--B", "1", "--H", str(a.H), "--T", str(T), "--d", str(a.d), "--threads", str(a.threads),
-               "--repeat", str(a.repeat), "--budget", a.budget, "--precision", "f32"]
+               "--repeat", str(repeat or a.repeat), "--budget", a.budget, "--precision", "f32"]
         if causal:
             cmd.append("--causal")
         if mode == "fwd":
             cmd.append("--forward-only")
         r = run_json(cmd, a.timeout)
         row = {"impl": "memsafe", "T": T, "causal": causal, "mode": mode, "budget_bytes": r.get("budget_bytes"),
+               "repeat": repeat or a.repeat,
                "max_rss_bytes": r.get("max_rss_bytes"), "peak_temp_bytes": r.get("peak_temp_bytes"),
                "status": "ok" if "forward_seconds_min" in r else r.get("status", "error")}
         if "error" in r:
@@ -114,8 +117,8 @@ def main():
                     torch_peer("sdpa", T, causal, mode)
                     torch_peer("naive", T, causal, mode)
     for T in [int(x) for x in a.T_memsafe.split(",") if x]:
-        for causal in (False, True):
-            memsafe(T, causal, "fwd")
+        for causal in ((True,) if a.large_causal_only else (False, True)):
+            memsafe(T, causal, "fwd", a.repeat_large)
     return 0
 
 

@@ -2,20 +2,26 @@
 // recomputing backward (the FlashAttention-2 scheme), tiled, budgeted and multi-threaded.
 //
 // Tiles: a block of Br query rows (Br chosen by the planner from the budget, ≤ 64) against
-// blocks of BC = 64 keys. A score tile S = Q_blk · K_blkᵀ (Br × 64) is computed by a register-
-// blocked micro-kernel (6 rows × 2 SIMD registers of accumulators; AVX2+FMA intrinsics when the
-// translation unit is compiled for them, a plain loop otherwise) from packed operands, scaled,
-// biased and masked in place, and folded into the running row max m, row sum l and output
-// accumulator. Causal: a key block wholly above a row block's last visible key is never packed or
-// computed; a block that crosses the diagonal is computed and its hidden entries masked.
+// blocks of BC = 64 keys, products by a register-blocked micro-kernel (6 rows × 2 SIMD registers
+// of accumulators; AVX2+FMA intrinsics when the translation unit is compiled for them, a plain
+// loop otherwise). Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
+// K's rows feed the kernel in place (packed only when their elements are strided), Qᵀ is packed
+// once per row block, and the softmax runs down the key axis with the query rows as SIMD lanes
+// (running max m, sum l, output accumulator rescaled by exp(m_old − m_new)); then O += P·V with
+// P read in place from Sᵀ and V's rows in place (packed when strided or dv is not a multiple of
+// the kernel width). Causal: a key block wholly above a row block's last visible key is never
+// touched; a block that crosses the diagonal is computed and its hidden entries masked.
+// Backward (FlashAttention-2): one worker per (b, h) head; per key block Kᵀ, K, Vᵀ are packed
+// once and every row block that can see it recomputes S, P = exp(S − lse), dP = dO·Vᵀ,
+// dS = P ∘ (dP − D), and accumulates dV += Pᵀ dO, dK += dSᵀ Q (Pᵀ, dSᵀ read in place), dQ += dS K.
 //
-// Byte model (elements of T, each piece rounded up to 64 bytes; one workspace per worker):
-//   forward   Br·d (Q) + d·64 (Kᵀ) + 64·dv' (V) + Br·64 (S) + Br·dv' (O acc) + 2·Br (m, l)
+// Byte model (elements of T, each piece rounded up to 64 bytes; one workspace per worker;
+// d', dv', Br' = d, dv, Br rounded up to the kernel width of 64 bytes):
+//   forward   d·Br' (Qᵀ) + 64·d (K) + 64·dv' (V) + 64·Br' (Sᵀ) + Br·dv' (O acc) + 4·Br' (m, l, α, m_ref)
 //   backward  d·64 (Kᵀ) + 64·d' (K) + dv·64 (Vᵀ) + 64·dv' (dV acc) + 64·d' (dK acc) + Br·d' (Q)
-//             + Br·dv' (dO) + 2·Br·64 (P, dP) + 64·Br (Pᵀ, dSᵀ) + Br·d' (dQ tile) + 2·Br (lse, D)
-// with d' and dv' rounded up to one micro-tile width (64 bytes). Peak = threads × workspace; the
-// plan is made before anything is allocated and a budget below one worker at Br = 1 is a
-// budget_error naming that minimum.
+//             + Br·dv' (dO) + 2·Br·64 (P, dP) + Br·d' (dQ tile) + 2·Br (lse, D)
+// Peak = threads × workspace; the plan is made before anything is allocated and a budget below
+// one worker at Br = 1 is a budget_error naming that minimum.
 //
 // Every row's result is computed in the same order whatever Br and the threads are (keys in
 // blocks of 64 from the left; the backward's dK, dV sums run over rows in order): results are
