@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--repeat-large", type=int, default=1, help="repetitions of the --T-memsafe runs")
     ap.add_argument("--large-causal-only", action="store_true", help="run the --T-memsafe sizes causal only")
     ap.add_argument("--budget", default="64MiB")
+    ap.add_argument("--impls", default="memsafe,torch_sdpa,torch_naive", help="which implementations run for --T")
+    ap.add_argument("--modes", default="fwd,fwdbwd")
     ap.add_argument("--mem-limit-gib", type=float, default=8.0)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "examples", "attention"))
@@ -109,12 +111,15 @@ def main():
         r.update(impl="torch_" + impl, T=T, causal=causal, mode=mode)
         emit(r)
 
+    impls = set(a.impls.split(","))
     for T in [int(x) for x in a.T.split(",") if x]:
         for causal in (False, True):
-            for mode in ("fwd", "fwdbwd"):
-                memsafe(T, causal, mode)
-                if have_torch:
+            for mode in a.modes.split(","):
+                if "memsafe" in impls:
+                    memsafe(T, causal, mode)
+                if have_torch and "torch_sdpa" in impls:
                     torch_peer("sdpa", T, causal, mode)
+                if have_torch and "torch_naive" in impls:
                     torch_peer("naive", T, causal, mode)
     for T in [int(x) for x in a.T_memsafe.split(",") if x]:
         for causal in ((True,) if a.large_causal_only else (False, True)):

@@ -551,7 +551,7 @@ def section_attention(rows) -> str:
         return "—"
 
     def t(r):
-        return r.get("seconds_min") if ok(r) else None
+        return r.get("seconds_min") if r is not None and r.get("status") == "ok" else None
 
     body = []
     keys = sorted({(r.get("T"), bool(r.get("causal")), r.get("mode")) for r in at})
@@ -577,6 +577,14 @@ def section_attention(rows) -> str:
     if cr:
         s += ["memsafe, causal time over non-causal time (min):", "",
               table(["T", "pass", "causal / non-causal"], cr), ""]
+    big = sorted((r for r in at if r.get("impl") == "memsafe" and r.get("status") == "ok"),
+                 key=lambda r: r.get("T") or 0)
+    if big:
+        r = big[-1]
+        s += [f"Largest memsafe run: T = {r['T']:,}, H = {r.get('H')}, {'causal' if r.get('causal') else 'non-causal'} "
+              f"{'forward' if r.get('mode') == 'fwd' else 'forward + backward'}: {sig(r.get('seconds_min'))} s with "
+              f"{fbytes(r.get('peak_temp_bytes'))} of temporaries (its dense scores would be "
+              f"{fbytes(r.get('B', 1) * r.get('H', 8) * r['T'] ** 2 * 4)}).", ""]
     return "\n".join(s)
 
 
