@@ -20,6 +20,7 @@
 #include <exception>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ namespace mx = memsafe_examples;
 struct config {
   std::size_t B = 1, H = 8, T = 1024, d = 64, repeat = 3;
   bool causal = false, fused = false, forward_only = false;
+  std::string dump;
   mx::run_options run;
 };
 
@@ -86,6 +88,35 @@ int run(const config& c) {
       tb.push_back(seconds_since(t0));
     }
   const std::size_t peak_rss = mx::max_rss_bytes();
+  if (!c.dump.empty()) {  // raw native-endian T arrays: q, k, v, dO ([B, H, T, d]), O, lse, dQ, dK, dV
+    auto write = [&](const char* name, const T* p, std::size_t count, bool strided_input = false) {
+      std::vector<T> tmp;
+      if (strided_input) {  // the inputs as contiguous [B, H, T, d]
+        tmp.resize(n);
+        const auto X = name[0] == 'q' ? Q : (name[0] == 'k' ? K : V);
+        for (std::size_t b = 0; b < B; ++b)
+          for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < Tn; ++i)
+              for (std::size_t k = 0; k < d; ++k) tmp[((b * H + h) * Tn + i) * d + k] = X(b, h, i, k);
+        p = tmp.data();
+      }
+      const std::string path = c.dump + "/" + name + ".bin";
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      if (!f || std::fwrite(p, sizeof(T), count, f) != count) throw std::runtime_error("cannot write " + path);
+      std::fclose(f);
+    };
+    write("q", nullptr, n, true);
+    write("k", nullptr, n, true);
+    write("v", nullptr, n, true);
+    write("dO", dOv.data(), n);
+    write("O", O.data(), n);
+    write("lse", lse.data(), B * H * Tn);
+    if (!c.forward_only) {
+      write("dQ", dQ.data(), n);
+      write("dK", dK.data(), n);
+      write("dV", dV.data(), n);
+    }
+  }
 
   // --check: R random (b, h, i) rows and R random (b, h, j) keys against naive dense code in double.
   double err_fwd = 0, err_bwd = 0;
@@ -222,7 +253,8 @@ int main(int argc, char** argv) {
       .option("layout", "bhtd", "bhtd: three [B, H, T, d] arrays; bthd: one fused [B, T, 3, H, d] buffer viewed in place")
       .option("precision", "f32", "f32|f64")
       .flag("causal", "causal mask")
-      .flag("forward-only", "skip the backward");
+      .flag("forward-only", "skip the backward")
+      .option("dump", "", "write the inputs and outputs as raw arrays into this folder (q, k, v, dO, O, lse, dQ, dK, dV .bin)");
   mx::add_run_options(args, "random seed for Q, K, V, dO and the checked rows",
                       "verify this many random query rows and keys against naive dense code in double");
   args.parse(argc, argv);
@@ -235,6 +267,7 @@ int main(int argc, char** argv) {
   c.repeat = args.get_uint("repeat");
   c.causal = args.get_flag("causal");
   c.forward_only = args.get_flag("forward-only");
+  c.dump = args.get_string("dump");
   c.fused = args.get_choice("layout", {"bhtd", "bthd"}) == "bthd";
   const std::string prec = args.get_choice("precision", {"f32", "f64"});
   c.run = mx::read_run_options(args);

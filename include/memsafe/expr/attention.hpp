@@ -71,8 +71,12 @@ class heads_view {
   T* row(std::size_t b, std::size_t h, std::size_t t) const { return p_ + b * s_[0] + h * s_[1] + t * s_[2]; }
   T& operator()(std::size_t b, std::size_t h, std::size_t t, std::size_t c) const { return row(b, h, t)[c * s_[3]]; }
   std::string shape() const {
-    return "[" + std::to_string(n_[0]) + ", " + std::to_string(n_[1]) + ", " + std::to_string(n_[2]) + ", " +
-           std::to_string(n_[3]) + "]";
+    std::string s = "[";  // appended piece by piece (GCC 12's -Wrestrict misfires on "[" + std::string)
+    for (int k = 0; k < 4; ++k) {
+      s += std::to_string(n_[k]);
+      s += k < 3 ? ", " : "]";
+    }
+    return s;
   }
 
  private:
