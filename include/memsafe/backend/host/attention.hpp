@@ -3,8 +3,8 @@
 //
 // Tiles: a block of Br query rows (Br chosen by the planner from the budget, ≤ 64) against
 // blocks of BC = 64 keys, products by a register-blocked micro-kernel (6 rows × 2 SIMD registers
-// of accumulators; AVX2+FMA intrinsics when the translation unit is compiled for them, a plain
-// loop otherwise). Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
+// of accumulators, AVX2+FMA intrinsics compiled for that target in every x86-64 translation unit
+// and chosen at run time by host::choose_isa — the CPU, MEMSAFE_ISA; a plain loop otherwise). Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
 // K's rows feed the kernel in place (packed only when their elements are strided), Qᵀ is packed
 // once per row block, and the softmax runs down the key axis with the query rows as SIMD lanes
 // (running max m, sum l, output accumulator rescaled by exp(m_old − m_new)); then O += P·V with
@@ -46,9 +46,10 @@
 #include "../../plan/plan.hpp"
 #include "executor.hpp"
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(MEMSAFE_NO_SIMD) && !defined(__CUDACC__)
+#include "isa.hpp"
+
+#if defined(MEMSAFE_SIMD_DISPATCH)
 #include <immintrin.h>
-#define MEMSAFE_ATTENTION_AVX2 1
 #endif
 
 namespace memsafe::detail::attn {
@@ -60,7 +61,51 @@ template <class T>
 inline constexpr std::size_t NR = 64 / sizeof(T);
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 
-#if defined(MEMSAFE_ATTENTION_AVX2)
+/// C[MR × n] += A[MR × k] · B[k × n], A(r, kk) at A[r·ars + kk·acs] (so Aᵀ is read in place); n a
+/// multiple of NR<T>. Each C entry sums over k in order, whatever MR (so the row grouping never
+/// changes a result). The portable loop:
+template <int MR, class T>
+inline void mm_rows_portable(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
+                             std::size_t ldb, T* C, std::size_t ldc) {
+  for (int r = 0; r < MR; ++r)
+    for (std::size_t kk = 0; kk < k; ++kk) {
+      const T a = A[r * ars + kk * acs];
+      const T* b = B + kk * ldb;
+      T* c = C + r * ldc;
+      for (std::size_t j = 0; j < n; ++j) c[j] += a * b[j];
+    }
+}
+
+/// C[m × n] += A[m × k] · B[k × n] in row groups of 6 (see mm_rows_portable).
+#define MEMSAFE_ATTENTION_MM(NAME, ROWS)                                                                    \
+  template <class T>                                                                                        \
+  void NAME(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs,     \
+            const T* B, std::size_t ldb, T* C, std::size_t ldc) {                                           \
+    if (n == 0) return;                                                                                     \
+    std::size_t i = 0;                                                                                      \
+    for (; i + 6 <= m; i += 6) ROWS<6>(n, k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc);              \
+    const T* a = A + i * ars;                                                                               \
+    T* c = C + i * ldc;                                                                                     \
+    switch (m - i) {                                                                                        \
+      case 5: ROWS<5>(n, k, a, ars, acs, B, ldb, c, ldc); break;                                            \
+      case 4: ROWS<4>(n, k, a, ars, acs, B, ldb, c, ldc); break;                                            \
+      case 3: ROWS<3>(n, k, a, ars, acs, B, ldb, c, ldc); break;                                            \
+      case 2: ROWS<2>(n, k, a, ars, acs, B, ldb, c, ldc); break;                                            \
+      case 1: ROWS<1>(n, k, a, ars, acs, B, ldb, c, ldc); break;                                            \
+      default: break;                                                                                       \
+    }                                                                                                       \
+  }
+MEMSAFE_ATTENTION_MM(mm_portable, mm_rows_portable)
+
+#if defined(MEMSAFE_SIMD_DISPATCH)
+// The AVX2 + FMA kernel, compiled for that target whatever the translation unit's -march (as
+// simd.hpp's kernels) and chosen at run time (host::choose_isa: the CPU, MEMSAFE_ISA).
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
 inline __m256 vld(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256d vld(const double* p) { return _mm256_loadu_pd(p); }
 inline void vst(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
@@ -69,15 +114,11 @@ inline __m256 vbc(float a) { return _mm256_set1_ps(a); }
 inline __m256d vbc(double a) { return _mm256_set1_pd(a); }
 inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline __m256d vfma(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
-#endif
 
-/// C[MR × n] += A[MR × k] · B[k × n], A(r, kk) at A[r·ars + kk·acs] (so Aᵀ is read in place); n a
-/// multiple of NR<T>. Each C entry sums over k in order, whatever MR (so the row grouping never
-/// changes a result).
+/// mm_rows_portable with 6 × 2 registers of accumulators (FMA: rounds once per product).
 template <int MR, class T>
-inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
-                    std::size_t ldb, T* C, std::size_t ldc) {
-#if defined(MEMSAFE_ATTENTION_AVX2)
+inline void mm_rows_avx2(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
+                         std::size_t ldb, T* C, std::size_t ldc) {
   constexpr std::size_t W = 32 / sizeof(T);
   using V = decltype(vld(static_cast<const T*>(nullptr)));
   for (std::size_t c0 = 0; c0 < n; c0 += 2 * W) {
@@ -103,36 +144,33 @@ inline void mm_rows(std::size_t n, std::size_t k, const T* A, std::size_t ars, s
       vst(C + r * ldc + c0 + W, acc1[r]);
     }
   }
+}
+MEMSAFE_ATTENTION_MM(mm_avx2, mm_rows_avx2)
+#if defined(__clang__)
+#pragma clang attribute pop
 #else
-  for (int r = 0; r < MR; ++r)
-    for (std::size_t kk = 0; kk < k; ++kk) {
-      const T a = A[r * ars + kk * acs];
-      const T* b = B + kk * ldb;
-      T* c = C + r * ldc;
-      for (std::size_t j = 0; j < n; ++j) c[j] += a * b[j];
-    }
+#pragma GCC pop_options
 #endif
-}
+#endif
+#undef MEMSAFE_ATTENTION_MM
 
-/// C[m × n] += A[m × k] · B[k × n] (A(r, kk) at A[r·ars + kk·acs]; n a multiple of NR<T>; B and C
-/// rows contiguous).
-template <class T>
-void mm(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
-        std::size_t ldb, T* C, std::size_t ldc) {
-  if (n == 0) return;
-  std::size_t i = 0;
-  for (; i + 6 <= m; i += 6) mm_rows<6>(n, k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc);
-  const T* a = A + i * ars;
-  T* c = C + i * ldc;
-  switch (m - i) {
-    case 5: mm_rows<5>(n, k, a, ars, acs, B, ldb, c, ldc); break;
-    case 4: mm_rows<4>(n, k, a, ars, acs, B, ldb, c, ldc); break;
-    case 3: mm_rows<3>(n, k, a, ars, acs, B, ldb, c, ldc); break;
-    case 2: mm_rows<2>(n, k, a, ars, acs, B, ldb, c, ldc); break;
-    case 1: mm_rows<1>(n, k, a, ars, acs, B, ldb, c, ldc); break;
-    default: break;
+/// The kernel of one evaluation: AVX2 + FMA when the CPU and the translation unit have it and
+/// MEMSAFE_ISA / MEMSAFE_KERNELS do not say otherwise; the portable loop else.
+struct kernel {
+  bool avx2 = false;
+  static kernel choose() {
+    const memsafe::host::isa i = memsafe::host::choose_isa(memsafe::host::isa_compiled);
+    return {i != memsafe::host::isa::portable};
   }
-}
+  template <class T>
+  void operator()(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs,
+                  const T* B, std::size_t ldb, T* C, std::size_t ldc) const {
+#if defined(MEMSAFE_SIMD_DISPATCH)
+    if (avx2) return mm_avx2(m, n, k, A, ars, acs, B, ldb, C, ldc);
+#endif
+    mm_portable(m, n, k, A, ars, acs, B, ldb, C, ldc);
+  }
+};
 
 /// Hands out consecutive 64-byte-aligned pieces of one worker's workspace.
 template <class T>
@@ -258,6 +296,7 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
   const std::size_t BH = B * H;
   auto bytes_at = [&](std::size_t Br) { return forward_elems<T>(Br, d, dv) * sizeof(T); };
   auto items_at = [&](std::size_t Br) { return BH * ((Tq + Br - 1) / Br); };
+  const kernel mm = kernel::choose();
   const attn_plan p = choose("attention", budget, memsafe::plan::resolve_threads(o.threads), Tq, bytes_at, items_at);
   accountant acc(budget);
   const std::size_t Br = p.Br, dvp = round_up(dv, NR<T>), brp = round_up(Br, NR<T>);
@@ -398,6 +437,7 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   const std::size_t BH = B * H;
   auto bytes_at = [&](std::size_t Br) { return backward_elems<T>(Br, d, dv) * sizeof(T); };
   auto items_at = [&](std::size_t) { return BH; };
+  const kernel mm = kernel::choose();
   const attn_plan p = choose("attention backward", budget, memsafe::plan::resolve_threads(o.threads), Tq, bytes_at, items_at);
   accountant acc(budget);
   const std::size_t Br = p.Br, dp = round_up(d, NR<T>), dvp = round_up(dv, NR<T>);
