@@ -35,6 +35,9 @@ UNLIMITED = TIB
 def row_key(r: dict) -> tuple:
     if r.get("bench") == "compile":
         return ("compile", r.get("tu"), r.get("compiler")) + ((r["flags"],) if r.get("flags") else ())
+    if r.get("suite") == "attention":  # one row per implementation, T, mask and mode
+        return ("attention", r.get("impl"), r.get("B"), r.get("H"), r.get("T"), r.get("d"), r.get("causal"),
+                r.get("mode"), r.get("threads"))
     key = (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
@@ -516,6 +519,75 @@ def section_matvec3(rows) -> str:
                          fbytes(r.get("max_rss_bytes")) if r.get("max_rss_bytes") else "—"])
     return "\n".join(s + [table(["impl", "n", "d", "precision", "median", "min", "pairs/s", "peak temp", "max RSS"],
                                 body), ""])
+
+
+def section_attention(rows) -> str:
+    at = [r for r in rows if r.get("suite") == "attention"]
+    s = ["## Attention (forward, forward + backward)", "",
+         "`python3 bench/attention.py` — one multi-head attention layer, B = 1, H = 8, d = 64, f32, 2 threads: "
+         "memsafe (`examples/attention`, `softmax_sum(dot(Q, K) / sqrt(d) [+ causal], V)` with a 64 MiB budget, "
+         "then `attention_backward`), PyTorch's `scaled_dot_product_attention` on the CPU (`torch_sdpa`) and a naive "
+         "dense PyTorch `softmax(Q Kᵀ / sqrt(d)) V` that forms the T×T scores (`torch_naive`); forward alone "
+         "(torch under `no_grad`) and forward + backward (memsafe: the forward's and the backward's times added; "
+         "torch: forward then `backward(dO)`). Seconds: min / median of the repetitions (torch: after one untimed "
+         "warm-up). Each run is its own process, the three back to back per row. memsafe's memory is its peak "
+         "temporaries (the accountant's count, outputs excluded); torch's is the peak RSS above the RSS once the "
+         "inputs exist. The torch peers run under an address-space cap (8 GiB above the inputs): a run that "
+         "cannot allocate under it shows “out of memory”. The machine is shared (2 cores, other builds running): "
+         "compare ratios within a row, not rows across runs.", ""]
+    if not at:
+        return "\n".join(s + [NM + ".", ""])
+
+    def cell(r):
+        if r is None:
+            return NM
+        return status_cell(r, f"{sig(r.get('seconds_min'))} / {sig(r.get('seconds_median'))} s")
+
+    def mem(r):
+        if r is None or r.get("status") != "ok":
+            return "—"
+        if r.get("impl") == "memsafe":
+            return fbytes(r.get("peak_temp_bytes"))
+        if r.get("max_rss_bytes") and r.get("rss_inputs_bytes"):
+            return fbytes(max(0, r["max_rss_bytes"] - r["rss_inputs_bytes"]))
+        return "—"
+
+    def t(r):
+        return r.get("seconds_min") if r is not None and r.get("status") == "ok" else None
+
+    body = []
+    keys = sorted({(r.get("T"), bool(r.get("causal")), r.get("mode")) for r in at})
+    for T, causal, mode in keys:
+        m = find(at, impl="memsafe", T=T, causal=causal, mode=mode)
+        sd = find(at, impl="torch_sdpa", T=T, causal=causal, mode=mode)
+        nv = find(at, impl="torch_naive", T=T, causal=causal, mode=mode)
+        body.append([f"{T:,}", "yes" if causal else "no", "forward" if mode == "fwd" else "forward + backward",
+                     cell(m), cell(sd), cell(nv), ratio_cell(t(sd), t(m)), mem(m), mem(sd), mem(nv)])
+    s.append(table(["T", "causal", "pass", "memsafe min / median", "SDPA min / median", "naive min / median",
+                    "SDPA / memsafe (min)", "memsafe peak temp", "SDPA peak RSS above inputs",
+                    "naive peak RSS above inputs"], body))
+    s.append("")
+    # causal over non-causal, memsafe
+    cr = []
+    for T in sorted({r.get("T") for r in at}):
+        for mode in ("fwd", "fwdbwd"):
+            a = find(at, impl="memsafe", T=T, causal=True, mode=mode)
+            b = find(at, impl="memsafe", T=T, causal=False, mode=mode)
+            if ok(a) and ok(b):
+                cr.append([f"{T:,}", "forward" if mode == "fwd" else "forward + backward",
+                           ratio_cell(t(a), t(b))])
+    if cr:
+        s += ["memsafe, causal time over non-causal time (min):", "",
+              table(["T", "pass", "causal / non-causal"], cr), ""]
+    big = sorted((r for r in at if r.get("impl") == "memsafe" and r.get("status") == "ok"),
+                 key=lambda r: r.get("T") or 0)
+    if big:
+        r = big[-1]
+        s += [f"Largest memsafe run: T = {r['T']:,}, H = {r.get('H')}, {'causal' if r.get('causal') else 'non-causal'} "
+              f"{'forward' if r.get('mode') == 'fwd' else 'forward + backward'}: {sig(r.get('seconds_min'))} s with "
+              f"{fbytes(r.get('peak_temp_bytes'))} of temporaries (its dense scores would be "
+              f"{fbytes(r.get('B', 1) * r.get('H', 8) * r['T'] ** 2 * 4)}).", ""]
+    return "\n".join(s)
 
 
 def section_overhead(rows) -> str:
@@ -1082,6 +1154,7 @@ def main(argv=None) -> int:
         section_mnist(rows, notes),
         section_sweep(rows, sweep_img),
         section_matvec3(rows),
+        section_attention(rows),
         section_overhead(rows),
         section_isa(rows),
         section_mpi(rows),

@@ -1,0 +1,437 @@
+// Attention (<memsafe/attention.hpp>): forward and backward against an independent dense
+// implementation written here (f64 tight, f32 within 5e-5), causal and not, key padding, bias,
+// the [B, T, H, d] layout of a fused QKV buffer, T not a multiple of the tile, T = 1, d = 1,
+// fully masked rows (O = 0, lse = −inf, zero gradients, no NaN), gradients against central finite
+// differences (f64, relative error ≤ 1e-6), peak ≤ budget at several budgets, results bitwise
+// independent of the budget and the threads, budget_error below the minimum, shape errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memsafe/attention.hpp>
+#include <random>
+#include <vector>
+
+namespace {
+
+using memsafe::heads_view;
+
+/// One attention problem: Q, K, V (and the outputs) in either layout, optional masks and bias.
+template <class T>
+struct att_problem {
+  std::size_t B, H, Tq, Tk, d, dv;
+  bool causal = false, pad = false, bias = false, fused = false;  // fused: one [B, T, 3, H, d] buffer
+  double scale;
+  std::vector<T> qkv, q, k, v, bias_buf;
+  std::vector<unsigned char> keep;
+
+  att_problem(std::size_t B_, std::size_t H_, std::size_t Tq_, std::size_t Tk_, std::size_t d_, std::size_t dv_,
+              unsigned seed, bool causal_ = false, bool pad_ = false, bool bias_ = false, bool fused_ = false)
+      : B(B_), H(H_), Tq(Tq_), Tk(Tk_), d(d_), dv(dv_), causal(causal_), pad(pad_), bias(bias_), fused(fused_) {
+    std::mt19937 g(seed);
+    std::normal_distribution<double> n01(0.0, 1.0);
+    auto fill = [&](std::vector<T>& x, std::size_t n) {
+      x.resize(n);
+      for (auto& e : x) e = static_cast<T>(n01(g));
+    };
+    scale = 1.0 / std::sqrt(static_cast<double>(d));
+    if (fused) {
+      REQUIRE(Tq == Tk);
+      REQUIRE(d == dv);
+      fill(qkv, B * Tq * 3 * H * d);
+    } else {
+      fill(q, B * H * Tq * d);
+      fill(k, B * H * Tk * d);
+      fill(v, B * H * Tk * dv);
+    }
+    if (bias) fill(bias_buf, H * Tq * Tk);  // [1, H, Tq, Tk]: broadcast over the batch
+    if (pad) {
+      keep.resize(B * Tk);
+      std::bernoulli_distribution coin(0.7);
+      for (auto& e : keep) e = coin(g) ? 1 : 0;
+    }
+  }
+  heads_view<const T> Q() const {
+    return fused ? memsafe::heads_bthd(static_cast<const T*>(qkv.data()), B, Tq, H, d, 3 * H * d)
+                 : memsafe::heads(static_cast<const T*>(q.data()), B, H, Tq, d);
+  }
+  heads_view<const T> K() const {
+    return fused ? memsafe::heads_bthd(static_cast<const T*>(qkv.data()) + H * d, B, Tk, H, d, 3 * H * d)
+                 : memsafe::heads(static_cast<const T*>(k.data()), B, H, Tk, d);
+  }
+  heads_view<const T> V() const {
+    return fused ? memsafe::heads_bthd(static_cast<const T*>(qkv.data()) + 2 * H * d, B, Tk, H, dv, 3 * H * d)
+                 : memsafe::heads(static_cast<const T*>(v.data()), B, H, Tk, dv);
+  }
+  /// The naive spelling, with whatever masks this problem has.
+  auto expr() const {
+    auto s = scale * memsafe::dot(Q(), K());
+    if (bias) s = s + memsafe::heads(static_cast<const T*>(bias_buf.data()), 1, H, Tq, Tk);
+    if (pad) s = s + memsafe::key_padding(keep.data(), B, Tk);
+    if (causal) s = s + memsafe::causal;
+    return memsafe::softmax_sum(s, V());
+  }
+  /// The mask as the dense reference sees it.
+  bool visible(std::size_t b, std::size_t i, std::size_t j) const {
+    if (pad && !keep[b * Tk + j]) return false;
+    if (causal && static_cast<long>(j) > static_cast<long>(i) + static_cast<long>(Tk) - static_cast<long>(Tq))
+      return false;
+    return true;
+  }
+  double score(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
+    auto Qv = Q();
+    auto Kv = K();
+    double s = 0;
+    for (std::size_t c = 0; c < d; ++c) s += double(Qv(b, h, i, c)) * double(Kv(b, h, j, c));
+    s *= scale;
+    if (bias) s += double(bias_buf[(h * Tq + i) * Tk + j]);
+    return s;
+  }
+};
+
+/// Dense reference forward in double: O ([B, H, Tq, dv] contiguous) and lse.
+template <class T>
+void dense_forward(const att_problem<T>& p, std::vector<double>& O, std::vector<double>& lse) {
+  O.assign(p.B * p.H * p.Tq * p.dv, 0.0);
+  lse.assign(p.B * p.H * p.Tq, -std::numeric_limits<double>::infinity());
+  auto V = p.V();
+  for (std::size_t b = 0; b < p.B; ++b)
+    for (std::size_t h = 0; h < p.H; ++h)
+      for (std::size_t i = 0; i < p.Tq; ++i) {
+        std::vector<double> s(p.Tk, -std::numeric_limits<double>::infinity());
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::size_t j = 0; j < p.Tk; ++j)
+          if (p.visible(b, i, j)) {
+            s[j] = p.score(b, h, i, j);
+            m = std::max(m, s[j]);
+          }
+        if (m == -std::numeric_limits<double>::infinity()) continue;
+        double l = 0;
+        for (std::size_t j = 0; j < p.Tk; ++j) l += std::exp(s[j] - m);
+        const std::size_t row = (b * p.H + h) * p.Tq + i;
+        lse[row] = m + std::log(l);
+        for (std::size_t j = 0; j < p.Tk; ++j) {
+          const double w = std::exp(s[j] - m) / l;
+          for (std::size_t c = 0; c < p.dv; ++c) O[row * p.dv + c] += w * double(V(b, h, j, c));
+        }
+      }
+}
+
+/// Dense reference backward in double (P from the dense softmax, D = Σ_j P dP).
+template <class T>
+void dense_backward(const att_problem<T>& p, const std::vector<T>& dO, std::vector<double>& dQ,
+                    std::vector<double>& dK, std::vector<double>& dV) {
+  auto Q = p.Q();
+  auto K = p.K();
+  auto V = p.V();
+  dQ.assign(p.B * p.H * p.Tq * p.d, 0.0);
+  dK.assign(p.B * p.H * p.Tk * p.d, 0.0);
+  dV.assign(p.B * p.H * p.Tk * p.dv, 0.0);
+  for (std::size_t b = 0; b < p.B; ++b)
+    for (std::size_t h = 0; h < p.H; ++h)
+      for (std::size_t i = 0; i < p.Tq; ++i) {
+        const std::size_t row = (b * p.H + h) * p.Tq + i;
+        std::vector<double> P(p.Tk, 0.0), dP(p.Tk, 0.0);
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::size_t j = 0; j < p.Tk; ++j)
+          if (p.visible(b, i, j)) m = std::max(m, p.score(b, h, i, j));
+        if (m == -std::numeric_limits<double>::infinity()) continue;
+        double l = 0;
+        for (std::size_t j = 0; j < p.Tk; ++j)
+          if (p.visible(b, i, j)) l += (P[j] = std::exp(p.score(b, h, i, j) - m));
+        double D = 0;
+        for (std::size_t j = 0; j < p.Tk; ++j) {
+          P[j] /= l;
+          for (std::size_t c = 0; c < p.dv; ++c) dP[j] += double(dO[row * p.dv + c]) * double(V(b, h, j, c));
+          D += P[j] * dP[j];
+        }
+        for (std::size_t j = 0; j < p.Tk; ++j) {
+          const double ds = P[j] * (dP[j] - D);
+          const std::size_t krow = (b * p.H + h) * p.Tk + j;
+          for (std::size_t c = 0; c < p.dv; ++c) dV[krow * p.dv + c] += P[j] * double(dO[row * p.dv + c]);
+          for (std::size_t c = 0; c < p.d; ++c) {
+            dQ[row * p.d + c] += p.scale * ds * double(K(b, h, j, c));
+            dK[krow * p.d + c] += p.scale * ds * double(Q(b, h, i, c));
+          }
+        }
+      }
+}
+
+/// memsafe's forward into contiguous O, lse.
+template <class T>
+memsafe::eval_stats run_forward(const att_problem<T>& p, std::vector<T>& O, std::vector<T>& lse,
+                                memsafe::options o = {}) {
+  O.assign(p.B * p.H * p.Tq * p.dv, T(-7));
+  lse.assign(p.B * p.H * p.Tq, T(-7));
+  return memsafe::eval_into(p.expr(), memsafe::heads(O.data(), p.B, p.H, p.Tq, p.dv), lse.data(), o);
+}
+template <class T>
+memsafe::eval_stats run_backward(const att_problem<T>& p, const std::vector<T>& O, const std::vector<T>& lse,
+                                 const std::vector<T>& dO, std::vector<T>& dQ, std::vector<T>& dK,
+                                 std::vector<T>& dV, memsafe::options o = {}) {
+  dQ.assign(p.B * p.H * p.Tq * p.d, T(-7));
+  dK.assign(p.B * p.H * p.Tk * p.d, T(-7));
+  dV.assign(p.B * p.H * p.Tk * p.dv, T(-7));
+  return memsafe::attention_backward(p.expr(), memsafe::heads(O.data(), p.B, p.H, p.Tq, p.dv), lse.data(),
+                                     memsafe::heads(dO.data(), p.B, p.H, p.Tq, p.dv),
+                                     memsafe::heads(dQ.data(), p.B, p.H, p.Tq, p.d),
+                                     memsafe::heads(dK.data(), p.B, p.H, p.Tk, p.d),
+                                     memsafe::heads(dV.data(), p.B, p.H, p.Tk, p.dv), o);
+}
+
+template <class T>
+std::vector<T> upstream(std::size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  std::vector<T> x(n);
+  for (auto& e : x) e = static_cast<T>(n01(g));
+  return x;
+}
+
+/// max |a − b| over finite entries; infinities must match exactly; no NaN anywhere.
+template <class A>
+double max_abs_diff(const std::vector<A>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double e = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(!std::isnan(double(a[i])));
+    if (std::isinf(b[i]) || std::isinf(double(a[i]))) {
+      REQUIRE(double(a[i]) == b[i]);
+      continue;
+    }
+    e = std::max(e, std::fabs(double(a[i]) - b[i]));
+  }
+  return e;
+}
+
+/// Forward and backward of p against the dense reference within tol.
+template <class T>
+void check_against_dense(const att_problem<T>& p, double tol, memsafe::options o = {}) {
+  std::vector<T> O, lse, dQ, dK, dV;
+  auto st = run_forward(p, O, lse, o);
+  CHECK(st.peak_temp_bytes <= st.budget_bytes);
+  CHECK(st.peak_temp_bytes == st.planned_temp_bytes);
+  std::vector<double> Or, lr, dQr, dKr, dVr;
+  dense_forward(p, Or, lr);
+  CHECK(max_abs_diff(O, Or) <= tol);
+  CHECK(max_abs_diff(lse, lr) <= tol);
+  const auto dO = upstream<T>(O.size(), 99);
+  auto sb = run_backward(p, O, lse, dO, dQ, dK, dV, o);
+  CHECK(sb.peak_temp_bytes <= sb.budget_bytes);
+  CHECK(sb.peak_temp_bytes == sb.planned_temp_bytes);
+  dense_backward(p, dO, dQr, dKr, dVr);
+  CHECK(max_abs_diff(dQ, dQr) <= tol);
+  CHECK(max_abs_diff(dK, dKr) <= tol);
+  CHECK(max_abs_diff(dV, dVr) <= tol);
+}
+
+}  // namespace
+
+TEST_SUITE("attention") {
+TEST_CASE("attention: forward and backward against dense, f64") {
+  struct shape { std::size_t B, H, Tq, Tk, d, dv; };
+  const shape shapes[] = {{1, 1, 1, 1, 1, 1},   {2, 3, 5, 5, 3, 2},    {1, 2, 64, 64, 8, 8}, {1, 2, 70, 70, 4, 5},
+                          {2, 1, 130, 130, 1, 3}, {1, 1, 7, 150, 6, 6}, {1, 2, 150, 9, 5, 17}};
+  unsigned seed = 1;
+  for (const auto& s : shapes)
+    for (int causal = 0; causal < 2; ++causal)
+      for (int masks = 0; masks < 2; ++masks) {
+        CAPTURE(s.Tq);
+        CAPTURE(s.Tk);
+        CAPTURE(s.d);
+        CAPTURE(causal);
+        CAPTURE(masks);
+        att_problem<double> p(s.B, s.H, s.Tq, s.Tk, s.d, s.dv, seed++, causal, masks, masks);
+        check_against_dense(p, 1e-12);
+      }
+}
+
+TEST_CASE("attention: forward and backward against dense, f32 (tolerance 5e-5)") {
+  for (int causal = 0; causal < 2; ++causal)
+    for (int masks = 0; masks < 2; ++masks) {
+      CAPTURE(causal);
+      CAPTURE(masks);
+      att_problem<float> p(2, 2, 100, 100, 16, 16, 7 + causal + 2 * masks, causal, masks, masks);
+      check_against_dense(p, 5e-5);
+      att_problem<float> p1(1, 3, 1, 1, 1, 1, 3, causal, false, masks);
+      check_against_dense(p1, 5e-5);
+    }
+}
+
+TEST_CASE("attention: the [B, T, H, d] layout of a fused QKV buffer, no copies") {
+  for (int causal = 0; causal < 2; ++causal) {
+    att_problem<double> p(2, 3, 67, 67, 5, 5, 11 + causal, causal, true, false, /*fused=*/true);
+    check_against_dense(p, 1e-12);
+    // the output written in the [B, T, H, dv] layout too
+    std::vector<double> O(p.B * p.Tq * p.H * p.dv), lse(p.B * p.H * p.Tq), Oref, lref;
+    memsafe::eval_into(p.expr(), memsafe::heads_bthd(O.data(), p.B, p.Tq, p.H, p.dv), lse.data());
+    dense_forward(p, Oref, lref);
+    double e = 0;
+    for (std::size_t b = 0; b < p.B; ++b)
+      for (std::size_t h = 0; h < p.H; ++h)
+        for (std::size_t i = 0; i < p.Tq; ++i)
+          for (std::size_t c = 0; c < p.dv; ++c)
+            e = std::max(e, std::fabs(O[((b * p.Tq + i) * p.H + h) * p.dv + c] -
+                                      Oref[((b * p.H + h) * p.Tq + i) * p.dv + c]));
+    CHECK(e <= 1e-12);
+  }
+}
+
+TEST_CASE("attention: fully masked rows give O = 0, lse = -inf and zero gradients, no NaN") {
+  // batch 1's keys all masked; causal with Tq > Tk hides every key from the first Tq − Tk rows
+  att_problem<double> p(2, 2, 20, 12, 3, 4, 5, /*causal=*/true, /*pad=*/true);
+  for (std::size_t j = 0; j < p.Tk; ++j) p.keep[1 * p.Tk + j] = 0;
+  std::vector<double> O, lse, dQ, dK, dV;
+  run_forward(p, O, lse);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  for (std::size_t h = 0; h < p.H; ++h)
+    for (std::size_t i = 0; i < p.Tq; ++i) {
+      CHECK(lse[(1 * p.H + h) * p.Tq + i] == ninf);
+      for (std::size_t c = 0; c < p.dv; ++c) CHECK(O[((1 * p.H + h) * p.Tq + i) * p.dv + c] == 0.0);
+    }
+  for (std::size_t i = 0; i < p.Tq - p.Tk; ++i) CHECK(lse[i] == ninf);
+  check_against_dense(p, 1e-12);
+  const auto dO = upstream<double>(O.size(), 3);
+  run_backward(p, O, lse, dO, dQ, dK, dV);
+  for (std::size_t h = 0; h < p.H; ++h) {
+    for (std::size_t x = 0; x < p.Tq * p.d; ++x) CHECK(dQ[(1 * p.H + h) * p.Tq * p.d + x] == 0.0);
+    for (std::size_t x = 0; x < p.Tk * p.d; ++x) CHECK(dK[(1 * p.H + h) * p.Tk * p.d + x] == 0.0);
+  }
+  // all keys masked everywhere (and Tk = 0): no NaN
+  att_problem<float> e(1, 1, 3, 0, 2, 2, 1);
+  std::vector<float> Oe, le;
+  run_forward(e, Oe, le);
+  for (float x : Oe) CHECK(x == 0.0f);
+  for (float x : le) CHECK(x == -std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("attention: gradients against central finite differences (f64, relative error <= 1e-6)") {
+  struct cfg { std::size_t H, Tq, Tk, d, dv; bool causal, masks; };
+  const cfg cfgs[] = {{2, 9, 9, 3, 2, true, true}, {1, 70, 70, 2, 3, false, false}, {1, 5, 66, 3, 3, true, true}};
+  unsigned seed = 40;
+  for (const auto& c : cfgs) {
+    CAPTURE(c.Tq);
+    CAPTURE(c.causal);
+    att_problem<double> p(1, c.H, c.Tq, c.Tk, c.d, c.dv, seed++, c.causal, c.masks, c.masks);
+    std::vector<double> O, lse, dQ, dK, dV;
+    run_forward(p, O, lse);
+    const auto G = upstream<double>(O.size(), seed++);
+    run_backward(p, O, lse, G, dQ, dK, dV);
+    auto loss = [&] {
+      std::vector<double> o2, l2;
+      run_forward(p, o2, l2);
+      double L = 0;
+      for (std::size_t x = 0; x < o2.size(); ++x) L += G[x] * o2[x];
+      return L;
+    };
+    auto fd_check = [&](std::vector<double>& x, const std::vector<double>& g) {
+      std::vector<double> fd(x.size());
+      const double h = 1e-5;
+      for (std::size_t e = 0; e < x.size(); ++e) {
+        const double x0 = x[e];
+        x[e] = x0 + h;
+        const double lp = loss();
+        x[e] = x0 - h;
+        const double lm = loss();
+        x[e] = x0;
+        fd[e] = (lp - lm) / (2 * h);
+      }
+      double err = 0, sc = 0;
+      for (std::size_t e = 0; e < x.size(); ++e) {
+        err = std::max(err, std::fabs(g[e] - fd[e]));
+        sc = std::max(sc, std::fabs(fd[e]));
+      }
+      CHECK(err / sc <= 1e-6);
+    };
+    fd_check(p.q, dQ);
+    fd_check(p.k, dK);
+    fd_check(p.v, dV);
+  }
+}
+
+TEST_CASE("attention: peak <= budget, results independent of the budget and threads, budget_error") {
+  for (int causal = 0; causal < 2; ++causal) {
+    att_problem<float> p(1, 3, 200, 200, 16, 8, 21 + causal, causal, true, true);
+    std::vector<float> O0, l0, dQ0, dK0, dV0;
+    auto s0 = run_forward(p, O0, l0, {memsafe::unlimited, 1});
+    const auto dO = upstream<float>(O0.size(), 5);
+    auto b0 = run_backward(p, O0, l0, dO, dQ0, dK0, dV0, {memsafe::unlimited, 1});
+    CHECK(s0.tile_rows == 64);
+    const std::size_t fmin = s0.min_budget_bytes, bmin = b0.min_budget_bytes;
+    CHECK(fmin > 0);
+    CHECK(bmin > fmin);
+    for (std::size_t budget : {fmin, fmin + 1000, 3 * fmin, bmin, bmin * 3, std::size_t(1) << 20, memsafe::unlimited})
+      for (unsigned threads : {1u, 2u, 3u}) {
+        CAPTURE(budget);
+        CAPTURE(threads);
+        std::vector<float> O, l, dQ, dK, dV;
+        auto s = run_forward(p, O, l, {budget, threads});
+        CHECK(s.peak_temp_bytes <= budget);
+        CHECK(s.peak_temp_bytes == s.planned_temp_bytes);
+        CHECK(O == O0);
+        CHECK(l == l0);
+        if (budget < bmin) {
+          CHECK_THROWS_AS(run_backward(p, O0, l0, dO, dQ, dK, dV, {budget, threads}), memsafe::budget_error);
+          continue;
+        }
+        auto sb = run_backward(p, O0, l0, dO, dQ, dK, dV, {budget, threads});
+        CHECK(sb.peak_temp_bytes <= budget);
+        CHECK(dQ == dQ0);
+        CHECK(dK == dK0);
+        CHECK(dV == dV0);
+      }
+    // below the minimum: budget_error naming it, before any output is written
+    std::vector<float> O(O0.size(), 42.0f), l(l0.size(), 42.0f);
+    try {
+      memsafe::eval_into(p.expr(), memsafe::heads(O.data(), p.B, p.H, p.Tq, p.dv), l.data(), {fmin - 1, 2});
+      FAIL("no budget_error");
+    } catch (const memsafe::budget_error& e) {
+      CHECK(e.minimum_bytes == fmin);
+      CHECK(e.budget_bytes == fmin - 1);
+    }
+    for (float x : O) CHECK(x == 42.0f);
+  }
+}
+
+TEST_CASE("attention: causal tiles above the diagonal are skipped") {
+  att_problem<float> full(1, 2, 640, 640, 8, 8, 3), causal(1, 2, 640, 640, 8, 8, 3, true);
+  std::vector<float> O, l;
+  auto sf = run_forward(full, O, l, {memsafe::unlimited, 1});
+  auto sc = run_forward(causal, O, l, {memsafe::unlimited, 1});
+  CHECK(sf.num_tiles == 2 * 10 * 10);
+  CHECK(sc.num_tiles == 2 * 55);  // row block r meets key blocks 0..r
+}
+
+TEST_CASE("attention: shape and argument errors") {
+  std::vector<double> a(2 * 3 * 5 * 4), b(2 * 3 * 6 * 4), o(2 * 3 * 5 * 4), lse(2 * 3 * 5);
+  auto Q = memsafe::heads(a.data(), 2, 3, 5, 4);
+  auto K = memsafe::heads(b.data(), 2, 3, 6, 4);
+  auto Kd = memsafe::heads(b.data(), 2, 3, 4, 6);       // d = 6
+  auto Vbad = memsafe::heads(a.data(), 2, 3, 5, 4);     // 5 keys, K has 6
+  CHECK_THROWS_AS(memsafe::dot(Q, Kd), memsafe::shape_error);
+  CHECK_THROWS_AS(memsafe::softmax_sum(memsafe::dot(Q, K), Vbad), memsafe::shape_error);
+  auto A = memsafe::softmax_sum(memsafe::dot(Q, K), memsafe::heads(b.data(), 2, 3, 6, 4));
+  CHECK_THROWS_AS(memsafe::eval_into(A, memsafe::heads(o.data(), 2, 3, 4, 5), lse.data()), memsafe::shape_error);
+  CHECK_THROWS_AS(memsafe::dot(Q, K) + memsafe::heads(o.data(), 1, 3, 5, 4), memsafe::shape_error);  // bias Tk
+  std::vector<unsigned char> keep(2 * 5, 1);
+  CHECK_THROWS_AS(memsafe::dot(Q, K) + memsafe::key_padding(keep.data(), 2, 5), memsafe::shape_error);
+  CHECK_THROWS_AS(memsafe::dot(Q, K) + memsafe::causal + memsafe::causal, memsafe::argument_error);
+  std::vector<double> bias(3 * 5 * 6);
+  auto biased = memsafe::dot(Q, K) + memsafe::heads(bias.data(), 1, 3, 5, 6);
+  CHECK_THROWS_AS(2.0 * biased, memsafe::argument_error);  // the scale goes on the product
+  CHECK_THROWS_AS(memsafe::attention_backward(A, memsafe::heads(o.data(), 2, 3, 5, 4), nullptr,
+                                              memsafe::heads(o.data(), 2, 3, 5, 4),
+                                              memsafe::heads(o.data(), 2, 3, 5, 4),
+                                              memsafe::heads(b.data(), 2, 3, 6, 4),
+                                              memsafe::heads(b.data(), 2, 3, 6, 4)),
+                  memsafe::argument_error);
+  std::vector<double> dk(2 * 3 * 5 * 4);
+  CHECK_THROWS_AS(memsafe::attention_backward(A, memsafe::heads(o.data(), 2, 3, 5, 4), lse.data(),
+                                              memsafe::heads(o.data(), 2, 3, 5, 4),
+                                              memsafe::heads(o.data(), 2, 3, 5, 4),
+                                              memsafe::heads(dk.data(), 2, 3, 5, 4),  // dK needs Tk = 6
+                                              memsafe::heads(b.data(), 2, 3, 6, 4)),
+                  memsafe::shape_error);
+}
+}  // TEST_SUITE
