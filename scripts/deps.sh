@@ -11,6 +11,7 @@ done
 [[ -f /usr/include/doctest/doctest.h ]] || missing+=("doctest.h")
 [[ -f /usr/include/zlib.h ]] || missing+=("zlib.h")
 compgen -G "/usr/lib/*/libopenblas.so" >/dev/null || missing+=("libopenblas.so")
+[[ -f /usr/include/lbfgs.h ]] || missing+=("lbfgs.h")
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
@@ -29,4 +30,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends \
-  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev ca-certificates curl
+  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev liblbfgs-dev ca-certificates curl
