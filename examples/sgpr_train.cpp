@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <exception>
 #include <limits>
 #include <numeric>
@@ -262,19 +263,23 @@ int main(int argc, char** argv) {
     mx::json_line j;
     std::string status = "not_run";
     double fx = 0, seconds_train = 0;
-    std::vector<double> bench_bound, bench_grad;
+    std::vector<double> bench_bound, bench_grad, cpu_bound, cpu_grad;
     if (bench > 0) {
       const auto h = P.hyper(t);
       for (std::size_t r = 0; r < bench; ++r) {
         auto o = P.opts;
         o.gradient = false;
         auto tb = clock_type::now();
+        auto cb = std::clock();
         const auto rb = gp::sgpr({sp.X_train.data(), sp.y_train.data(), n, d}, {t + P.z_offset(), m, d}, h, o);
         bench_bound.push_back(since(tb));
+        cpu_bound.push_back(static_cast<double>(std::clock() - cb) / CLOCKS_PER_SEC);
         P.peak_temp = std::max(P.peak_temp, rb.stats.peak_temp_bytes);
         tb = clock_type::now();
+        cb = std::clock();
         const auto rg = gp::sgpr({sp.X_train.data(), sp.y_train.data(), n, d}, {t + P.z_offset(), m, d}, h, P.opts);
         bench_grad.push_back(since(tb));
+        cpu_grad.push_back(static_cast<double>(std::clock() - cb) / CLOCKS_PER_SEC);
         P.peak_temp = std::max(P.peak_temp, rg.stats.peak_temp_bytes);
         P.best_bound = rg.bound;
         std::fprintf(stderr, "bench %zu: bound %.10g  %.2f s (forward chunk %zu)  bound+gradient %.2f s (forward %.2f, backward %.2f, chunk %zu)\n",
@@ -366,7 +371,9 @@ int main(int argc, char** argv) {
           .add("seconds_bound_min", *std::min_element(bench_bound.begin(), bench_bound.end()))
           .add("seconds_bound_median", median(bench_bound))
           .add("seconds_bound_grad_min", *std::min_element(bench_grad.begin(), bench_grad.end()))
-          .add("seconds_bound_grad_median", median(bench_grad));
+          .add("seconds_bound_grad_median", median(bench_grad))
+          .add("cpu_seconds_bound_median", median(cpu_bound))
+          .add("cpu_seconds_bound_grad_median", median(cpu_grad));
     }
     j.add("input_bytes", input_bytes).add("max_rss_bytes", peak_rss);
     if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
