@@ -201,6 +201,7 @@ int main(int argc, char** argv) {
       .option("lbfgs-memory", "10", "L-BFGS history length")
       .option("bench", "0", "no training: time this many bound and bound+gradient evaluations")
       .flag("fix-z", "keep the inducing points at their initial values")
+      .flag("dump-gradient", "no training: add the initial Z and the bound's gradient there to the JSON line")
       .flag("whitened", "accumulate AA^T from L^-1 Kuf chunks (more accurate, ~2x the n-sized flops)");
   mx::add_eval_options(args);
   args.parse(argc, argv);
@@ -264,7 +265,17 @@ int main(int argc, char** argv) {
     std::string status = "not_run";
     double fx = 0, seconds_train = 0;
     std::vector<double> bench_bound, bench_grad, cpu_bound, cpu_grad;
-    if (bench > 0) {
+    const bool dump = args.get_flag("dump-gradient");
+    if (dump) {  // for bench/gp/gpflow_check.py: the gradient at the initial point, in natural parameters
+      const auto r = gp::sgpr({sp.X_train.data(), sp.y_train.data(), n, d}, {t + P.z_offset(), m, d}, P.hyper(t), P.opts);
+      P.peak_temp = std::max(P.peak_temp, r.stats.peak_temp_bytes);
+      j.add("init_bound", r.bound)
+          .add("grad_variance", r.grad.variance)
+          .add_array("grad_lengthscales", r.grad.lengthscales)
+          .add("grad_noise", r.grad.noise)
+          .add_array("Z_init", Z0)
+          .add_array("grad_Z", r.grad.Z);
+    } else if (bench > 0) {
       const auto h = P.hyper(t);
       for (std::size_t r = 0; r < bench; ++r) {
         auto o = P.opts;
