@@ -195,7 +195,7 @@ const gp::kernel all_kernels[] = {gp::kernel::rbf, gp::kernel::matern12, gp::ker
 }  // namespace
 
 TEST_SUITE("gp") {
-TEST_CASE("sgpr bound matches a dense f64 implementation, every kernel, both accumulations, any budget") {
+TEST_CASE("sgpr bound matches a dense f64 implementation for every kernel and both accumulations at any budget") {
   for (auto k : all_kernels) {
     problem p(41, 7, 3, k);
     const double want = ref_bound(p);
@@ -273,7 +273,7 @@ TEST_CASE("sgpr gradient matches central finite differences at several budgets")
   }
 }
 
-TEST_CASE("sgpr gradient with one thread equals the threaded one, and the chunk sizes follow the budget") {
+TEST_CASE("sgpr gradient with one thread equals the threaded one and the chunk sizes follow the budget") {
   problem p(50, 6, 3, gp::kernel::matern32, 11);
   const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
   const auto a = gp::sgpr(p.data(), p.ind(), p.h, {.budget = minimum, .gradient = true, .threads = 1});
@@ -305,7 +305,7 @@ TEST_CASE("sgpr predictions match the dense implementation at any budget") {
   }
 }
 
-TEST_CASE("sgpr errors: shapes, parameters, budget, a singular Kuu") {
+TEST_CASE("sgpr errors for shapes and parameters and budget and a singular Kuu") {
   problem p(20, 4, 3, gp::kernel::rbf);
   auto h = p.h;
   h.lengthscales.pop_back();
@@ -341,7 +341,7 @@ TEST_CASE("sgpr errors: shapes, parameters, budget, a singular Kuu") {
   CHECK_THROWS_AS(gp::sgpr(p.data(), {Z.data(), p.m, p.d}, h), memsafe::argument_error);
 }
 
-TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops, both layouts") {
+TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops in both layouts") {
   const std::size_t n = 9;
   std::mt19937_64 g(17);
   std::normal_distribution<double> N;
