@@ -13,6 +13,7 @@
 // var_f = k(x*, x*) − ‖L⁻¹ku*‖² + ‖LB⁻¹L⁻¹ku*‖², with ku* evaluated for batches of at most m test
 // points (an m×batch block, never test_n×m). RMSE and NLPD are in the original target units.
 // See examples/README.md for every option and field.
+#include <memsafe/gp.hpp>      // memsafe::gp (the --check of the whole training set)
 #include <memsafe/linalg.hpp>  // memsafe::linalg: an #error unless linked to memsafe::lapack
 
 #include <algorithm>
@@ -47,7 +48,7 @@ struct hyper {
 
 struct config {
   std::string data_dir, dataset;
-  std::size_t split = 0, m = 1000, check_n = 2000;
+  std::size_t split = 0, m = 1000, check_n = 0;
   std::uint64_t seed = 0;
   bool check = false;
   mx::run_options run;  // --budget, --threads, --rss-slack, --explain
@@ -308,16 +309,66 @@ int run(const config& cfg, const Kern& kern) {
   const double seconds_predict = since(t0);
   const std::size_t peak_rss = mx::max_rss_bytes();  // before the check allocates anything
 
-  // --check: the bound on the first check_n training points (file order), both ways.
+  // --check, two parts. (1) The whole training set: the bound and the test predictions again by
+  // memsafe::gp (direct kernel loops on chunks of Kuf + SYRK, a different code path and order of
+  // operations from the lazy expressions above), within the same budget. (2) The bound by the
+  // independent dense implementation on the first check_n training points (file order; 0 = all of
+  // them when Kuf, m×check_n doubles, fits in 2 GiB, else the largest prefix that does).
   bool check_pass = true;
   double check_memsafe = 0, check_dense = 0, check_rel = 0, seconds_check = 0;
+  double check_gp_bound = 0, check_gp_rel = 0, check_mean_rel = 0, check_var_rel = 0;
   std::size_t check_n = 0;
+  std::string check_note;
   if (cfg.check) {
     t0 = clock_type::now();
-    check_n = std::min(cfg.check_n, n);
+    namespace gp = memsafe::gp;
+    gp::hyperparameters gh;
+    gh.kind = gp::parse_kernel(cfg.h.kernel);
+    gh.variance = cfg.h.variance;
+    gh.lengthscales.assign(d, cfg.h.lengthscale);
+    gh.noise = cfg.h.noise;
+    gh.jitter = cfg.h.jitter;
+    const auto g = gp::sgpr({sp.X_train.data(), sp.y_train.data(), n, d}, {Z.data(), m, d}, gh,
+                            {.budget = *ev.opts.budget, .threads = cfg.run.threads});
+    ev.peak = std::max(ev.peak, g.stats.peak_temp_bytes);
+    ev.within_budget = ev.within_budget && g.stats.peak_temp_bytes <= g.stats.budget_bytes;
+    check_gp_bound = g.bound;
+    check_gp_rel = std::fabs(fit.bound - g.bound) / std::max(std::fabs(g.bound), 1e-300);
+    std::vector<double> gmean(ns), gvar(ns);
+    const auto pst = gp::predict(g.posterior, sp.X_test.data(), ns, gmean.data(), gvar.data(), *ev.opts.budget,
+                                 cfg.run.threads);
+    ev.peak = std::max(ev.peak, pst.peak_temp_bytes);
+    ev.within_budget = ev.within_budget && pst.peak_temp_bytes <= pst.budget_bytes;
+    // max-norm relative differences of the latent mean and variance over the test set
+    double em = 0, sm = 0, evv = 0, sv = 0;
+    for (std::size_t q = 0; q < ns; ++q) {
+      em = std::max(em, std::fabs(mean[q] - gmean[q]));
+      sm = std::max(sm, std::fabs(gmean[q]));
+      evv = std::max(evv, std::fabs(var[q] - gvar[q]));
+      sv = std::max(sv, std::fabs(gvar[q]));
+    }
+    check_mean_rel = sm > 0 ? em / sm : em;
+    check_var_rel = sv > 0 ? evv / sv : evv;
+    // cond(Kuu) reaches ~1e8 at m = 10^4 with this jitter; forming Kuf·Kufᵀ before whitening loses
+    // that much (docs/design.md): 1e-8 on the bound and 1e-6 on the predictions leave room for it.
+    if (!(check_gp_rel <= 1e-8) || !(check_mean_rel <= 1e-6) || !(check_var_rel <= 1e-6)) {
+      std::fprintf(stderr, "sgpr_bound: check failed against memsafe::gp on all %zu training points: bound %.17g vs %.17g "
+                           "(relative %.3g, limit 1e-8), predictive mean %.3g and variance %.3g (limit 1e-6)\n",
+                   n, fit.bound, g.bound, check_gp_rel, check_mean_rel, check_var_rel);
+      check_pass = false;
+    }
+
+    constexpr std::size_t dense_limit = std::size_t{2} << 30;
+    const std::size_t fit_n = std::max<std::size_t>(1, dense_limit / (m * sizeof(double)));
+    check_n = cfg.check_n ? std::min(cfg.check_n, n) : n;
+    if (check_n > fit_n) {
+      check_n = fit_n;
+      check_note = "dense check on the first " + std::to_string(check_n) + " training points: Kuf for all " +
+                   std::to_string(n) + " would exceed 2 GiB";
+    }
     const std::vector<double> Xc(sp.X_train.begin(), sp.X_train.begin() + static_cast<std::ptrdiff_t>(check_n * d));
     const std::vector<double> yc(sp.y_train.begin(), sp.y_train.begin() + static_cast<std::ptrdiff_t>(check_n));
-    check_memsafe = fit_memsafe(kern, Xc, yc, check_n, Z, m, d, cfg.h, ev).bound;
+    check_memsafe = check_n == n ? fit.bound : fit_memsafe(kern, Xc, yc, check_n, Z, m, d, cfg.h, ev).bound;
     check_dense = bound_dense(Xc, yc, check_n, Z, m, d, cfg.h);
     check_rel = std::fabs(check_memsafe - check_dense) / std::max(std::fabs(check_dense), 1e-300);
     if (!(check_rel <= 1e-8)) {
@@ -379,7 +430,12 @@ int run(const config& cfg, const Kern& kern) {
     j.add("check_n", check_n)
         .add("check_bound_memsafe", check_memsafe)
         .add("check_bound_dense", check_dense)
-        .add("check_rel_diff", check_rel);
+        .add("check_rel_diff", check_rel)
+        .add("check_gp_bound", check_gp_bound)
+        .add("check_gp_rel_diff", check_gp_rel)
+        .add("check_mean_rel_diff", check_mean_rel)
+        .add("check_var_rel_diff", check_var_rel);
+    if (!check_note.empty()) j.add("check_note", check_note);
   }
   j.add("check", !cfg.check ? "skipped" : (check_pass ? "pass" : "fail"));
   if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
@@ -403,8 +459,8 @@ int main(int argc, char** argv) {
       .option("noise", "0.1", "noise variance sigma^2 (standardised target)")
       .option("jitter", "1e-6", "added to the diagonal of Kuu")
       .option("seed", "0", "seed of the shuffle that picks the inducing points")
-      .flag("check", "also compute the bound on a training subset with an independent dense implementation")
-      .option("check-n", "2000", "size of the --check subset (the first training points)");
+      .flag("check", "also compute the bound and predictions with memsafe::gp (whole training set) and the bound with an independent dense implementation")
+      .option("check-n", "0", "points of the dense --check (the first training points; 0 = all that fit 2 GiB of Kuf)");
   mx::add_eval_options(args);  // the budget applies to every memsafe evaluation
   args.parse(argc, argv);
 
@@ -427,7 +483,6 @@ int main(int argc, char** argv) {
   if (!(cfg.h.variance > 0)) args.fail("--variance must be positive");
   if (!(cfg.h.noise > 0)) args.fail("--noise must be positive");
   if (!(cfg.h.jitter >= 0)) args.fail("--jitter must not be negative");
-  if (cfg.check && cfg.check_n == 0) args.fail("--check-n must be positive");
 
   try {
     memsafe::parse_bytes(cfg.run.budget_text);  // a bad --budget is a command-line error

@@ -12,6 +12,7 @@ done
 [[ -f /usr/include/zlib.h ]] || missing+=("zlib.h")
 compgen -G "/usr/lib/*/libopenblas.so" >/dev/null || missing+=("libopenblas.so")
 command -v mpirun >/dev/null 2>&1 && command -v mpicxx >/dev/null 2>&1 || missing+=("mpirun/mpicxx")
+[[ -f /usr/include/lbfgs.h ]] || missing+=("lbfgs.h")
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
@@ -30,4 +31,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends \
-  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev libopenmpi-dev openmpi-bin ca-certificates curl
+  cmake g++ make doctest-dev zlib1g-dev libopenblas-dev liblbfgs-dev libopenmpi-dev openmpi-bin ca-certificates curl

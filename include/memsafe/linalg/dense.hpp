@@ -112,6 +112,30 @@ void cholesky(matrix_view<T, R, C> A) {
     for (std::size_t j = i + 1; j < n; ++j) A(i, j) = T(0);
 }
 
+/// In place A⁻¹ from its Cholesky factor: A holds L (lower, as cholesky() leaves it) on entry and
+/// (L·Lᵀ)⁻¹, both triangles, on return (LAPACK POTRI). Throws argument_error on a zero diagonal.
+template <class T, std::size_t R, std::size_t C>
+void cholesky_inverse(matrix_view<T, R, C> A) {
+  static_assert(!std::is_const_v<T>, "memsafe::linalg::cholesky_inverse works in place: pass a writable view");
+  detail::require_square(A, "cholesky_inverse", "A");
+  const std::size_t n = A.rows();
+  if (n == 0) return;
+  const auto lay = detail::layout(A, "cholesky_inverse", "A");
+  const int N = detail::to_int(n, "cholesky_inverse", "n");
+  // As in cholesky(): a row-major lower triangle is the column-major upper one (U = Lᵀ, A = UᵀU).
+  const char uplo = lay.transposed ? 'U' : 'L';
+  int info = 0;
+  if constexpr (std::is_same_v<T, double>)
+    dpotri_(&uplo, &N, A.data(), &lay.ld, &info, 1);
+  else
+    spotri_(&uplo, &N, A.data(), &lay.ld, &info, 1);
+  if (info != 0)
+    throw argument_error("memsafe::linalg::cholesky_inverse: LAPACK POTRI failed (info " + std::to_string(info) +
+                         "): the factor is singular");
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) A(i, j) = A(j, i);
+}
+
 /// In place B ← L⁻¹·B (trans = false) or B ← L⁻ᵀ·B (trans = true) for lower-triangular L (n×n,
 /// non-unit diagonal; only the lower triangle is read) and B n×k, through TRSM.
 template <class TL, std::size_t R1, std::size_t C1, class T, std::size_t R2, std::size_t C2>

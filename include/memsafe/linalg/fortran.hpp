@@ -25,6 +25,8 @@ extern "C" {
 // ---- LAPACK: Cholesky -------------------------------------------------------------------------
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, std::size_t uplo_len);
 void spotrf_(const char* uplo, const int* n, float* a, const int* lda, int* info, std::size_t uplo_len);
+void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info, std::size_t uplo_len);
+void spotri_(const char* uplo, const int* n, float* a, const int* lda, int* info, std::size_t uplo_len);
 
 // ---- BLAS level 3 -----------------------------------------------------------------------------
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,

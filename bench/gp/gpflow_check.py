@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The SGPR bound and its gradient, memsafe against GPflow's autodiff, at the same parameters (f64).
+
+    bench/gp/gpflow_check.py [--dataset kin40k] [--split 0] [--m 200] [--kernel matern32]
+                             [--lengthscale 0.7] [--variance 1.3] [--noise 0.05] [--sgpr-train build/examples/sgpr_train]
+
+memsafe side: `sgpr_train --dump-gradient` prints the bound and its gradient (σ_f², ARD ℓ, σ², Z) at
+the initial point, and the initial inducing points Z (k-means++ seeding, examples/README.md).
+GPflow side: the same UCI split standardised the same way (training split's mean and population
+standard deviation), gpflow.models.SGPR with the same kernel, Z, noise variance and GPflow's
+default jitter (1e-6, the same fixed jitter memsafe adds to Kuu); the gradient by
+tf.GradientTape with respect to the unconstrained variables, divided by d(constrained)/d(unconstrained)
+(softplus: the sigmoid) to get the gradient in the natural parameters memsafe reports.
+Prints one JSON line: the bound's relative difference and the max-norm relative difference of each
+gradient group. GPflow is installed in a venv (bench/.cache/venv-gpflow, git-ignored):
+    python3 -m venv bench/.cache/venv-gpflow && bench/.cache/venv-gpflow/bin/pip install gpflow tensorflow-cpu
+"""
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_split(data_dir, name, split):
+    with gzip.open(os.path.join(data_dir, name, "data.csv.gz"), "rt") as f:
+        data = np.loadtxt(f, delimiter=",", ndmin=2)
+    with gzip.open(os.path.join(data_dir, name, "test_mask.csv.gz"), "rt") as f:
+        mask = np.loadtxt(f, delimiter=",", ndmin=2)
+    train = mask[:, split] == 0
+    X, y = data[train, :-1], data[train, -1]
+    xm, xs = X.mean(0), X.std(0)
+    xs[xs == 0] = 1.0
+    ym, ys = y.mean(), y.std()
+    return (X - xm) / xs, (y - ym) / (ys if ys > 0 else 1.0)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
+    s = np.max(np.abs(b))
+    return float(np.max(np.abs(a - b)) / (s if s > 0 else 1.0))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=os.environ.get("MEMSAFE_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")) + "/uci")
+    ap.add_argument("--dataset", default="kin40k")
+    ap.add_argument("--split", type=int, default=0)
+    ap.add_argument("--m", type=int, default=200)
+    ap.add_argument("--kernel", default="matern32", choices=["rbf", "matern12", "matern32", "matern52"])
+    ap.add_argument("--lengthscale", type=float, default=0.7)
+    ap.add_argument("--variance", type=float, default=1.3)
+    ap.add_argument("--noise", type=float, default=0.05)
+    ap.add_argument("--whitened", action="store_true")
+    ap.add_argument("--time", type=int, default=0, help="also time R GPflow elbo+gradient evaluations (wall and CPU seconds)")
+    ap.add_argument("--threads", type=int, default=2, help="TensorFlow intra/inter-op threads for --time")
+    ap.add_argument("--sgpr-train", default=os.path.join(ROOT, "build", "examples", "sgpr_train"))
+    a = ap.parse_args()
+
+    cmd = [a.sgpr_train, "--data-dir", a.data_dir, "--dataset", a.dataset, "--split", str(a.split), "--m", str(a.m),
+           "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
+           "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"] + (["--whitened"] if a.whitened else [])
+    ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    X, y = load_split(a.data_dir, a.dataset, a.split)
+    n, d = X.shape
+    Z = np.asarray(ms["Z_init"], float).reshape(a.m, d)
+
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(a.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+    import gpflow
+    gpflow.config.set_default_float(np.float64)
+    kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,
+            "matern32": gpflow.kernels.Matern32, "matern52": gpflow.kernels.Matern52}[a.kernel]
+    k = kern(variance=a.variance, lengthscales=np.full(d, a.lengthscale))
+    model = gpflow.models.SGPR((X, y[:, None]), kernel=k, inducing_variable=Z.copy(), noise_variance=a.noise)
+    params = [k.variance, k.lengthscales, model.likelihood.variance]
+    Zp = model.inducing_variable.Z
+    with tf.GradientTape() as tape:
+        elbo = model.elbo()
+    grads = tape.gradient(elbo, [p.unconstrained_variable for p in params] + [Zp.unconstrained_variable])
+    # softplus (+ shift) transforms: d(constrained)/d(unconstrained) = sigmoid(unconstrained)
+    nat = [g.numpy() / tf.math.sigmoid(p.unconstrained_variable).numpy() for g, p in zip(grads[:3], params)]
+    gz = grads[3].numpy()
+    out = {
+        "dataset": a.dataset, "split": a.split, "n": n, "d": d, "m": a.m, "kernel": a.kernel, "whitened": a.whitened,
+        "gpflow_version": gpflow.__version__, "tensorflow_version": tf.__version__,
+        "bound_memsafe": ms["init_bound"], "bound_gpflow": float(elbo.numpy()),
+        "bound_rel_diff": abs(ms["init_bound"] - float(elbo.numpy())) / abs(float(elbo.numpy())),
+        "grad_variance_rel_diff": rel(ms["grad_variance"], nat[0]),
+        "grad_lengthscales_rel_diff": rel(ms["grad_lengthscales"], nat[1]),
+        "grad_noise_rel_diff": rel(ms["grad_noise"], nat[2]),
+        "grad_Z_rel_diff": rel(ms["grad_Z"], gz),
+    }
+    if a.time > 0:
+        import time
+
+        @tf.function
+        def elbo_and_grad():
+            with tf.GradientTape() as t:
+                e = model.elbo()
+            return e, t.gradient(e, model.trainable_variables)
+
+        elbo_and_grad()  # trace once
+        wall, cpu = [], []
+        for _ in range(a.time):
+            w0, c0 = time.perf_counter(), time.process_time()
+            elbo_and_grad()
+            wall.append(time.perf_counter() - w0)
+            cpu.append(time.process_time() - c0)
+        out.update({"gpflow_threads": a.threads, "gpflow_seconds_bound_grad_min": min(wall),
+                    "gpflow_seconds_bound_grad_median": float(np.median(wall)),
+                    "gpflow_cpu_seconds_bound_grad_median": float(np.median(cpu))})
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

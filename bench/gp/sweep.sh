@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 14 item 5, memsafe's side: SGPR training (sgpr_train) on UCI sets, splits and numbers of
+# inducing points, the same initialisation and L-BFGS iteration count for every run; one JSON line
+# per run appended to bench/results/gp_sgpr.jsonl (the run's command line in "cmd").
+#
+#   bash bench/gp/sweep.sh                      # the full grid below: HOURS on 2 cores
+#   DATASETS="kin40k" SPLITS="0" MS="500" ITERS=50 bash bench/gp/sweep.sh    # one run
+#
+# Environment: BIN (default build/examples/sgpr_train), DATASETS (kin40k protein elevators bike),
+# SPLITS (0 1 2), MS (500 1000 2000 5000 10000), ITERS (100), KERNEL (matern32), BUDGET (64MiB),
+# THREADS (2), OUT (bench/results/gp_sgpr.jsonl), TIMEOUT seconds per run (36000; a run that passes
+# it is recorded as {"status": "timeout"}).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+BIN=${BIN:-build/examples/sgpr_train}
+DATASETS=${DATASETS:-"kin40k protein elevators bike"}
+SPLITS=${SPLITS:-"0 1 2"}
+MS=${MS:-"500 1000 2000 5000 10000"}
+ITERS=${ITERS:-100}
+KERNEL=${KERNEL:-matern32}
+BUDGET=${BUDGET:-64MiB}
+THREADS=${THREADS:-2}
+OUT=${OUT:-bench/results/gp_sgpr.jsonl}
+TIMEOUT=${TIMEOUT:-36000}
+[[ -x $BIN ]] || { echo "sweep.sh: $BIN not built (cmake --build build --target sgpr_train; needs liblbfgs-dev)" >&2; exit 1; }
+mkdir -p "$(dirname "$OUT")"
+for ds in $DATASETS; do
+  for s in $SPLITS; do
+    for m in $MS; do
+      cmd=("$BIN" --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS" --kernel "$KERNEL" --budget "$BUDGET" --threads "$THREADS")
+      echo "sweep.sh: ${cmd[*]}" >&2
+      line=$(OPENBLAS_NUM_THREADS=$THREADS timeout "$TIMEOUT" "${cmd[@]}" 2>>"${OUT%.jsonl}.log" | tail -n 1)
+      rc=$?
+      if [[ $rc -eq 124 ]]; then line="{\"status\": \"timeout\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"; fi
+      [[ -n $line ]] || line="{\"status\": \"no output (exit $rc)\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"
+      python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cmd"]=sys.argv[2]; r["impl"]="memsafe"; print(json.dumps(r))' \
+        "$line" "${cmd[*]}" >> "$OUT"
+    done
+  done
+done

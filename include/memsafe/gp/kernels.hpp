@@ -1,0 +1,102 @@
+// memsafe/gp/kernels.hpp — the stationary ARD kernels of the GP module and their derivatives.
+//
+//   k(x, z) = σ_f² · φ(r²),   r² = Σ_k (x_k − z_k)² / ℓ_k²
+//   rbf       φ = exp(−r²/2)
+//   matern12  φ = exp(−r)
+//   matern32  φ = (1 + √3 r) exp(−√3 r)
+//   matern52  φ = (1 + √5 r + 5r²/3) exp(−√5 r)
+// Every derivative the SGPR gradient needs follows from ψ = dφ/d(r²):
+//   ∂k/∂σ_f² = φ,  ∂k/∂z_k = σ_f² ψ · (−2 (x_k − z_k)/ℓ_k²),  ∂k/∂ℓ_k = σ_f² ψ · (−2 (x_k − z_k)²/ℓ_k³).
+// Matérn 1/2 is not differentiable at r = 0; there ψ is taken as 0 (every term it multiplies has a
+// factor x_k − z_k = 0), so a point sitting exactly on an inducing point contributes no gradient.
+#pragma once
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "../core/error.hpp"
+
+namespace memsafe::gp {
+
+/// The stationary kernels of the GP module (all with ARD lengthscales).
+enum class kernel { rbf, matern12, matern32, matern52 };
+
+/// "rbf", "matern12", "matern32", "matern52".
+inline const char* kernel_name(kernel k) {
+  switch (k) {
+    case kernel::rbf: return "rbf";
+    case kernel::matern12: return "matern12";
+    case kernel::matern32: return "matern32";
+    case kernel::matern52: return "matern52";
+  }
+  return "?";
+}
+
+/// Parse a kernel name (the inverse of kernel_name; also "se", "matern1/2", …). argument_error otherwise.
+inline kernel parse_kernel(std::string_view s) {
+  if (s == "rbf" || s == "se" || s == "gaussian") return kernel::rbf;
+  if (s == "matern12" || s == "matern1/2" || s == "exponential") return kernel::matern12;
+  if (s == "matern32" || s == "matern3/2") return kernel::matern32;
+  if (s == "matern52" || s == "matern5/2") return kernel::matern52;
+  throw argument_error("memsafe::gp: unknown kernel \"" + std::string(s) + "\" (rbf, matern12, matern32, matern52)");
+}
+
+}  // namespace memsafe::gp
+
+namespace memsafe::detail::gp {
+
+/// φ(r²) and ψ = dφ/d(r²) of one kernel, chosen at compile time (the inner loops are instantiated
+/// once per kernel through with_kernel).
+template <memsafe::gp::kernel K>
+struct profile {
+  static double phi(double r2) {
+    using memsafe::gp::kernel;
+    if constexpr (K == kernel::rbf) {
+      return std::exp(-0.5 * r2);
+    } else if constexpr (K == kernel::matern12) {
+      return std::exp(-std::sqrt(r2));
+    } else if constexpr (K == kernel::matern32) {
+      const double s = std::sqrt(3.0 * r2);
+      return (1.0 + s) * std::exp(-s);
+    } else {
+      const double s = std::sqrt(5.0 * r2);
+      return (1.0 + s + s * s / 3.0) * std::exp(-s);
+    }
+  }
+  /// φ and ψ together (one exp).
+  static void phi_psi(double r2, double& phi, double& psi) {
+    using memsafe::gp::kernel;
+    if constexpr (K == kernel::rbf) {
+      phi = std::exp(-0.5 * r2);
+      psi = -0.5 * phi;
+    } else if constexpr (K == kernel::matern12) {
+      const double r = std::sqrt(r2);
+      phi = std::exp(-r);
+      psi = r > 0 ? -0.5 * phi / r : 0.0;
+    } else if constexpr (K == kernel::matern32) {
+      const double s = std::sqrt(3.0 * r2), e = std::exp(-s);
+      phi = (1.0 + s) * e;
+      psi = -1.5 * e;  // dφ/dr = −3r e, dr/d(r²) = 1/(2r)
+    } else {
+      const double s = std::sqrt(5.0 * r2), e = std::exp(-s);
+      phi = (1.0 + s + s * s / 3.0) * e;
+      psi = -(5.0 / 6.0) * (1.0 + s) * e;  // dφ/dr = −(5/3) r (1 + √5 r) e
+    }
+  }
+};
+
+/// Calls f(std::integral_constant<kernel, K>{}) for the run-time kernel k.
+template <class F>
+decltype(auto) with_kernel(memsafe::gp::kernel k, F&& f) {
+  using memsafe::gp::kernel;
+  switch (k) {
+    case kernel::rbf: return f(std::integral_constant<kernel, kernel::rbf>{});
+    case kernel::matern12: return f(std::integral_constant<kernel, kernel::matern12>{});
+    case kernel::matern32: return f(std::integral_constant<kernel, kernel::matern32>{});
+    case kernel::matern52: break;
+  }
+  return f(std::integral_constant<kernel, kernel::matern52>{});
+}
+
+}  // namespace memsafe::detail::gp

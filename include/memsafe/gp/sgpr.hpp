@@ -1,0 +1,579 @@
+// memsafe/gp/sgpr.hpp — the SGPR (Titsias 2009) collapsed bound, its gradient with respect to every
+// hyperparameter and the inducing points, and predictions, under a budget of temporaries.
+//
+// Notation: X (n×d) training inputs, y (n), Z (m×d) inducing points, k an ARD kernel (kernels.hpp),
+// σ² the noise variance, Kuu = k(Z, Z) + jitter·I (a fixed jitter on the diagonal, as GPflow does),
+// L = chol(Kuu), Ψ₂ = Kuf·Kufᵀ, b = Kuf·y, A = L⁻¹Kuf/σ, B = AAᵀ + I, LB = chol(B), c = LB⁻¹L⁻¹b/σ².
+//   bound = −n/2·log 2π − Σ log diag LB − n/2·log σ² − yᵀy/(2σ²) + cᵀc/2 − tr(Kff)/(2σ²) + tr(AAᵀ)/2
+// (GPflow's SGPR.elbo). The n-sized work — Ψ₂, b, and in the backward pass the contraction of
+// W = ∂F/∂Kuf = 2·Ḡ₂·Kuf + ḡ₁·yᵀ with ∂Kuf/∂(σ_f², ℓ, Z) — runs over chunks of columns of Kuf: each
+// chunk (m × nc) is formed once from the kernel, then BLAS does the n-sized products on it (SYRK for
+// Ψ₂, GEMM for W). The chunk buffers are the only temporaries; they come from one accountant limited
+// by the budget, nc is the largest that fits, and a budget below one column is a budget_error naming
+// the minimum before any work. The m×m matrices (L, B, LB, and with the gradient B⁻¹, Ḡ₂, Ḡuu) are
+// outputs of the call, not temporaries: they live in std::vector and are not counted (docs/design.md).
+//
+// Gradient (with P = Kuu + Ψ₂/σ² = L·B·Lᵀ, w = L⁻ᵀLB⁻ᵀc = P⁻¹b/σ², Linv = L⁻¹):
+//   Ḡ₂ = ∂F/∂Ψ₂  = Linvᵀ(I − B⁻¹)Linv/(2σ²) − wwᵀ/(2σ²)
+//   ḡ₁ = ∂F/∂b   = w/σ²
+//   Ḡuu = ∂F/∂Kuu = Linvᵀ(I − B⁻¹/2 − B/2)Linv − wwᵀ/2
+//   ∂F/∂σ² = (m − tr B⁻¹ − tr AAᵀ − n − ‖Lᵀw‖²)/(2σ²) + (yᵀy − wᵀb + tr Kff)/(2σ⁴)
+// and ∂F/∂θ = Σ Ḡuu ⊙ ∂Kuu/∂θ + Σ W ⊙ ∂Kuf/∂θ − n/(2σ²)·∂σ_f²/∂θ (tr Kff = n·σ_f²).
+#pragma once
+
+#if !defined(MEMSAFE_HAS_LAPACK)
+#error "memsafe/gp/sgpr.hpp needs MEMSAFE_HAS_LAPACK: include <memsafe/gp.hpp> and link memsafe::lapack"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../core/accounting.hpp"
+#include "../core/budget.hpp"
+#include "../core/error.hpp"
+#include "../expr/view.hpp"
+#include "../linalg/dense.hpp"
+#include "../plan/plan.hpp"
+#include "kernels.hpp"
+
+namespace memsafe::gp {
+
+/// Kernel and likelihood hyperparameters, as positive values (see softplus below for training).
+struct hyperparameters {
+  kernel kind = kernel::rbf;
+  double variance = 1.0;             ///< σ_f², the kernel variance
+  std::vector<double> lengthscales;  ///< ℓ_1..ℓ_d (ARD; exactly d values)
+  double noise = 0.1;                ///< σ², the Gaussian noise variance
+  double jitter = 1e-6;              ///< fixed, added to Kuu's diagonal (not a parameter)
+};
+
+/// Training data: n points of dimension d (row-major), and n targets. Not copied.
+struct data_view {
+  const double* X = nullptr;
+  const double* y = nullptr;
+  std::size_t n = 0, d = 0;
+};
+
+/// Inducing points: m points of dimension d (row-major). Not copied.
+struct inducing_view {
+  const double* Z = nullptr;
+  std::size_t m = 0, d = 0;
+};
+
+/// How a call runs.
+struct sgpr_options {
+  std::optional<std::size_t> budget;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
+  bool gradient = false;              ///< also compute ∂bound/∂(σ_f², ℓ, σ², Z)
+  bool whitened = false;              ///< accumulate AAᵀ = Σ (L⁻¹Kuf_c)(L⁻¹Kuf_c)ᵀ instead of L⁻¹(Σ Kuf_c Kuf_cᵀ)L⁻ᵀ
+  unsigned threads = 0;               ///< threads of the kernel loops; 0: MEMSAFE_NUM_THREADS, then all cores
+};
+
+/// ∂bound/∂(each hyperparameter and the inducing points).
+struct sgpr_gradient {
+  double variance = 0;
+  std::vector<double> lengthscales;
+  double noise = 0;
+  std::vector<double> Z;  ///< m×d, row-major
+};
+
+/// What a call used.
+struct sgpr_stats {
+  std::size_t budget_bytes = 0, peak_temp_bytes = 0, minimum_bytes = 0;
+  std::size_t chunk_columns = 0;           ///< nc of the forward pass
+  std::size_t chunk_columns_backward = 0;  ///< nc of the backward pass (0 without gradient)
+  std::size_t threads = 1;
+  double seconds_forward = 0, seconds_backward = 0;
+};
+
+/// What prediction needs from a fit (the m×m factors are outputs of the bound's call).
+struct sgpr_posterior {
+  kernel kind = kernel::rbf;
+  double variance = 1;
+  std::vector<double> lengthscales;
+  std::size_t m = 0, d = 0;
+  std::vector<double> Z;   ///< copy of the inducing points (m×d)
+  std::vector<double> L;   ///< chol(Kuu + jitter·I), m×m lower, row-major
+  std::vector<double> LB;  ///< chol(AAᵀ + I), m×m lower
+  std::vector<double> w;   ///< L⁻ᵀLB⁻ᵀc: predictive mean = K*u·w
+};
+
+struct sgpr_result {
+  double bound = 0;
+  /// The bound's pieces: Σ log diag LB, cᵀc, tr(AAᵀ), yᵀy, tr(Kff).
+  double sum_log_diag_LB = 0, ctc = 0, trace_aat = 0, yty = 0, trace_kff = 0;
+  bool has_gradient = false;
+  sgpr_gradient grad;
+  sgpr_posterior posterior;
+  sgpr_stats stats;
+};
+
+/// Positivity for training: a parameter p > floor is stored as t with p = softplus(t) + floor.
+inline double softplus(double t) { return t > 30 ? t : std::log1p(std::exp(t)); }
+/// The inverse of softplus: t with softplus(t) = v (v > 0).
+inline double softplus_inverse(double v) { return v > 30 ? v : std::log(std::expm1(v)); }
+/// d softplus / dt (the logistic sigmoid).
+inline double softplus_derivative(double t) { return 1.0 / (1.0 + std::exp(-t)); }
+
+}  // namespace memsafe::gp
+
+namespace memsafe::detail::gp {
+
+using memsafe::gp::data_view;
+using memsafe::gp::hyperparameters;
+using memsafe::gp::inducing_view;
+
+/// f(r0, r1, t) over [0, rows) split among `threads` threads (t = thread index; the caller runs the last).
+template <class F>
+void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
+  threads = std::max<std::size_t>(1, std::min(threads, rows));
+  if (threads == 1) {
+    f(std::size_t{0}, rows, std::size_t{0});
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  const std::size_t per = (rows + threads - 1) / threads;
+  for (std::size_t t = 0; t + 1 < threads; ++t)
+    pool.emplace_back([&, t] { f(std::min(rows, t * per), std::min(rows, (t + 1) * per), t); });
+  f(std::min(rows, (threads - 1) * per), rows, threads - 1);
+  for (auto& th : pool) th.join();
+}
+
+inline void validate(const data_view& D, const inducing_view& I, const hyperparameters& h, const char* fn) {
+  const std::string f = std::string("memsafe::gp::") + fn + ": ";
+  if (D.n == 0 || D.d == 0) throw shape_error(f + "no training data (n = " + std::to_string(D.n) + ", d = " +
+                                              std::to_string(D.d) + ")");
+  if (I.m == 0) throw shape_error(f + "no inducing points (m = 0)");
+  if (I.d != D.d)
+    throw shape_error(f + "inducing points have d = " + std::to_string(I.d) + " but the data have d = " +
+                      std::to_string(D.d));
+  if (!D.X || !D.y || !I.Z) throw argument_error(f + "null data pointer (X, y or Z)");
+  if (h.lengthscales.size() != D.d)
+    throw shape_error(f + std::to_string(h.lengthscales.size()) + " lengthscales for d = " + std::to_string(D.d) +
+                      " (ARD: one per input dimension)");
+  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!positive(h.variance)) throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
+  if (!positive(h.noise)) throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
+  for (std::size_t k = 0; k < D.d; ++k)
+    if (!positive(h.lengthscales[k]))
+      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " +
+                           std::to_string(h.lengthscales[k]));
+  if (!(std::isfinite(h.jitter) && h.jitter >= 0)) throw argument_error(f + "jitter must be finite and >= 0");
+}
+
+/// K(rows [i0, i1) of Z, the nc points Xc) · σ_f² into out (row i at out + (i − i0)·ld).
+/// When b is given, b[i] += Σ_j out(i, j)·yc[j].
+template <memsafe::gp::kernel K>
+void kernel_block(const double* Z, std::size_t i0, std::size_t i1, const double* Xc, std::size_t nc, std::size_t d,
+                  const double* il2, double s2, double* out, std::size_t ld, double* b, const double* yc) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    const double* z = Z + i * d;
+    double* o = out + (i - i0) * ld;
+    double acc = 0;
+    for (std::size_t j = 0; j < nc; ++j) {
+      const double* x = Xc + j * d;
+      double r2 = 0;
+      for (std::size_t k = 0; k < d; ++k) {
+        const double u = x[k] - z[k];
+        r2 += u * u * il2[k];
+      }
+      o[j] = s2 * profile<K>::phi(r2);
+      if (b) acc += o[j] * yc[j];
+    }
+    if (b) b[i] += acc;
+  }
+}
+
+/// Largest chunk of columns (≤ n) whose `per_column` bytes, plus `fixed`, fit the budget.
+inline std::size_t chunk_columns(std::size_t budget, std::size_t fixed, std::size_t per_column, std::size_t n) {
+  if (budget < fixed + per_column) return 0;
+  return std::max<std::size_t>(1, std::min(n, (budget - fixed) / per_column));
+}
+
+/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (two triangular solves).
+inline void sandwich(const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
+  auto Lv = memsafe::matrix(L.data(), m, m);
+  auto Xv = memsafe::matrix(X.data(), m, m);
+  memsafe::linalg::solve_lower(Lv, Xv, true);
+  memsafe::linalg::solve_lower(Lv, Xv.t(), true);
+  for (std::size_t i = 0; i < m; ++i)  // exact symmetry (the two triangles agree to rounding)
+    for (std::size_t j = 0; j < i; ++j) X[i * m + j] = X[j * m + i] = 0.5 * (X[i * m + j] + X[j * m + i]);
+}
+
+/// Ψ += Kc·Kcᵀ (Kc: m×nc row-major), updating Ψ's lower triangle (row-major) only.
+inline void syrk_lower(const double* Kc, std::size_t m, std::size_t nc, double* Psi) {
+  // Kc's memory read column-major is Kcᵀ (nc×m, ld nc): Ψ = (Kcᵀ)ᵀ(Kcᵀ), TRANS = 'T'. Ψ's row-major
+  // lower triangle is its column-major upper one.
+  const int N = memsafe::linalg::detail::to_int(m, "gp::sgpr", "m");
+  const int Kk = memsafe::linalg::detail::to_int(nc, "gp::sgpr", "chunk");
+  const double one = 1.0;
+  const char uplo = 'U', trans = 'T';
+  dsyrk_(&uplo, &trans, &N, &Kk, &one, Kc, &Kk, &one, Psi, &N, 1, 1);
+}
+
+/// Bytes of the small temporaries: 1/ℓ² (d) and per-thread partial sums (2d + 1 each).
+inline std::size_t small_bytes(std::size_t d, std::size_t threads) {
+  return (d + threads * (2 * d + 1)) * sizeof(double);
+}
+
+}  // namespace memsafe::detail::gp
+
+namespace memsafe::gp {
+
+/// Bytes of temporaries the smallest plan needs (one column per chunk, one thread).
+inline std::size_t sgpr_minimum_bytes(std::size_t m, std::size_t d, bool gradient) {
+  return detail::gp::small_bytes(d, 1) + (gradient ? 2 : 1) * m * sizeof(double);
+}
+
+/// The SGPR collapsed bound at (hyperparameters h, inducing points Z) on data D; with
+/// opts.gradient its gradient. Throws shape_error / argument_error on bad inputs, budget_error
+/// (with the minimum) when the budget cannot hold one column of Kuf (two with the gradient), and
+/// argument_error when Kuu + jitter·I is not positive definite — all before the n-sized work.
+inline sgpr_result sgpr(const data_view& D, const inducing_view& I, const hyperparameters& h,
+                        const sgpr_options& opts = {}) {
+  namespace la = memsafe::linalg;
+  namespace dg = memsafe::detail::gp;
+  using clock_type = std::chrono::steady_clock;
+  dg::validate(D, I, h, "sgpr");
+  const std::size_t n = D.n, m = I.m, d = D.d;
+  const double s2 = h.variance, sig2 = h.noise;
+  const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
+  std::size_t threads = memsafe::plan::resolve_threads(opts.threads);
+
+  sgpr_result R;
+  R.has_gradient = opts.gradient;
+  R.stats.budget_bytes = budget;
+  R.stats.minimum_bytes = sgpr_minimum_bytes(m, d, opts.gradient);
+  if (budget < R.stats.minimum_bytes)
+    throw budget_error("memsafe::gp::sgpr: a budget of " + format_bytes(budget) + " is too small for m = " +
+                           std::to_string(m) + (opts.gradient ? " with the gradient" : "") +
+                           ": one column of Kuf needs " + format_bytes(R.stats.minimum_bytes) +
+                           " of temporaries; use a budget of at least " + std::to_string(R.stats.minimum_bytes) +
+                           " bytes",
+                       budget, R.stats.minimum_bytes);
+  // Fewer threads when their partial sums would not leave room for a column.
+  while (threads > 1 && dg::small_bytes(d, threads) + (opts.gradient ? 2 : 1) * m * sizeof(double) > budget) --threads;
+  R.stats.threads = threads;
+
+  memsafe::detail::accountant acc(budget);
+  const std::size_t small_n = d + threads * (2 * d + 1);
+  memsafe::detail::temp_buffer<double> small(acc, small_n);
+  double* il2 = small.data();
+  double* partial = small.data() + d;
+  for (std::size_t k = 0; k < d; ++k) il2[k] = 1.0 / (h.lengthscales[k] * h.lengthscales[k]);
+  const std::size_t fixed = small_n * sizeof(double);
+
+  auto t0 = clock_type::now();
+  auto& P = R.posterior;
+  P.kind = h.kind;
+  P.variance = s2;
+  P.lengthscales = h.lengthscales;
+  P.m = m;
+  P.d = d;
+  P.Z.assign(I.Z, I.Z + m * d);
+  const double* Z = P.Z.data();
+
+  // Kuu + jitter·I (an m×m output), then L in place.
+  P.L.assign(m * m, 0.0);
+  dg::with_kernel(h.kind, [&](auto kc) {
+    dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+      dg::kernel_block<decltype(kc)::value>(Z, r0, r1, Z, m, d, il2, s2, P.L.data() + r0 * m, m, nullptr, nullptr);
+    });
+  });
+  for (std::size_t i = 0; i < m; ++i) P.L[i * m + i] += h.jitter;
+  auto Lv = memsafe::matrix(static_cast<const double*>(P.L.data()), m, m);
+  try {
+    la::cholesky(memsafe::matrix(P.L.data(), m, m));
+  } catch (const argument_error& e) {
+    throw argument_error(std::string("memsafe::gp::sgpr: Kuu + jitter·I is not positive definite (duplicate or "
+                                     "very close inducing points? raise the jitter): ") + e.what());
+  }
+
+  // Forward n-sized pass: Ψ₂ (or AAᵀ·σ² whitened) and b = Kuf·y over chunks of columns.
+  std::vector<double> B(m * m, 0.0);  // Ψ₂ → AAᵀ → B → LB
+  std::vector<double> b(m, 0.0);
+  const std::size_t ncf = dg::chunk_columns(budget, fixed, m * sizeof(double), n);
+  R.stats.chunk_columns = ncf;
+  {
+    memsafe::detail::temp_buffer<double> Kc(acc, m * ncf);
+    for (std::size_t j0 = 0; j0 < n; j0 += ncf) {
+      const std::size_t nc = std::min(ncf, n - j0);
+      const double* Xc = D.X + j0 * d;
+      dg::with_kernel(h.kind, [&](auto kc) {
+        dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+          dg::kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, il2, s2, Kc.data() + r0 * nc, nc, b.data(),
+                                                D.y + j0);
+        });
+      });
+      if (opts.whitened) la::solve_lower(Lv, memsafe::matrix(Kc.data(), m, nc));
+      dg::syrk_lower(Kc.data(), m, nc, B.data());
+    }
+  }
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = i + 1; j < m; ++j) B[i * m + j] = B[j * m + i];
+  auto Bv = memsafe::matrix(B.data(), m, m);
+  if (!opts.whitened) {  // AAᵀσ² = L⁻¹Ψ₂L⁻ᵀ
+    la::solve_lower(Lv, Bv);
+    la::solve_lower(Lv, Bv.t());
+  }
+  double trace_aat = 0;
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j <= i; ++j) {
+      const double v = (j == i ? B[i * m + i] : 0.5 * (B[i * m + j] + B[j * m + i])) / sig2;
+      B[i * m + j] = B[j * m + i] = v;
+      if (i == j) {
+        trace_aat += v;
+        B[i * m + i] += 1.0;
+      }
+    }
+  std::vector<double> Bfull;
+  if (opts.gradient) Bfull = B;
+  la::cholesky(Bv);  // LB (B = I + AAᵀ is well conditioned: eigenvalues ≥ 1)
+  P.LB = std::move(B);
+  auto LBv = memsafe::matrix(static_cast<const double*>(P.LB.data()), m, m);
+  std::vector<double> c = b;
+  la::solve_lower(Lv, memsafe::vec(c.data(), m));
+  for (auto& v : c) v /= sig2;
+  la::solve_lower(LBv, memsafe::vec(c.data(), m));
+  double yty = 0, ctc = 0, sld = 0;
+  for (std::size_t j = 0; j < n; ++j) yty += D.y[j] * D.y[j];
+  for (std::size_t i = 0; i < m; ++i) ctc += c[i] * c[i];
+  for (std::size_t i = 0; i < m; ++i) sld += std::log(P.LB[i * m + i]);
+  const double nd = static_cast<double>(n);
+  const double trace_kff = nd * s2;
+  constexpr double log_two_pi = 1.8378770664093454835606594728112;
+  R.bound = -0.5 * nd * log_two_pi - sld - 0.5 * nd * std::log(sig2) - 0.5 * yty / sig2 + 0.5 * ctc -
+            0.5 * trace_kff / sig2 + 0.5 * trace_aat;
+  R.sum_log_diag_LB = sld;
+  R.ctc = ctc;
+  R.trace_aat = trace_aat;
+  R.yty = yty;
+  R.trace_kff = trace_kff;
+  P.w = c;
+  la::solve_lower(LBv, memsafe::vec(P.w.data(), m), true);
+  la::solve_lower(Lv, memsafe::vec(P.w.data(), m), true);
+  R.stats.seconds_forward = std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (!opts.gradient) {
+    R.stats.peak_temp_bytes = acc.peak();
+    return R;
+  }
+
+  // ---- backward ---------------------------------------------------------------------------------
+  t0 = clock_type::now();
+  const std::vector<double>& w = P.w;
+  std::vector<double> G2 = P.LB;  // → B⁻¹ → Ḡ₂
+  la::cholesky_inverse(memsafe::matrix(G2.data(), m, m));
+  double tr_bi = 0;
+  for (std::size_t i = 0; i < m; ++i) tr_bi += G2[i * m + i];
+  std::vector<double>& Guu = Bfull;  // B → Ḡuu
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      const double id = i == j ? 1.0 : 0.0;
+      Guu[i * m + j] = id - 0.5 * G2[i * m + j] - 0.5 * Guu[i * m + j];
+      G2[i * m + j] = (id - G2[i * m + j]) / (2.0 * sig2);
+    }
+  dg::sandwich(P.L, Guu, m);
+  dg::sandwich(P.L, G2, m);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      Guu[i * m + j] -= 0.5 * w[i] * w[j];
+      G2[i * m + j] -= w[i] * w[j] / (2.0 * sig2);
+    }
+  std::vector<double> g1(m);
+  for (std::size_t i = 0; i < m; ++i) g1[i] = w[i] / sig2;
+
+  // ∂F/∂σ²: no n-sized work.
+  double ltw2 = 0, wtb = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    double t = 0;  // (Lᵀw)_i = Σ_{j ≥ i} L_ji w_j
+    for (std::size_t j = i; j < m; ++j) t += P.L[j * m + i] * w[j];
+    ltw2 += t * t;
+    wtb += w[i] * b[i];
+  }
+  auto& G = R.grad;
+  G.noise = (static_cast<double>(m) - tr_bi - trace_aat - nd - ltw2) / (2.0 * sig2) +
+            (yty - wtb + trace_kff) / (2.0 * sig2 * sig2);
+  G.Z.assign(m * d, 0.0);
+  G.lengthscales.assign(d, 0.0);
+  double gvar = -nd / (2.0 * sig2);
+  std::vector<double> gl(d, 0.0);  // Σ q·u_k² over both contractions (then × −2/ℓ_k³)
+  const auto reduce_partials = [&]() {
+    for (std::size_t t = 0; t < threads; ++t) {
+      const double* p = partial + t * (2 * d + 1);
+      for (std::size_t k = 0; k < d; ++k) gl[k] += p[d + k];
+      gvar += p[2 * d];
+    }
+  };
+  const auto clear_partials = [&]() { std::fill(partial, partial + threads * (2 * d + 1), 0.0); };
+
+  // Kuu: Σ Ḡuu ⊙ ∂Kuu/∂(σ_f², ℓ, Z), O(m²d), no temporary.
+  clear_partials();
+  dg::with_kernel(h.kind, [&](auto kc) {
+    using prof = dg::profile<decltype(kc)::value>;
+    dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+      double* p = partial + t * (2 * d + 1);
+      double* gz = p;  // scratch (d)
+      for (std::size_t i = r0; i < r1; ++i) {
+        const double* zi = Z + i * d;
+        std::fill(gz, gz + d, 0.0);
+        for (std::size_t i2 = 0; i2 < m; ++i2) {
+          const double g = Guu[i * m + i2];
+          if (i2 == i) {
+            p[2 * d] += g;  // φ(0) = 1
+            continue;
+          }
+          const double* z2 = Z + i2 * d;
+          double r2 = 0;
+          for (std::size_t k = 0; k < d; ++k) {
+            const double u = zi[k] - z2[k];
+            r2 += u * u * il2[k];
+          }
+          double phi, psi;
+          prof::phi_psi(r2, phi, psi);
+          p[2 * d] += g * phi;
+          const double q = g * s2 * psi;
+          for (std::size_t k = 0; k < d; ++k) {
+            const double u = zi[k] - z2[k];
+            gz[k] += q * u;
+            p[d + k] += q * u * u;
+          }
+        }
+        for (std::size_t k = 0; k < d; ++k) G.Z[i * d + k] += 4.0 * il2[k] * gz[k];
+      }
+    });
+  });
+  reduce_partials();
+
+  // Kuf: W_c = 2·Ḡ₂·Kuf_c + ḡ₁·y_cᵀ per chunk (GEMM), then Σ W ⊙ ∂Kuf/∂(σ_f², ℓ, Z).
+  const std::size_t ncb = dg::chunk_columns(budget, fixed, 2 * m * sizeof(double), n);
+  R.stats.chunk_columns_backward = ncb;
+  {
+    memsafe::detail::temp_buffer<double> Kc(acc, m * ncb);
+    memsafe::detail::temp_buffer<double> Wc(acc, m * ncb);
+    auto G2v = memsafe::matrix(static_cast<const double*>(G2.data()), m, m);
+    for (std::size_t j0 = 0; j0 < n; j0 += ncb) {
+      const std::size_t nc = std::min(ncb, n - j0);
+      const double* Xc = D.X + j0 * d;
+      const double* yc = D.y + j0;
+      dg::with_kernel(h.kind, [&](auto kc) {
+        dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+          dg::kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, il2, s2, Kc.data() + r0 * nc, nc, nullptr,
+                                                nullptr);
+        });
+      });
+      la::gemm(2.0, G2v, false, memsafe::matrix(static_cast<const double*>(Kc.data()), m, nc), false, 0.0,
+               memsafe::matrix(Wc.data(), m, nc));
+      clear_partials();
+      dg::with_kernel(h.kind, [&](auto kc) {
+        using prof = dg::profile<decltype(kc)::value>;
+        dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+          double* p = partial + t * (2 * d + 1);
+          double* gz = p;
+          for (std::size_t i = r0; i < r1; ++i) {
+            const double* zi = Z + i * d;
+            const double* wr = Wc.data() + i * nc;
+            std::fill(gz, gz + d, 0.0);
+            for (std::size_t j = 0; j < nc; ++j) {
+              const double wij = wr[j] + g1[i] * yc[j];
+              const double* x = Xc + j * d;
+              double r2 = 0;
+              for (std::size_t k = 0; k < d; ++k) {
+                const double u = x[k] - zi[k];
+                r2 += u * u * il2[k];
+              }
+              double phi, psi;
+              prof::phi_psi(r2, phi, psi);
+              p[2 * d] += wij * phi;
+              const double q = wij * s2 * psi;
+              for (std::size_t k = 0; k < d; ++k) {
+                const double u = x[k] - zi[k];
+                gz[k] += q * u;
+                p[d + k] += q * u * u;
+              }
+            }
+            for (std::size_t k = 0; k < d; ++k) G.Z[i * d + k] -= 2.0 * il2[k] * gz[k];
+          }
+        });
+      });
+      reduce_partials();
+    }
+  }
+  G.variance = gvar;
+  for (std::size_t k = 0; k < d; ++k) {
+    const double l = h.lengthscales[k];
+    G.lengthscales[k] = -2.0 * gl[k] / (l * l * l);
+  }
+  R.stats.seconds_backward = std::chrono::duration<double>(clock_type::now() - t0).count();
+  R.stats.peak_temp_bytes = acc.peak();
+  return R;
+}
+
+/// Statistics of one prediction call.
+struct predict_stats {
+  std::size_t budget_bytes = 0, peak_temp_bytes = 0, chunk_points = 0;
+};
+
+/// Predictive mean and latent variance (GPflow's SGPR.predict_f, full_cov = False) at ns test points
+/// Xs (row-major ns×d): mean = K*u·w, var = k** − ‖L⁻¹ku*‖² + ‖LB⁻¹L⁻¹ku*‖². Each chunk of test
+/// points forms ku* (m × nc) once, inside the budget. Add the noise variance for the predictive
+/// variance of y.
+inline predict_stats predict(const sgpr_posterior& P, const double* Xs, std::size_t ns, double* mean, double* var,
+                             std::optional<std::size_t> budget_opt = std::nullopt, unsigned threads_opt = 0) {
+  namespace la = memsafe::linalg;
+  namespace dg = memsafe::detail::gp;
+  predict_stats st;
+  st.budget_bytes = memsafe::detail::resolve_budget(budget_opt);
+  if (ns == 0) return st;
+  if (!Xs || !mean || !var) throw argument_error("memsafe::gp::predict: null pointer (Xs, mean or var)");
+  const std::size_t m = P.m, d = P.d;
+  if (m == 0 || P.L.size() != m * m || P.LB.size() != m * m || P.w.size() != m)
+    throw argument_error("memsafe::gp::predict: the posterior is empty or inconsistent (fit with gp::sgpr first)");
+  const std::size_t threads = memsafe::plan::resolve_threads(threads_opt);
+  const std::size_t fixed = (d + 2) * sizeof(double);
+  const std::size_t minimum = fixed + m * sizeof(double);
+  if (st.budget_bytes < minimum)
+    throw budget_error("memsafe::gp::predict: a budget of " + format_bytes(st.budget_bytes) + " is too small for m = " +
+                           std::to_string(m) + ": one test point needs " + format_bytes(minimum) +
+                           "; use a budget of at least " + std::to_string(minimum) + " bytes",
+                       st.budget_bytes, minimum);
+  memsafe::detail::accountant acc(st.budget_bytes);
+  memsafe::detail::temp_buffer<double> small(acc, d);
+  for (std::size_t k = 0; k < d; ++k) small[k] = 1.0 / (P.lengthscales[k] * P.lengthscales[k]);
+  const std::size_t nc0 = std::max<std::size_t>(1, std::min(ns, (st.budget_bytes - fixed) / (m * sizeof(double))));
+  st.chunk_points = nc0;
+  memsafe::detail::temp_buffer<double> Kc(acc, m * nc0);
+  auto Lv = memsafe::matrix(P.L.data(), m, m);
+  auto LBv = memsafe::matrix(P.LB.data(), m, m);
+  for (std::size_t j0 = 0; j0 < ns; j0 += nc0) {
+    const std::size_t nc = std::min(nc0, ns - j0);
+    dg::with_kernel(P.kind, [&](auto kc) {
+      dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+        dg::kernel_block<decltype(kc)::value>(P.Z.data(), r0, r1, Xs + j0 * d, nc, d, small.data(), P.variance,
+                                              Kc.data() + r0 * nc, nc, nullptr, nullptr);
+      });
+    });
+    auto K = memsafe::matrix(Kc.data(), m, nc);
+    for (std::size_t j = 0; j < nc; ++j) {
+      mean[j0 + j] = 0;
+      var[j0 + j] = P.variance;
+    }
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < nc; ++j) mean[j0 + j] += Kc[i * nc + j] * P.w[i];
+    la::solve_lower(Lv, K);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < nc; ++j) var[j0 + j] -= Kc[i * nc + j] * Kc[i * nc + j];
+    la::solve_lower(LBv, K);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < nc; ++j) var[j0 + j] += Kc[i * nc + j] * Kc[i * nc + j];
+  }
+  st.peak_temp_bytes = acc.peak();
+  return st;
+}
+
+}  // namespace memsafe::gp

@@ -1,0 +1,383 @@
+// memsafe::gp (SGPR bound, gradient, predictions) against an independent dense f64 implementation
+// written here (log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²) with n×n matrices) and against
+// central finite differences of the bound, at budgets from the minimum to unlimited.
+#include <doctest/doctest.h>
+
+#if defined(MEMSAFE_HAS_LAPACK)
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <memsafe/gp.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace gp = memsafe::gp;
+using vec = std::vector<double>;
+
+// ---- an independent dense reference --------------------------------------------------------------
+
+double ref_kernel(gp::kernel k, const double* a, const double* b, std::size_t d, const vec& ell, double s2) {
+  double r2 = 0;
+  for (std::size_t q = 0; q < d; ++q) r2 += (a[q] - b[q]) * (a[q] - b[q]) / (ell[q] * ell[q]);
+  const double r = std::sqrt(r2);
+  switch (k) {
+    case gp::kernel::rbf: return s2 * std::exp(-r2 / 2);
+    case gp::kernel::matern12: return s2 * std::exp(-r);
+    case gp::kernel::matern32: return s2 * (1 + std::sqrt(3.0) * r) * std::exp(-std::sqrt(3.0) * r);
+    case gp::kernel::matern52:
+      return s2 * (1 + std::sqrt(5.0) * r + 5.0 * r2 / 3.0) * std::exp(-std::sqrt(5.0) * r);
+  }
+  return 0;
+}
+
+/// Naive Cholesky (lower, row-major) of an n×n SPD matrix.
+vec ref_chol(vec A, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) {
+    double s = A[j * n + j];
+    for (std::size_t k = 0; k < j; ++k) s -= A[j * n + k] * A[j * n + k];
+    REQUIRE(s > 0);
+    A[j * n + j] = std::sqrt(s);
+    for (std::size_t i = j + 1; i < n; ++i) {
+      double t = A[i * n + j];
+      for (std::size_t k = 0; k < j; ++k) t -= A[i * n + k] * A[j * n + k];
+      A[i * n + j] = t / A[j * n + j];
+    }
+    for (std::size_t k = j + 1; k < n; ++k) A[j * n + k] = 0;
+  }
+  return A;
+}
+/// Solve (L Lᵀ) x = b.
+vec ref_solve(const vec& L, vec b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t k = 0; k < i; ++k) b[i] -= L[i * n + k] * b[k];
+    b[i] /= L[i * n + i];
+  }
+  for (std::size_t i = n; i-- > 0;) {
+    for (std::size_t k = i + 1; k < n; ++k) b[i] -= L[k * n + i] * b[k];
+    b[i] /= L[i * n + i];
+  }
+  return b;
+}
+
+struct problem {
+  std::size_t n, m, d;
+  vec X, y, Z, Xs;
+  gp::hyperparameters h;
+  problem(std::size_t n_, std::size_t m_, std::size_t d_, gp::kernel k, unsigned seed = 3) : n(n_), m(m_), d(d_) {
+    std::mt19937_64 g(seed);
+    std::normal_distribution<double> N;
+    X.resize(n * d);
+    for (auto& v : X) v = N(g);
+    Z.resize(m * d);
+    for (auto& v : Z) v = 0.8 * N(g);
+    Xs.resize(11 * d);
+    for (auto& v : Xs) v = N(g);
+    y.resize(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::size_t q = 0; q < d; ++q) s += X[j * d + q];
+      y[j] = std::sin(s) + 0.1 * N(g);
+    }
+    h.kind = k;
+    h.variance = 1.3;
+    h.noise = 0.2;
+    h.jitter = 1e-6;
+    h.lengthscales.resize(d);
+    for (std::size_t q = 0; q < d; ++q) h.lengthscales[q] = 0.9 + 0.35 * double(q);
+  }
+  gp::data_view data() const { return {X.data(), y.data(), n, d}; }
+  gp::inducing_view ind() const { return {Z.data(), m, d}; }
+};
+
+/// The bound the long way: Qff = Kfu Kuu⁻¹ Kuf (n×n), log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²).
+double ref_bound(const problem& p) {
+  const auto& h = p.h;
+  const std::size_t n = p.n, m = p.m, d = p.d;
+  vec Kuu(m * m), Kuf(m * n);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < m; ++j)
+      Kuu[i * m + j] = ref_kernel(h.kind, &p.Z[i * d], &p.Z[j * d], d, h.lengthscales, h.variance) +
+                       (i == j ? h.jitter : 0.0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      Kuf[i * n + j] = ref_kernel(h.kind, &p.Z[i * d], &p.X[j * d], d, h.lengthscales, h.variance);
+  const vec Lu = ref_chol(Kuu, m);
+  vec KinvKuf(m * n);  // Kuu⁻¹ Kuf, column by column
+  for (std::size_t j = 0; j < n; ++j) {
+    vec col(m);
+    for (std::size_t i = 0; i < m; ++i) col[i] = Kuf[i * n + j];
+    col = ref_solve(Lu, col, m);
+    for (std::size_t i = 0; i < m; ++i) KinvKuf[i * n + j] = col[i];
+  }
+  vec C(n * n);
+  double trQ = 0;
+  for (std::size_t a = 0; a < n; ++a)
+    for (std::size_t b = 0; b < n; ++b) {
+      double s = 0;
+      for (std::size_t i = 0; i < m; ++i) s += Kuf[i * n + a] * KinvKuf[i * n + b];
+      C[a * n + b] = s + (a == b ? h.noise : 0.0);
+      if (a == b) trQ += s;
+    }
+  const vec Lc = ref_chol(C, n);
+  const vec alpha = ref_solve(Lc, p.y, n);
+  double quad = 0, logdet = 0;
+  for (std::size_t a = 0; a < n; ++a) {
+    quad += p.y[a] * alpha[a];
+    logdet += 2 * std::log(Lc[a * n + a]);
+  }
+  const double nd = double(n);
+  return -0.5 * nd * std::log(2 * M_PI) - 0.5 * logdet - 0.5 * quad - 0.5 * (nd * h.variance - trQ) / h.noise;
+}
+
+/// Predictive mean and latent variance the long way: Σ = (Kuu + KufKfu/σ²)⁻¹,
+/// mean = K*u Σ Kuf y/σ², var = k** − K*u Kuu⁻¹ Ku* + K*u Σ Ku*.
+void ref_predict(const problem& p, vec& mean, vec& var) {
+  const auto& h = p.h;
+  const std::size_t n = p.n, m = p.m, d = p.d, ns = p.Xs.size() / d;
+  vec Kuu(m * m), Pm(m * m), b(m, 0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < m; ++j)
+      Kuu[i * m + j] = ref_kernel(h.kind, &p.Z[i * d], &p.Z[j * d], d, h.lengthscales, h.variance) +
+                       (i == j ? h.jitter : 0.0);
+  Pm = Kuu;
+  for (std::size_t a = 0; a < n; ++a) {
+    vec k(m);
+    for (std::size_t i = 0; i < m; ++i) k[i] = ref_kernel(h.kind, &p.Z[i * d], &p.X[a * d], d, h.lengthscales, h.variance);
+    for (std::size_t i = 0; i < m; ++i) {
+      b[i] += k[i] * p.y[a] / h.noise;
+      for (std::size_t j = 0; j < m; ++j) Pm[i * m + j] += k[i] * k[j] / h.noise;
+    }
+  }
+  const vec Lu = ref_chol(Kuu, m), Lp = ref_chol(Pm, m);
+  const vec wv = ref_solve(Lp, b, m);
+  mean.assign(ns, 0);
+  var.assign(ns, 0);
+  for (std::size_t s = 0; s < ns; ++s) {
+    vec k(m);
+    for (std::size_t i = 0; i < m; ++i) k[i] = ref_kernel(h.kind, &p.Z[i * d], &p.Xs[s * d], d, h.lengthscales, h.variance);
+    const vec a1 = ref_solve(Lu, k, m), a2 = ref_solve(Lp, k, m);
+    double mu = 0, q1 = 0, q2 = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      mu += k[i] * wv[i];
+      q1 += k[i] * a1[i];
+      q2 += k[i] * a2[i];
+    }
+    mean[s] = mu;
+    var[s] = h.variance - q1 + q2;
+  }
+}
+
+double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-300); }
+/// max |a − b| / max |b| (max-norm relative error of a group of gradient components).
+double rel_max(const vec& a, const vec& b) {
+  double e = 0, s = 0;
+  for (std::size_t q = 0; q < a.size(); ++q) {
+    e = std::max(e, std::fabs(a[q] - b[q]));
+    s = std::max(s, std::fabs(b[q]));
+  }
+  return s == 0 ? e : e / s;
+}
+
+double bound_at(const problem& p, const gp::hyperparameters& h, const vec& Z) {
+  return gp::sgpr(p.data(), {Z.data(), p.m, p.d}, h, {.budget = memsafe::unlimited}).bound;
+}
+/// 4th-order central difference of f at x with step e.
+template <class F>
+double fd(F&& f, double e) {
+  return (-f(2 * e) + 8 * f(e) - 8 * f(-e) + f(-2 * e)) / (12 * e);
+}
+
+const gp::kernel all_kernels[] = {gp::kernel::rbf, gp::kernel::matern12, gp::kernel::matern32, gp::kernel::matern52};
+
+}  // namespace
+
+TEST_SUITE("gp") {
+TEST_CASE("sgpr bound matches a dense f64 implementation for every kernel and both accumulations at any budget") {
+  for (auto k : all_kernels) {
+    problem p(41, 7, 3, k);
+    const double want = ref_bound(p);
+    const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, false);
+    for (bool wh : {false, true})
+      for (std::size_t budget : {minimum, minimum + 5 * p.m * sizeof(double), std::size_t(1) << 20, memsafe::unlimited}) {
+        CAPTURE(gp::kernel_name(k));
+        CAPTURE(wh);
+        CAPTURE(budget);
+        const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = budget, .whitened = wh});
+        CHECK(rel(r.bound, want) < 1e-10);
+        CHECK(r.stats.peak_temp_bytes <= budget);
+        CHECK(r.stats.peak_temp_bytes > 0);
+      }
+  }
+}
+
+TEST_CASE("sgpr gradient matches central finite differences at several budgets") {
+  for (auto k : all_kernels) {
+    problem p(29, 5, 2, k, 7);
+    CAPTURE(gp::kernel_name(k));
+    // Finite differences of the bound, each parameter in turn.
+    const double e = 1e-4;
+    vec fd_ell(p.d), fd_Z(p.m * p.d);
+    const double fd_var = fd(
+        [&](double t) {
+          auto h = p.h;
+          h.variance += t;
+          return bound_at(p, h, p.Z);
+        },
+        e);
+    const double fd_noise = fd(
+        [&](double t) {
+          auto h = p.h;
+          h.noise += t;
+          return bound_at(p, h, p.Z);
+        },
+        e);
+    for (std::size_t q = 0; q < p.d; ++q)
+      fd_ell[q] = fd(
+          [&](double t) {
+            auto h = p.h;
+            h.lengthscales[q] += t;
+            return bound_at(p, h, p.Z);
+          },
+          e);
+    for (std::size_t q = 0; q < p.m * p.d; ++q)
+      fd_Z[q] = fd(
+          [&](double t) {
+            vec Z = p.Z;
+            Z[q] += t;
+            return bound_at(p, p.h, Z);
+          },
+          e);
+    const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
+    vec first_Z;
+    for (bool wh : {false, true})
+      for (std::size_t budget : {minimum, minimum + 3 * 2 * p.m * sizeof(double), memsafe::unlimited}) {
+        CAPTURE(wh);
+        CAPTURE(budget);
+        const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = budget, .gradient = true, .whitened = wh});
+        REQUIRE(r.has_gradient);
+        CHECK(r.stats.peak_temp_bytes <= budget);
+        CHECK(rel(r.grad.variance, fd_var) < 1e-6);
+        CHECK(rel(r.grad.noise, fd_noise) < 1e-6);
+        CHECK(rel_max(r.grad.lengthscales, fd_ell) < 1e-6);
+        for (std::size_t q = 0; q < p.d; ++q) CHECK(rel(r.grad.lengthscales[q], fd_ell[q]) < 1e-6);
+        CHECK(rel_max(r.grad.Z, fd_Z) < 1e-6);
+        // Budget independence: the chunking changes only the order of the sums.
+        if (first_Z.empty())
+          first_Z = r.grad.Z;
+        else
+          CHECK(rel_max(r.grad.Z, first_Z) < 1e-9);
+      }
+  }
+}
+
+TEST_CASE("sgpr gradient with one thread equals the threaded one and the chunk sizes follow the budget") {
+  problem p(50, 6, 3, gp::kernel::matern32, 11);
+  const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
+  const auto a = gp::sgpr(p.data(), p.ind(), p.h, {.budget = minimum, .gradient = true, .threads = 1});
+  CHECK(a.stats.chunk_columns_backward == 1);
+  CHECK(a.stats.peak_temp_bytes == minimum);
+  const auto b = gp::sgpr(p.data(), p.ind(), p.h, {.budget = memsafe::unlimited, .gradient = true, .threads = 2});
+  CHECK(b.stats.chunk_columns == p.n);
+  CHECK(rel(a.bound, b.bound) < 1e-12);
+  CHECK(rel(a.grad.noise, b.grad.noise) < 1e-10);
+  CHECK(rel(a.grad.variance, b.grad.variance) < 1e-10);
+  CHECK(rel_max(a.grad.lengthscales, b.grad.lengthscales) < 1e-10);
+  CHECK(rel_max(a.grad.Z, b.grad.Z) < 1e-10);
+}
+
+TEST_CASE("sgpr predictions match the dense implementation at any budget") {
+  for (auto k : {gp::kernel::rbf, gp::kernel::matern32}) {
+    problem p(33, 6, 2, k, 5);
+    vec want_mean, want_var;
+    ref_predict(p, want_mean, want_var);
+    const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = memsafe::unlimited});
+    const std::size_t ns = p.Xs.size() / p.d;
+    for (std::size_t budget : {std::size_t(1) << 10, memsafe::unlimited}) {
+      vec mean(ns), var(ns);
+      const auto st = gp::predict(r.posterior, p.Xs.data(), ns, mean.data(), var.data(), budget);
+      CHECK(st.peak_temp_bytes <= budget);
+      CHECK(rel_max(mean, want_mean) < 1e-9);
+      CHECK(rel_max(var, want_var) < 1e-8);
+    }
+  }
+}
+
+TEST_CASE("sgpr errors for shapes and parameters and budget and a singular Kuu") {
+  problem p(20, 4, 3, gp::kernel::rbf);
+  auto h = p.h;
+  h.lengthscales.pop_back();
+  CHECK_THROWS_AS(gp::sgpr(p.data(), p.ind(), h), memsafe::shape_error);
+  CHECK_THROWS_AS(gp::sgpr(p.data(), {p.Z.data(), p.m, 2}, p.h), memsafe::shape_error);
+  CHECK_THROWS_AS(gp::sgpr(p.data(), {p.Z.data(), 0, 3}, p.h), memsafe::shape_error);
+  h = p.h;
+  h.noise = 0;
+  CHECK_THROWS_AS(gp::sgpr(p.data(), p.ind(), h), memsafe::argument_error);
+  h = p.h;
+  h.variance = std::nan("");
+  CHECK_THROWS_AS(gp::sgpr(p.data(), p.ind(), h), memsafe::argument_error);
+  h = p.h;
+  h.lengthscales[1] = -1;
+  CHECK_THROWS_AS(gp::sgpr(p.data(), p.ind(), h), memsafe::argument_error);
+  CHECK_THROWS_AS(gp::sgpr({nullptr, p.y.data(), p.n, p.d}, p.ind(), p.h), memsafe::argument_error);
+
+  const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
+  try {
+    gp::sgpr(p.data(), p.ind(), p.h, {.budget = minimum - 1, .gradient = true});
+    FAIL("expected a budget_error");
+  } catch (const memsafe::budget_error& e) {
+    CHECK(e.minimum_bytes == minimum);
+    CHECK(std::string(e.what()).find(std::to_string(minimum)) != std::string::npos);
+  }
+  CHECK_NOTHROW(gp::sgpr(p.data(), p.ind(), p.h, {.budget = minimum, .gradient = true}));
+
+  // Two identical inducing points and no jitter: Kuu is singular.
+  vec Z = p.Z;
+  std::copy(Z.begin(), Z.begin() + 3, Z.begin() + 3);
+  h = p.h;
+  h.jitter = 0;
+  CHECK_THROWS_AS(gp::sgpr(p.data(), {Z.data(), p.m, p.d}, h), memsafe::argument_error);
+}
+
+TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops in both layouts") {
+  const std::size_t n = 9;
+  std::mt19937_64 g(17);
+  std::normal_distribution<double> N;
+  vec G(n * n), A(n * n, 0.0);
+  for (auto& v : G) v = N(g);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t k = 0; k < n; ++k) A[i * n + j] += G[i * n + k] * G[j * n + k];
+      if (i == j) A[i * n + j] += 1.0;
+    }
+  for (bool colmajor : {false, true}) {
+    vec F = A;  // symmetric: the same memory either way
+    auto V = memsafe::matrix(F.data(), n, n);
+    if (colmajor) {
+      memsafe::linalg::cholesky(V.t());
+      memsafe::linalg::cholesky_inverse(V.t());
+    } else {
+      memsafe::linalg::cholesky(V);
+      memsafe::linalg::cholesky_inverse(V);
+    }
+    double err = 0;  // ‖A·A⁻¹ − I‖_max
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::size_t k = 0; k < n; ++k) s += A[i * n + k] * F[k * n + j];
+        err = std::max(err, std::fabs(s - (i == j ? 1.0 : 0.0)));
+        CHECK(F[i * n + j] == F[j * n + i]);
+      }
+    CHECK(err < 1e-10);
+  }
+}
+
+TEST_CASE("softplus transforms") {
+  for (double v : {1e-6, 0.1, 1.0, 7.5, 40.0}) CHECK(rel(gp::softplus(gp::softplus_inverse(v)), v) < 1e-12);
+  const double t = 0.3, e = 1e-6;
+  CHECK(rel(gp::softplus_derivative(t), (gp::softplus(t + e) - gp::softplus(t - e)) / (2 * e)) < 1e-8);
+}
+}
+#endif
