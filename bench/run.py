@@ -5,7 +5,7 @@ bench/results/<suite>.jsonl (bench/results/quick/<suite>.jsonl with --quick).
   python3 bench/run.py SUITE [--quick] [--reps R] [--threads T] [--out bench/results]
                              [--bin build/bench/memsafe_bench] [--data-dir ../shared/data]
 
-SUITE: fig2 | knn | mnist | sweep | matvec3 | overhead | compile | isa | all.
+SUITE: fig2 | knn | mnist | sweep | matvec3 | overhead | compile | isa | sums | all.
 Then `python3 bench/report.py` turns the results into docs/benchmarks.md and the plots.
 
 Every measurement is its own subprocess (so max_rss_bytes is per run) with a wall-clock
@@ -48,7 +48,7 @@ from array import array
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KEOPS_SCRIPT = os.path.join(HERE, "peers", "keops_bench.py")
-SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile", "isa"]
+SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile", "isa", "sums"]
 IMPLS = ["memsafe", "faiss", "keops", "naive"]
 UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine can hold
 
@@ -731,8 +731,81 @@ def suite_isa(R: Runner) -> None:
         R.write("isa", out)
 
 
+def exp_peaks(R: Runner) -> list[dict]:
+    """build/bench/exp_peak: memsafe's vector exp throughput per instruction set and type (G exp/s)."""
+    exe = os.path.join(os.path.dirname(R.a.bin), "exp_peak")
+    if not os.access(exe, os.X_OK):
+        log(f"[sums] {exe} not found: cmake --build build --target exp_peak")
+        return []
+    p = subprocess.run([exe, str(R.a.threads)], capture_output=True, text=True, timeout=300)
+    rows = []
+    for line in p.stdout.splitlines():
+        if line.strip().startswith("{"):
+            r = json.loads(line)
+            r.update({"suite": "sums", "impl": "exp_peak", "status": "ok",
+                      "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      "git_rev": R.rev, "run_id": R.run_id, "quick": bool(R.a.quick), **R.host})
+            rows.append(r)
+            log(f"[sums] exp_peak {r['isa']} {r['type']} {r['threads']} threads: {r['gexp_per_s']} G exp/s")
+    return rows
+
+
+def suite_sums(R: Runner) -> None:
+    """Fused kernel sums (issue 15): the exp throughput (exp_peak), then RBF matvec — f32 d = 3
+    n = 10^5 (matvec3) and f64 d = 1 n = 3·10^4 (a Fig. 2 point), 64 MiB — with the fused kernels
+    chosen at run time and with the tile path (MEMSAFE_ISA=portable: today's path), alternating in
+    every round (--reps rounds of one timed call). Each row: pairs/s, its share of the exp
+    throughput of its instruction set and type (one exp per pair), and the fused rows' speedup over
+    the tile path of the same run."""
+    a = R.a
+    if not R.wants("memsafe"):
+        return
+    peaks = exp_peaks(R)
+    flags = cpu_flags()
+    best = "avx512" if {"avx2", "fma", "avx512f"} <= flags else ("avx2" if {"avx2", "fma"} <= flags else "portable")
+    works = [{"n": 20000 if a.quick else 100000, "d": 3, "precision": "f32"},
+             {"n": 5000 if a.quick else 30000, "d": 1, "precision": "f64"}]
+    out = list(peaks)
+    for w in works:
+        req0 = {"bench": "matvec", "impl": "memsafe", "lengthscale": 1, "budget": "64MiB", "reps": 1, **w}
+        rows: dict = {}
+        for _ in range(a.reps):
+            for isa in (None, "portable"):
+                r = R.measure("sums", {**req0, "isa_forced": isa})
+                agg = rows.setdefault(isa, {**r, "times_s": []})
+                if r.get("status") == "ok" and r.get("times_s"):
+                    agg["times_s"] = agg["times_s"] + list(r["times_s"])
+                elif r.get("status") != "ok":
+                    agg.update({"status": r.get("status"), "message": r.get("message")})
+        for isa, agg in rows.items():
+            t = sorted(agg["times_s"])
+            if not t:
+                continue
+            med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+            ran = best if isa is None else isa
+            agg.update({"min_s": t[0], "median_s": med, "reps": len(t), "pairs_per_s": agg["n"] * agg["m"] / med,
+                        "isa_ran": ran})
+            pk = next((p for p in peaks if p["isa"] == ran and p["type"] == w["precision"]), None)
+            if pk:
+                agg["exp_peak_gexp_per_s"] = pk["gexp_per_s"]
+                agg["share_of_exp_peak"] = agg["pairs_per_s"] / (pk["gexp_per_s"] * 1e9)
+        if None in rows and "portable" in rows and rows["portable"].get("median_s"):
+            f, t = rows[None], rows["portable"]
+            if f.get("median_s"):
+                f["speedup_vs_tile_path_median"] = t["median_s"] / f["median_s"]
+                f["speedup_vs_tile_path_min"] = t["min_s"] / f["min_s"]
+                log(f"[sums] matvec {w['precision']} d={w['d']} n={w['n']}: fused {f['pairs_per_s'] / 1e9:.3f} G pairs/s, "
+                    f"{f['speedup_vs_tile_path_median']:.2f}x the tile path (median), "
+                    f"{100 * f.get('share_of_exp_peak', float('nan')):.0f} % of the exp peak")
+        for agg in rows.values():
+            agg.pop("_dump", None)
+            out.append(agg)
+    R.write("sums", out)
+
+
 SUITE_FUNCS = {"peak": suite_peak, "fig2": suite_fig2, "knn": suite_knn, "mnist": suite_mnist, "sweep": suite_sweep,
-               "matvec3": suite_matvec3, "overhead": suite_overhead, "compile": suite_compile, "isa": suite_isa}
+               "matvec3": suite_matvec3, "overhead": suite_overhead, "compile": suite_compile, "isa": suite_isa,
+               "sums": suite_sums}
 
 
 def main(argv=None) -> int:

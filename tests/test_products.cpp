@@ -1,5 +1,7 @@
 // Lazy × lazy products, elementwise arithmetic, column splitting, large k, accounting.
 #include "reference.hpp"
+#include <cstdlib>
+#include <string>
 
 using namespace ref;
 
@@ -124,11 +126,22 @@ TEST_CASE("every temporary is accounted: allocations are one workspace per threa
   const std::size_t n = 100, m = 700, d = 3;
   auto x = data(n, d, 71), y = data(m, d, 72);
   auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
-  auto r = memsafe::eval(memsafe::rbf(X, Y) * memsafe::vec(y.data(), m), memsafe::options{std::size_t{64} << 10, 2});
-  CHECK(r.stats.temp_allocations == r.stats.threads);
-  CHECK(r.stats.peak_temp_bytes == r.stats.planned_temp_bytes);
-  CHECK(r.stats.peak_temp_bytes <= (std::size_t{64} << 10));
-  CHECK(r.stats.num_tiles > 1);
+  // Both the fused sum (sum_driver.hpp: no kernel tile) and the tile path (MEMSAFE_KERNELS=reference),
+  // at a budget small enough that both take several tiles.
+  const char* old = std::getenv("MEMSAFE_KERNELS");
+  const std::string saved = old ? old : "";
+  for (const char* kernels : {"", "reference"}) {
+    INFO("MEMSAFE_KERNELS=" << kernels);
+    if (*kernels) ::setenv("MEMSAFE_KERNELS", kernels, 1);
+    else ::unsetenv("MEMSAFE_KERNELS");
+    auto r = memsafe::eval(memsafe::rbf(X, Y) * memsafe::vec(y.data(), m), memsafe::options{std::size_t{8} << 10, 2});
+    CHECK(r.stats.temp_allocations == r.stats.threads);
+    CHECK(r.stats.peak_temp_bytes == r.stats.planned_temp_bytes);
+    CHECK(r.stats.peak_temp_bytes <= (std::size_t{8} << 10));
+    CHECK(r.stats.num_tiles > 1);
+  }
+  if (old) ::setenv("MEMSAFE_KERNELS", saved.c_str(), 1);
+  else ::unsetenv("MEMSAFE_KERNELS");
 }
 
 TEST_CASE("static extents: points<D> and matrix<R, C> work like dynamic ones") {

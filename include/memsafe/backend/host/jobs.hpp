@@ -3,7 +3,8 @@
 //   plan_job(job, budget, threads, what) → tile_plan      pure: nothing allocated or computed
 //   run_job(job, plan, values, indices, accountant)       executes; fires no rule
 // The reduction tags of a job map to the host's monoids (monoids.hpp) in monoid_for; the fused
-// selection kernels (select_driver.hpp) take the row jobs they can serve. Chains: chain.hpp;
+// selection kernels (select_driver.hpp) and the fused sums (sum_driver.hpp) take the row jobs they
+// can serve. Chains: chain.hpp;
 // the driver (lower + plan + run): eval.hpp.
 #pragma once
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include "executor.hpp"
 #include "monoids.hpp"
 #include "select_driver.hpp"
+#include "sum_driver.hpp"
 
 namespace memsafe::host {
 
@@ -129,11 +131,15 @@ tile_plan plan_rows(const jobs::rows_job<E, R, T>& job, std::size_t budget, std:
   auto p = host::dispatch_select(
       job.e, mon, [&](const auto& leaf) { return host::plan_select(leaf, mon, budget, threads, what); },
       [&](const auto& e) {
-        auto q = plan::tiles_2d(
-            e.rows(), e.cols(), budget, threads,
-            [&](std::size_t ti, std::size_t tj) { return host::per_thread_bytes(e, mon, ti, tj); }, what);
-        q.reduction = std::string(R::name) + " over j, fused with tile generation";
-        return q;
+        return host::dispatch_sum(
+            e, mon, [&](const auto& leaf) { return host::plan_fsum(leaf, mon, budget, threads, what); },
+            [&](const auto& g) {
+              auto q = plan::tiles_2d(
+                  g.rows(), g.cols(), budget, threads,
+                  [&](std::size_t ti, std::size_t tj) { return host::per_thread_bytes(g, mon, ti, tj); }, what);
+              q.reduction = std::string(R::name) + " over j, fused with tile generation";
+              return q;
+            });
       });
   p.expression = job.e.str();
   if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
@@ -197,7 +203,11 @@ void run_rows_job(const jobs::rows_job<E, R, T>& job, const jobs::out_spec<T>& o
   }
   host::dispatch_select(
       job.e, mon, [&](const auto& leaf) { host::run_select(leaf, mon, out, p, acc); },
-      [&](const auto& e) { host::run_rows(e, mon, out, p, acc); });
+      [&](const auto& e) {
+        host::dispatch_sum(
+            e, mon, [&](const auto& leaf) { host::run_fsum(leaf, mon, out, p, acc); },
+            [&](const auto& g) { host::run_rows(g, mon, out, p, acc); });
+      });
   jobs::apply_post(post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
 }
 template <class J, class T>

@@ -92,7 +92,8 @@ inline constexpr bool fusable_select<pairwise<F, T, RX, RY, D>, Mon> =
 
 /// Call fused(leaf) when the fused selection applies to the (normalised) expression `e` — a
 /// pairwise leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of
-/// its kernels is chosen (choose_isa), else generic(e). A plan from generic is marked portable.
+/// its kernels is chosen (choose_isa), else generic(e). A plan from generic is marked portable
+/// unless it names its instruction set (the fused sums of sum_driver.hpp, tried inside generic).
 template <class E, class Mon, class Fused, class Generic>
 decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic) {
   if constexpr (fusable_select<E, Mon>) {
@@ -103,7 +104,7 @@ decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& 
   }
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(generic(e))>, tile_plan>) {
     tile_plan p = generic(e);
-    p.isa = isa_name(isa::portable);
+    if (p.isa.empty()) p.isa = isa_name(isa::portable);  // a fused sum (sum_driver.hpp) names its own
     return p;
   } else {
     return generic(e);

@@ -22,6 +22,7 @@
 #include "isa.hpp"
 #include "kernels.hpp"
 #include "select.hpp"
+#include "sums.hpp"
 
 #if defined(MEMSAFE_SIMD_DISPATCH)
 
@@ -136,6 +137,7 @@ struct simd<double> {
 };
 
 #include "screen_kernel.inc"
+#include "sum_kernel.inc"
 
 }  // namespace memsafe::host::avx512
 #if defined(__clang__)
@@ -244,6 +246,7 @@ struct simd<double> {
 };
 
 #include "screen_kernel.inc"
+#include "sum_kernel.inc"
 
 }  // namespace memsafe::host::avx2
 #if defined(__clang__)
@@ -265,6 +268,20 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i) {
   if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
                              &avx512::screen_rows<T, K, 1>};
   else if (i == isa::avx2) s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};
+#endif
+  return s;
+}
+
+
+/// The fused kernel-sum kernels of formula F (then `Op`, void for none) over T, mode M and C
+/// (1: one right-hand column, 0: a.c columns) for instruction set `i` (none for portable, or where
+/// the translation unit has no SIMD kernels).
+template <class F, class Op, class T, fsum_mode M, int C>
+fsum_kernels<T> fsum_kernels_for([[maybe_unused]] isa i) {
+  fsum_kernels<T> s;
+#if defined(MEMSAFE_SIMD_DISPATCH)
+  if (i == isa::avx512) s = {4, &avx512::fsum_rows<F, Op, T, 4, M, C>};
+  else if (i == isa::avx2) s = {4, &avx2::fsum_rows<F, Op, T, 4, M, C>};
 #endif
   return s;
 }

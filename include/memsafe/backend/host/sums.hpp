@@ -1,0 +1,45 @@
+// memsafe/backend/host/sums.hpp — the interface of the fused kernel-sum micro-kernels
+// (sum_kernel.inc, compiled per instruction set in simd.hpp; driven by sum_driver.hpp).
+//
+// A kernel folds a block of query rows against the packed panels of one column tile straight into
+// the reduction's state: the formula is evaluated in registers and never stored.
+#pragma once
+#include <cstddef>
+
+#include "monoids.hpp"
+
+namespace memsafe::host {
+
+/// What a fused sum folds.
+enum class fsum_mode {
+  weighted,  ///< acc[r·c + q] += Σ_j k_rj·rhs_jq (row sums: c = 1, rhs = 1; K·v: c = 1; K·M: c ≤ 16)
+  lse,       ///< logsumexp: (max, Σ exp(k − max)) per row, NaN / +inf flags (logsumexp_monoid's state)
+  softmax    ///< Σ_j exp(k_rj − max)·V_jq with the same running max (softmax_sum_monoid's state)
+};
+
+/// The arguments of one kernel call (R rows against one column tile).
+template <class T>
+struct fsum_args {
+  const T* xs = nullptr;    ///< R×d query rows, contiguous (scaled as the tile path loads them)
+  std::size_t d = 0;
+  const T* pack = nullptr;  ///< np packed panels of the column tile ([panel][k][lane])
+  std::size_t np = 0, nj = 0;  ///< panels, valid columns
+  const double* rhs = nullptr;  ///< right-hand side of the tile, [panel][q][lane] in double (0 past nj)
+  std::size_t c = 1;            ///< its columns
+  const formula_params<T>* params = nullptr;
+  const void* op = nullptr;  ///< the elementwise op applied after the formula, if any
+  double* acc = nullptr;     ///< R×c sums (weighted, softmax), added into
+  lse_state* st = nullptr;   ///< R running (max, sum, flags) (lse, softmax)
+  double* lanes = nullptr;   ///< R×c×W per-lane partial sums (c columns), zero between calls
+};
+
+/// One instantiation's kernel: a block of `rows` rows (a row block's last, partial group is run
+/// on copies padded to `rows`: one kernel per instantiation keeps compile time down).
+template <class T>
+struct fsum_kernels {
+  using fn = void (*)(const fsum_args<T>&);
+  int rows = 0;
+  fn group = nullptr;
+};
+
+}  // namespace memsafe::host
