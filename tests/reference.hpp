@@ -12,7 +12,9 @@
 #include <memsafe/cuda.cuh>  // memsafe::cuda for MEMSAFE_TEST_DEVICE (the GPU tests nvcc compiles)
 #endif
 #include <numeric>
+#include <optional>
 #include <random>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -218,5 +220,25 @@ auto eval_all(const X& x) {
   }
   return rs;
 }
+
+/// Sets (or, with null, unsets) an environment variable for a scope (MEMSAFE_ISA, MEMSAFE_KERNELS).
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~scoped_env() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace ref

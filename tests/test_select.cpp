@@ -23,25 +23,7 @@ namespace {
 
 namespace host = memsafe::host;
 
-/// Sets (or, with null, unsets) an environment variable for a scope.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~scoped_env() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ref::scoped_env;
 
 /// Evaluate with the portable tile path only (restores the environment afterwards).
 template <class X>

@@ -4,19 +4,13 @@
 #include <doctest/doctest.h>
 #include <memsafe/mpi.cuh>
 
+#include "../mpi/mpi_test.hpp"
+
 #include <vector>
 
 namespace {
-int rank_() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int ranks_() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
+using mpi_test::rank;
+using mpi_test::ranks;
 template <class T>
 std::vector<T> data(std::size_t n, std::size_t d, unsigned seed) {
   std::vector<T> v(n * d);
@@ -44,7 +38,7 @@ TEST_SUITE("gpu_mpi") {
 TEST_CASE("k nearest and K*v over a database sharded across ranks, each shard on the GPU, equal one host process") {
   const std::size_t n = 200, m = 5000, d = 8, k = 10;
   auto x = data<float>(n, d, 1), y = data<float>(m, d, 2), v = data<float>(m, 1, 3);
-  const std::size_t b = m * std::size_t(rank_()) / std::size_t(ranks_()), e = m * std::size_t(rank_() + 1) / std::size_t(ranks_());
+  const std::size_t b = m * std::size_t(rank()) / std::size_t(ranks()), e = m * std::size_t(rank() + 1) / std::size_t(ranks());
   dvec<float> X(x), Y(std::vector<float>(y.begin() + std::ptrdiff_t(b * d), y.begin() + std::ptrdiff_t(e * d))),
       V(std::vector<float>(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(e)));
   const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, e - b, d);
@@ -72,7 +66,7 @@ TEST_CASE("a device budget too small on one rank is a budget_error on every rank
   const std::size_t n = 64, m = 512, d = 4;
   auto x = data<float>(n, d, 4), y = data<float>(m, d, 5);
   dvec<float> X(x), Y(y);
-  const memsafe::cuda::options o{rank_() == 0 ? std::size_t(256) : std::size_t(8) << 20};
+  const memsafe::cuda::options o{rank() == 0 ? std::size_t(256) : std::size_t(8) << 20};
   CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d),
                                                                                  memsafe::points(Y.p, m, d)),
                                                                  3),
@@ -82,12 +76,4 @@ TEST_CASE("a device budget too small on one rank is a budget_error on every rank
 
 }  // TEST_SUITE
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  doctest::Context ctx(argc, argv);
-  const int rc = ctx.run();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return mpi_test::main(argc, argv); }

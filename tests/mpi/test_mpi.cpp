@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 #include <memsafe/mpi.hpp>
 
+#include "mpi_test.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -14,16 +16,8 @@
 
 namespace {
 
-int ranks() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using mpi_test::rank;
+using mpi_test::ranks;
 
 /// Deterministic data, the same on every rank; `integer` makes many exact ties.
 template <class T>
@@ -246,12 +240,4 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
 
 }  // TEST_SUITE
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  doctest::Context ctx(argc, argv);
-  const int rc = ctx.run();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return mpi_test::main(argc, argv); }
