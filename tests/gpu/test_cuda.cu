@@ -5,6 +5,10 @@
 // into the same executable with MEMSAFE_TEST_DEVICE: the same sweeps, on device memory.
 #include <memsafe/cuda.cuh>
 
+#include <array>
+#include <numeric>
+#include <random>
+
 #include "../reference.hpp"
 
 using namespace ref;
@@ -65,6 +69,78 @@ TEST_CASE("fused, tile and GEMM paths give the reference k nearest on integer da
       CHECK(r.indices == want);
     }
   }
+}
+
+TEST_CASE("d = 100 far from the origin: cuBLAS only screens, values and ranks are the exact ones") {
+  // Points at ‖x‖² ≈ 10⁶: the GEMM form ‖x‖² + ‖y‖² − 2x·y errs by ≈ 0.1 in FP32, which would turn a
+  // duplicate's 0 into ~0.1 and hide differences of 2⁻¹⁶. Every query has, in Y, an exact duplicate
+  // and three copies moved by q·2⁻⁸ (q = 1, 2, 3) along one coordinate, at scattered columns;
+  // every value involved is exact in FP32, so the exact path gives them bit for bit.
+  const std::size_t n = 64, m = 4096, d = 100;
+  auto x = data(n, d, 51, true), y = data(m, d, 52, true);
+  for (auto& a : x) a += 100;
+  for (auto& a : y) a += 100;
+  std::mt19937_64 g(53);
+  std::vector<std::size_t> cols(m);
+  std::iota(cols.begin(), cols.end(), std::size_t(0));
+  std::shuffle(cols.begin(), cols.end(), g);
+  std::vector<std::array<std::size_t, 4>> near(n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t q = 0; q < 4; ++q) {
+      const std::size_t j = cols[i * 4 + q];
+      near[i][q] = j;
+      for (std::size_t c = 0; c < d; ++c) y[j * d + c] = x[i * d + c];
+      y[j * d + (i % d)] += double(q) / 256.0;
+    }
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf), Y(yf);
+  const auto P = [&] { return memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)); };
+  const auto K = dense(x, y, n, m, d, [](const double* a, const double* b, std::size_t dd) { return sq(a, b, dd); });
+  for (std::size_t k : {4u, 17u}) {  // tile + fold (k ≤ 16) and tile + block sort
+    const auto e = memsafe::argkmin(P(), k);
+    for (std::size_t b : {std::size_t(1) << 20, std::size_t(64) << 20}) {
+      const auto r = mc::eval(e, mc::options{b});
+      INFO("k = " << k << ", budget " << b << ", plan: " << r.stats.plan.reduction);
+      CHECK(r.stats.plan.reduction.find("screen") != std::string::npos);
+      CHECK(r.stats.peak_temp_bytes <= b);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto s = row_sorted(K, m, i, false);
+        for (std::size_t q = 0; q < k; ++q) {
+          if (q < 4 && (r.indices[i * k + q] != std::int64_t(near[i][q]) ||
+                        double(r.values[i * k + q]) != double(q * q) / 65536.0))
+            ++bad;
+          if (r.indices[i * k + q] != s[q].i || double(r.values[i * k + q]) != s[q].v) ++bad;
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+  // argmin and the largest first (argkmax of the distance) take the same screen.
+  const auto am = mc::eval(memsafe::argmin(P()), mc::options{std::size_t(64) << 20});
+  const auto fk = mc::eval(memsafe::argkmax(P(), 3), mc::options{std::size_t(64) << 20});
+  for (std::size_t i = 0; i < n; ++i) {
+    CHECK(am.indices[i] == std::int64_t(near[i][0]));
+    CHECK(am.values[i] == 0.0f);
+    const auto s = row_sorted(K, m, i, true);
+    for (std::size_t q = 0; q < 3; ++q) {
+      CHECK(fk.indices[i * 3 + q] == s[q].i);
+      CHECK(double(fk.values[i * 3 + q]) == s[q].v);
+    }
+  }
+  // A kernel sum of the same points is not screened: the semiring tile's exact distances, so each
+  // query's duplicate contributes k(0) = 1 (a GEMM-form distance of 0.1 would give 0.73).
+  std::vector<float> v(m, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) v[near[i][0]] = 1.0f;
+  dvec<float> V(v);
+  const auto mv = memsafe::matern12(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d), 1.0) *
+                  memsafe::vec(V.p, m);
+  const auto r = mc::eval(mv, mc::options{std::size_t(64) << 20});
+  CHECK(r.stats.plan.reduction.find("cuBLAS") == std::string::npos);
+  std::vector<double> want(n, 0.0), scale(n, 1.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i2 = 0; i2 < n; ++i2) want[i] += std::exp(-std::sqrt(K[i * m + near[i2][0]]));
+  expect_close(r.values, want, scale, "matern12 K*v at d = 100");
 }
 
 TEST_CASE("top-k by block sort: k = 17, 300 and 2048 equal the reference") {

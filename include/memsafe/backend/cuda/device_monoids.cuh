@@ -66,7 +66,10 @@ template <class T, bool Max, bool WithIndex>
 struct dmon_best {
   static constexpr const char* name = Max ? (WithIndex ? "argmax" : "max") : (WithIndex ? "argmin" : "min");
   using state = rank_key;
+  static constexpr bool max_first = Max;
   MEMSAFE_HD void init(state& s) const { s = empty_key(); }
+  /// Whether an entry whose key is `c` would change the state (screening: c is a best case).
+  MEMSAFE_HD bool admits(const state& s, const rank_key& c) const { return c < s; }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const {
     const rank_key k = make_key<Max>(v, jg);
     if (k < s) s = k;
@@ -89,6 +92,9 @@ struct dmon_topk {
     rank_key k[K];
   };
   int k = K;  ///< how many are reported
+  static constexpr bool max_first = Max;
+  /// Whether an entry whose key is `c` would enter the list (screening: c is a best case).
+  MEMSAFE_HD bool admits(const state& s, const rank_key& c) const { return c < s.k[K - 1]; }
   MEMSAFE_HD void init(state& s) const {
 MEMSAFE_UNROLL
     for (int q = 0; q < K; ++q) s.k[q] = empty_key();

@@ -28,9 +28,11 @@ __device__ __forceinline__ S shfl_down_state(const S& v, int offset) {
 }
 
 /// One warp per tile row: the lanes fold interleaved columns (coalesced reads), then the 32 lane
-/// states are merged by shuffles into the row's partial state for split blockIdx.y.
-template <class Mon, class T>
-__global__ void tile_rows_kernel(Mon mon, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
+/// states are merged by shuffles into the row's partial state for split blockIdx.y. Src reads the
+/// entries (kernels_screen.cuh): the tile's values as they are, or screening values re-evaluated
+/// exactly where they may enter.
+template <class Mon, class T, class Src>
+__global__ void tile_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
                                  std::int64_t j_base, std::int64_t cps, typename Mon::state* part, bool first) {
   const std::int64_t i = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -40,7 +42,17 @@ __global__ void tile_rows_kernel(Mon mon, const T* tile, std::int64_t ld, std::i
   mon.init(st);
   const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
   const T* row = tile + i * ld;
-  for (std::int64_t j = jb + lane; j < je; j += 32) mon.fold(st, row[j], j_base + j, j);
+  // Four coalesced 128-byte loads in flight per warp before they are folded (the fold of a top-k
+  // state is long and the kernel's occupancy low: one load at a time left the memory idle).
+  std::int64_t j = jb + lane;
+  for (; j + 96 < je; j += 128) {
+    T e[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) e[u] = row[j + 32 * u];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) src.fold(mon, st, e[u], i, j + 32 * u, j_base + j + 32 * u);
+  }
+  for (; j < je; j += 32) src.fold(mon, st, row[j], i, j, j_base + j);
   for (int o = 16; o > 0; o /= 2) {
     const auto other = shfl_down_state(st, o);
     mon.merge(st, other);

@@ -201,10 +201,11 @@ __global__ void norms_kernel(dev_points<T> P, T* out) {
   out[i] = B == base_kind::cosine ? inv_norm(sq) : sq;
 }
 
-/// tile[i·ld + j] holds x_i·y_j (from cuBLAS); replace it by map(F(x_i, y_j)).
+/// tile[i·ld + j] holds x_i·y_j (from cuBLAS); replace it by map(F(x_i, y_j)), or with `screen` by
+/// the unmapped value (a squared distance's screening value, kernels_screen.cuh).
 template <class Map, base_kind B, class T>
 __global__ void gemm_epilogue_kernel(Map map, T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
-                                     const T* xn, const T* yn, T ysign) {
+                                     const T* xn, const T* yn, T ysign, bool screen) {
   const std::int64_t total = ni * nj;
   for (std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < total;
        q += std::int64_t(gridDim.x) * blockDim.x) {
@@ -220,7 +221,7 @@ __global__ void gemm_epilogue_kernel(Map map, T* tile, std::int64_t ld, std::int
     } else {
       v = dot;
     }
-    e = map(v);
+    e = screen ? v : map(v);
   }
 }
 

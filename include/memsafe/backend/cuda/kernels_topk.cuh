@@ -42,15 +42,17 @@ __global__ void init_keys_kernel(K* keys, std::int64_t count) {
 
 /// Block = one row: merge the tile row's entries that rank before the row's current k-th into its
 /// sorted list of k keys (k ≤ 2048). Chunks of (capacity − k) entries, each merged by one block sort.
-template <bool Max, class T>
-__global__ void __launch_bounds__(topk_threads) topk_tile_kernel(const T* tile, std::int64_t ld, std::int64_t nj,
-                                                                 std::int64_t j_base, rank_key* lists, int k) {
+/// Src reads the entries (kernels_screen.cuh): the tile's values, or screening values re-evaluated.
+template <bool Max, class T, class Src>
+__global__ void __launch_bounds__(topk_threads) topk_tile_kernel(Src src, const T* tile, std::int64_t ld,
+                                                                 std::int64_t nj, std::int64_t j_base,
+                                                                 rank_key* lists, int k) {
   extern __shared__ unsigned char raw[];
   topk_smem& sm = *reinterpret_cast<topk_smem*>(raw);
   int& count = *reinterpret_cast<int*>(raw + sizeof(topk_smem));
   const int t = threadIdx.x;
   const std::int64_t row = blockIdx.x;
-  const T* src = tile + row * ld;
+  const T* entries = tile + row * ld;
   rank_key* list = lists + row * k;
   const std::int64_t C = topk_capacity - k;
   for (std::int64_t c0 = 0; c0 < nj; c0 += C) {
@@ -59,8 +61,8 @@ __global__ void __launch_bounds__(topk_threads) topk_tile_kernel(const T* tile, 
     __syncthreads();
     const std::int64_t ce = c0 + C < nj ? c0 + C : nj;
     for (std::int64_t j = c0 + t; j < ce; j += topk_threads) {
-      const rank_key key = make_key<Max>(src[j], j_base + j);
-      if (key < thr) sm.cand[atomicAdd(&count, 1)] = key;
+      rank_key key;
+      if (src.template candidate<Max>(entries[j], row, j, j_base + j, thr, key)) sm.cand[atomicAdd(&count, 1)] = key;
     }
     __syncthreads();
     const int cnt = count;

@@ -28,15 +28,19 @@ struct device_scale {
   }
 };
 
-/// Writes map(F(x_i, y_j)) for the block Xb × Yc into `tile` (row-major, ld).
+/// Writes map(F(x_i, y_j)) for the block Xb × Yc into `tile` (row-major, ld); with `screen` (a
+/// squared distance through cuBLAS), the unmapped screening values ‖x‖² + ‖y‖² − 2x·y instead, the
+/// norms left in xn and yn (kernels_screen.cuh).
 template <class Map, class Leaf, class T>
 void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& Xb,
                    const dev_points<T>& Yc, T* tile, std::int64_t ld, bool gemm, blas* bl, T* xn, T* yn,
-                   cudaStream_t s) {
+                   cudaStream_t s, bool screen = false) {
   using F = typename Leaf::formula_type;
   constexpr base_kind B = F::base;
   const T ysign = leaf.params.y_sign;
   if (Xb.n == 0 || Yc.n == 0) return;
+  if (screen && !(gemm && Xb.cs == 1 && Yc.cs == 1))
+    throw error("memsafe::cuda: internal: a screened tile needs cuBLAS and unit-stride points");
   if (gemm && Xb.cs == 1 && Yc.cs == 1) {
     if constexpr (B != base_kind::l1) {
       const T one = 1, zero = 0;
@@ -55,7 +59,7 @@ void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, con
       }
       const std::int64_t total = Xb.n * Yc.n;
       const unsigned blocks = unsigned(std::min<std::int64_t>(cdiv(total, 256), 65535));
-      kernels::gemm_epilogue_kernel<Map, B><<<blocks, 256, 0, s>>>(map, tile, ld, Xb.n, Yc.n, xn, yn, ysign);
+      kernels::gemm_epilogue_kernel<Map, B><<<blocks, 256, 0, s>>>(map, tile, ld, Xb.n, Yc.n, xn, yn, ysign, screen);
       MEMSAFE_CUDA_LAUNCHED("gemm_epilogue_kernel");
       return;
     }

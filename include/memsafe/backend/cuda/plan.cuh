@@ -175,14 +175,34 @@ void with_dmon(const R& r, Fn&& f) {
   }
 }
 
-/// Which generator writes tiles: cuBLAS X·Yᵀ for dot-based formulas on unit-stride data (no ARD,
-/// d ≥ 32), the semiring kernel otherwise.
+/// Whether cuBLAS X·Yᵀ can give a tile of this leaf: a dot-based formula (dot, cosine, or the
+/// squared distance's ‖x‖² + ‖y‖² − 2x·y), no ARD, d ≥ 32, unit-stride data (checked at launch).
 template <class Leaf>
 bool gemm_eligible(const Leaf& leaf) {
   using F = typename Leaf::formula_type;
   const bool dotlike = F::base != base_kind::l1;
   return dotlike && leaf.params.kind == per_dim_kind::none && leaf.dim() >= 32;
 }
+
+/// Whether a cuBLAS tile of this leaf holds its values: dot and cosine. A squared distance from
+/// cuBLAS is only a screen (kernels_screen.cuh): its values come from the semiring kernel.
+template <class Leaf>
+bool gemm_values(const Leaf& leaf) {
+  return Leaf::formula_type::base != base_kind::sqeuclid && gemm_eligible(leaf);
+}
+
+/// The reductions that select (rank entries and keep the best): the only ones a screened tile serves.
+template <class R>
+inline constexpr bool red_selects = std::is_same_v<R, red::min> || std::is_same_v<R, red::max> ||
+                                    std::is_same_v<R, red::argmin> || std::is_same_v<R, red::argmax> ||
+                                    std::is_same_v<R, red::argkmin> || std::is_same_v<R, red::argkmax>;
+
+/// Whether a selection over E may screen with a cuBLAS squared-distance tile and re-evaluate: E is
+/// a bare pairwise leaf of a squared-distance formula (its finalise is monotone in the distance).
+template <class E>
+inline constexpr bool screen_capable = false;
+template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D>
+inline constexpr bool screen_capable<pairwise<F, T, RX, RY, D>> = F::base == base_kind::sqeuclid;
 
 /// Query rows per thread of the fused kernel with DB coordinates in registers: more when the
 /// coordinates and the state are small (reuse of each y load).

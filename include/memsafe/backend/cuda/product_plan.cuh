@@ -109,7 +109,7 @@ product_shape product_shape_of(const jobs::product_job<EA, EB, T>& job, bool out
   s.hosts[1] = input_on_host(la.y.data(), where);
   s.hosts[2] = input_on_host(lb.x.data(), where);
   s.hosts[3] = input_on_host(lb.y.data(), where);
-  s.ga = gemm_eligible(la), s.gb = gemm_eligible(lb);
+  s.ga = gemm_values(la), s.gb = gemm_values(lb);
   s.ard = la.params.kind != per_dim_kind::none || lb.params.kind != per_dim_kind::none;
   s.symmetric = job.symmetric && s.P == s.Q;
   return s;

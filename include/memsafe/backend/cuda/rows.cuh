@@ -17,6 +17,7 @@
 #include "device_expr.cuh"
 #include "device_monoids.cuh"
 #include "kernels_fold.cuh"
+#include "kernels_screen.cuh"
 #include "kernels_topk.cuh"
 #include "launch.cuh"
 #include "output.cuh"
@@ -47,6 +48,24 @@ struct row_pass {
   device_buffer<T>& yn;
   const jobs::out_spec<T>& out;
   device_accountant& acc;
+  double screen_delta;  ///< the screening margin δ (kernels_screen.cuh), when s.screen
+
+  /// Whether this block × chunk's tile is a screen: the plan says so and cuBLAS can read the points.
+  bool screened(const dev_points<T>& Xb, const dev_points<T>& Yc) const {
+    return s.screen && Xb.cs == 1 && Yc.cs == 1;
+  }
+  /// Call f with the tile's entry source: screening values re-evaluated exactly (selections over a
+  /// bare squared-distance leaf), or the tile's values as they are.
+  template <class Fn>
+  void with_entries(bool screen, const dev_points<T>& Xb, const dev_points<T>& Yc, Fn&& f) const {
+    if constexpr (screen_capable<std::remove_cvref_t<decltype(Job::e)>>) {
+      if (screen) {
+        f(kernels::screened_sqdist<Map, T>{map, Xb, Yc, xn.data(), yn.data(), T(leaf.params.y_sign), screen_delta});
+        return;
+      }
+    }
+    f(kernels::tile_values<T>{});
+  }
 };
 
 // ---- fused and tile + fold: partial states per row and column split, merged per row block ------
@@ -71,13 +90,20 @@ void fold_chunk(const P& r, const DM& dm, const dev_points<typename P::T>& Xb, s
   if (s.path == kernel_path::fused) {
     launch_fused(r.map, mon, r.leaf, r.sc, Xb, Yc, std::int64_t(j0), L.splits, part, c == 0, st);
   } else {
+    const bool screen = r.screened(Xb, Yc);
     generate_tile(r.map, r.leaf, r.sc, Xb, Yc, r.tile.data(), std::int64_t(L.tj), s.gemm, r.bl, r.xn.data(),
-                  r.yn.data(), st);
+                  r.yn.data(), st, screen);
     const std::int64_t cpsz = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::size_t>(nj, 1), L.splits)));
     const dim3 grid(blocks_for(std::int64_t(ni) * 32), unsigned(L.splits));
-    kernels::tile_rows_kernel<DM, T><<<grid, 256, 0, st>>>(mon, r.tile.data(), std::int64_t(L.tj), std::int64_t(ni),
-                                                           std::int64_t(nj), std::int64_t(j0), cpsz, part, c == 0);
-    MEMSAFE_CUDA_LAUNCHED("tile_rows_kernel");
+    const auto launch = [&](const auto& src) {
+      using Src = std::remove_cvref_t<decltype(src)>;
+      kernels::tile_rows_kernel<DM, T, Src><<<grid, 256, 0, st>>>(mon, src, r.tile.data(), std::int64_t(L.tj),
+                                                                  std::int64_t(ni), std::int64_t(nj), std::int64_t(j0),
+                                                                  cpsz, part, c == 0);
+      MEMSAFE_CUDA_LAUNCHED("tile_rows_kernel");
+    };
+    if constexpr (requires { DM::max_first; }) r.with_entries(screen, Xb, Yc, launch);
+    else launch(kernels::tile_values<T>{});
   }
   r.yf.release(slot);
   r.rf.release(slot);
@@ -136,14 +162,14 @@ void allocate(const P& r, tile_buffers<typename P::T>& b) {
 /// Once per device (per instantiation): raise the top-k kernel's dynamic shared-memory limit. The
 /// attribute belongs to the current device, so each device ordinal is configured the first time it
 /// runs the kernel; concurrent first calls may both set it (the same value), which is harmless.
-template <bool Max, class T>
+template <bool Max, class T, class Src>
 void configure_topk() {
   static std::atomic<std::uint64_t> configured{0};  // bit d: device d (ordinals >= 64: set every time)
   int dev = 0;
   MEMSAFE_CUDA_CHECK(cudaGetDevice(&dev));
   const std::uint64_t bit = dev < 64 ? std::uint64_t(1) << dev : 0;
   if (bit && (configured.load(std::memory_order_acquire) & bit)) return;
-  MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernels::topk_tile_kernel<Max, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernels::topk_tile_kernel<Max, T, Src>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           int(kernels::topk_smem_bytes)));
   configured.fetch_or(bit, std::memory_order_release);
 }
@@ -198,11 +224,17 @@ void tile_chunk(const P& r, tile_buffers<typename P::T>& b, const dev_points<typ
     dst = r.out.values + i0 * r.out.vrs + j0 * r.out.vcs;
     ld = r.out.vrs;
   }
-  generate_tile(r.map, r.leaf, r.sc, Xb, Yc, dst, ld, s.gemm, r.bl, r.xn.data(), r.yn.data(), st);
+  const bool screen = r.screened(Xb, Yc);
+  generate_tile(r.map, r.leaf, r.sc, Xb, Yc, dst, ld, s.gemm, r.bl, r.xn.data(), r.yn.data(), st, screen);
   if (s.path == kernel_path::tile_topk) {
-    kernels::topk_tile_kernel<topk_max<P>, T><<<unsigned(ni), kernels::topk_threads, kernels::topk_smem_bytes, st>>>(
-        dst, ld, std::int64_t(nj), std::int64_t(j0), b.lists.data(), int(s.k));
-    MEMSAFE_CUDA_LAUNCHED("topk_tile_kernel");
+    r.with_entries(screen, Xb, Yc, [&](const auto& src) {
+      using Src = std::remove_cvref_t<decltype(src)>;
+      configure_topk<topk_max<P>, T, Src>();
+      kernels::topk_tile_kernel<topk_max<P>, T, Src>
+          <<<unsigned(ni), kernels::topk_threads, kernels::topk_smem_bytes, st>>>(
+              src, dst, ld, std::int64_t(nj), std::int64_t(j0), b.lists.data(), int(s.k));
+      MEMSAFE_CUDA_LAUNCHED("topk_tile_kernel");
+    });
   } else if (s.path == kernel_path::tile_matmul) {
     gemm_accumulate(*r.bl, dst, ld, std::int64_t(ni), std::int64_t(nj), r.rf.fetch(j0, nj, slot), b.accb.data(),
                     std::int64_t(s.c));
@@ -247,7 +279,6 @@ void run_tiles(const P& r) {
   using T = typename P::T;
   tile_buffers<T> b;
   allocate(r, b);
-  if (r.s.path == kernel_path::tile_topk) configure_topk<topk_max<P>, T>();
   const cudaStream_t st = r.acc.stream();
   for (std::size_t i0 = 0; i0 < r.s.n; i0 += r.L.ti) {
     const std::size_t ni = std::min(r.L.ti, r.s.n - i0);
@@ -306,7 +337,8 @@ void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const optio
   }
   using Leaf = std::remove_cvref_t<decltype(leaf)>;
   using Map = std::remove_cvref_t<decltype(map)>;
-  const row_pass<J, Map, Leaf> r{s, L, job, map, leaf, ds.scale, xf, yf, rf, bl.get(), tile, xn, yn, b.out, acc};
+  const double delta = screen_margin<T>(s.d, o.allow_tf32);
+  const row_pass<J, Map, Leaf> r{s, L, job, map, leaf, ds.scale, xf, yf, rf, bl.get(), tile, xn, yn, b.out, acc, delta};
   if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) run_fold(r);
   else run_tiles(r);
   if (s.out_host && !job.post.diags.empty()) apply_diagonal_terms(job, b.out, s.n, st);

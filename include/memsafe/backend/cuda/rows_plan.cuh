@@ -29,7 +29,9 @@ namespace memsafe::cuda::detail {
 /// live, the kernel path and what the path needs.
 struct job_shape {
   std::size_t n = 0, m = 0, d = 0, c = 1, k = 0, tsize = 4, state_bytes = 8;
-  bool x_host = false, y_host = false, rhs_host = false, out_host = false, ard = false, gemm = false;
+  bool x_host = false, y_host = false, rhs_host = false, out_host = false, ard = false;
+  bool gemm = false;    ///< tiles from cuBLAS X·Yᵀ (+ norms)
+  bool screen = false;  ///< ... holding screening values, re-evaluated exactly (kernels_screen.cuh)
   bool with_index = false;
   std::size_t rhs_cols = 0;
   kernel_path path = kernel_path::fused;
@@ -157,7 +159,12 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
   s.with_index = red_indexed<R>;
   s.sms = sms;
   choose_path<R, T>(job.red, s);
-  s.gemm = s.path != kernel_path::fused && gemm_eligible(leaf);
+  // cuBLAS tiles: values for dot and cosine; for a squared distance only a screen, for the
+  // selections over a bare leaf (every other reduction of it takes the semiring kernel's tile).
+  if (s.path != kernel_path::fused) {
+    s.screen = screen_capable<E> && red_selects<R> && gemm_eligible(leaf);
+    s.gemm = s.screen || gemm_values(leaf);
+  }
   if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) {
     with_dmon<T>(job.red, [&](const auto& dm) {
       using DM = std::remove_cvref_t<decltype(dm)>;
@@ -188,7 +195,7 @@ tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const
   p.expression = job.e.str();
   if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
   p.reduction = std::string(R::name) + " on the GPU: " + path_name(s.path) +
-                (s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "");
+                (s.screen ? " (cuBLAS X·Yᵀ screen, exact re-evaluation)" : s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "");
   p.rows = s.n;
   p.cols = s.m;
   p.tile_rows = L.ti;
