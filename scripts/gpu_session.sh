@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# One GPU session in one or two commands: build, test, sanitise and benchmark the CUDA backend on a
+# machine with an NVIDIA GPU (written for an H100/H200, sm_90), collecting every log and JSON line
+# into one folder, so that scarce GPU time goes to running, not to setting up.
+#
+#   bash scripts/gpu_session.sh test  [OUT]   # build the GPU tests, run them, compute-sanitizer (≈ 6–9 min)
+#   bash scripts/gpu_session.sh bench [OUT]   # the GPU benchmarks (bench/gpu/run_gpu.sh) and the report
+#   bash scripts/gpu_session.sh all   [OUT]   # both
+#
+# OUT (default $OUT, else gpu_out/) receives at most eight files: session.log (device, toolchain,
+# build, every step's outcome and time), gpu_tests.xml (doctest JUnit), gpu_tests.log, sanitizer.log,
+# gpu_results.jsonl and benchmarks.md. Nothing needs a network: the tests are compiled by nvcc
+# directly (no CMake package lookup); doctest's single header is taken from DOCTEST_DIR (default
+# .carry/doctest, prepared on a machine with doctest by
+#   mkdir -p .carry/doctest/doctest && cp /usr/include/doctest/doctest.h .carry/doctest/doctest/
+# and carried), else from the system. Python peers for the benchmarks come as wheels in .whl/ (see
+# bench/gpu/run_gpu.sh). Environment: CUDA_ARCH (default 90), JOBS (default nproc), SANITIZE_CASES
+# (doctest -tc filter of the cases run under compute-sanitizer), STEP_TIMEOUT (seconds per step).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+phase=${1:-all}
+out=${2:-${OUT:-gpu_out}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+arch=${CUDA_ARCH:-90}
+jobs=${JOBS:-$(nproc)}
+step_timeout=${STEP_TIMEOUT:-420}
+build=build/gpu_session
+mkdir -p "$build"
+log="$out/session.log"
+status=0
+
+say() { echo "[gpu_session $(date -u +%H:%M:%S)] $*" | tee -a "$log" >&2; }
+# step NAME CMD...: runs CMD with a time limit, output appended to the log; records the outcome.
+step() {
+  local name=$1; shift
+  local t0=$SECONDS rc
+  say "start $name"
+  timeout "$step_timeout" "$@" >>"$log" 2>&1
+  rc=$?
+  say "end $name: exit $rc in $((SECONDS - t0)) s"
+  ((rc == 0)) || status=1
+  return $rc
+}
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  say "no NVIDIA GPU visible (nvidia-smi missing or listing none): run this on a machine with one"
+  exit 1
+fi
+{
+  echo "== device"; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv
+  echo "== toolchain"; nvcc --version | tail -2; g++ --version | head -1; echo "git $(git rev-parse --short=12 HEAD 2>/dev/null)"
+} >>"$log" 2>&1
+
+doctest_dir=${DOCTEST_DIR:-.carry/doctest}
+inc=(-Iinclude -Itests)
+[[ -f $doctest_dir/doctest/doctest.h ]] && inc+=(-I"$doctest_dir")
+nv=(nvcc -std=c++20 -O2 -arch=sm_"$arch" -DMEMSAFE_TEST_DEVICE=1 -Xcompiler=-fno-math-errno "${inc[@]}")
+
+if [[ $phase == test || $phase == all ]]; then
+  # The GPU test executable as tests/gpu/CMakeLists.txt builds it: the shared reference cases
+  # compiled as CUDA with MEMSAFE_TEST_DEVICE, the GPU-only cases, doctest's main. One nvcc per file,
+  # in parallel.
+  srcs=(tests/test_distances.cpp tests/test_kernels.cpp tests/gpu/test_cuda.cu tests/main.cpp)
+  build_tests() {
+    local pids=() s o rc=0
+    for s in "${srcs[@]}"; do
+      o="$build/$(basename "$s").o"
+      if [[ $s == tests/main.cpp ]]; then g++ -std=c++20 -O2 "${inc[@]}" -c "$s" -o "$o" & else "${nv[@]}" -x cu -c "$s" -o "$o" & fi
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    ((rc == 0)) && nvcc -arch=sm_"$arch" "$build"/*.o -o "$build/memsafe_gpu_tests" -lcublas
+  }
+  if step build_tests build_tests; then
+    step gpu_tests bash -c "'$build/memsafe_gpu_tests' --reporters=junit --out='$out/gpu_tests.xml' >/dev/null 2>&1; \
+      '$build/memsafe_gpu_tests' --duration=true 2>&1 | tee '$out/gpu_tests.log' | tail -40; exit \${PIPESTATUS[0]}"
+    cases=${SANITIZE_CASES:-*cuBLAS only screens*,*block sort*,*streamed through the budget*,*default stream*,*pending*,*handles are reused*,*symmetric_product*}
+    for tool in memcheck racecheck synccheck initcheck; do
+      extra=()
+      [[ $tool == memcheck ]] && extra=(--leak-check full)
+      step "sanitizer_$tool" bash -c "echo '== compute-sanitizer --tool $tool' >> '$out/sanitizer.log'; \
+        compute-sanitizer --tool $tool ${extra[*]} --error-exitcode 3 '$build/memsafe_gpu_tests' -tc='$cases' \
+        >> '$out/sanitizer.log' 2>&1; rc=\$?; tail -5 '$out/sanitizer.log'; exit \$rc"
+    done
+  fi
+fi
+
+if [[ $phase == bench || $phase == all ]]; then
+  step gpu_bench env BUILD_DIR=build/gpu_bench CUDA_ARCH="$arch" bash bench/gpu/run_gpu.sh
+  cat bench/results/gpu_*.jsonl > "$out/gpu_results.jsonl" 2>/dev/null
+  cp docs/benchmarks.md "$out/benchmarks.md" 2>/dev/null
+fi
+say "done: phase $phase, status $status; files in $out: $(ls "$out" | tr '\n' ' ')"
+exit $status
