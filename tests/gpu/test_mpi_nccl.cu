@@ -1,0 +1,142 @@
+// shard_reduced into device outputs merged by NCCL (labels gpu and mpi; run under mpirun where a
+// GPU per rank is): the same answers as one host process — exactly for selections (integer data:
+// every distance is exact) —, empty and uneven shards, and a too-small budget on one rank raised on
+// every rank.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <memsafe/mpi_nccl.cuh>
+
+#include "../mpi/mpi_test.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace {
+using mpi_test::rank;
+using mpi_test::ranks;
+
+/// Small integers (exact distances in float).
+template <class T>
+std::vector<T> ints(std::size_t n, std::size_t d, unsigned seed) {
+  std::vector<T> v(n * d);
+  unsigned s = seed * 2654435761u + 7u;
+  for (auto& a : v) {
+    s = s * 1664525u + 1013904223u;
+    a = T(int(s >> 28) - 8);
+  }
+  return v;
+}
+template <class T>
+struct dvec {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit dvec(const std::vector<T>& h) : n(h.size()) {
+    MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
+    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  explicit dvec(std::size_t count) : n(count) { MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
+  dvec(const dvec&) = delete;
+  ~dvec() { cudaFree(p); }
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+/// This rank's rows [b, e) of m: uneven (rank r holds a share ∝ r + 1; the last rank of three or
+/// more holds none).
+std::pair<std::size_t, std::size_t> shard(std::size_t m) {
+  const std::size_t R = std::size_t(ranks()), r = std::size_t(rank());
+  std::vector<std::size_t> w(R);
+  for (std::size_t q = 0; q < R; ++q) w[q] = (R >= 3 && q == R - 1) ? 0 : q + 1;
+  std::size_t tot = 0, before = 0;
+  for (std::size_t q = 0; q < R; ++q) tot += w[q];
+  for (std::size_t q = 0; q < r; ++q) before += w[q];
+  return {m * before / tot, m * (before + w[r]) / tot};
+}
+}  // namespace
+
+TEST_SUITE("gpu_mpi_nccl") {
+
+TEST_CASE("NCCL: k nearest, argmin and min over uneven shards equal one host process exactly, on every rank") {
+  memsafe::mpi::nccl_comm nc(MPI_COMM_WORLD);
+  const std::size_t n = 300, m = 6000, d = 40;  // d = 40: the fused kernel; ties to the lower global index
+  auto x = ints<float>(n, d, 1), y = ints<float>(m, d, 2);
+  const auto [b, e] = shard(m);
+  dvec<float> X(x), Y(std::vector<float>(y.begin() + std::ptrdiff_t(b * d), y.begin() + std::ptrdiff_t(e * d)));
+  const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, e - b, d);
+  const auto Xh = memsafe::points(x.data(), n, d), Yh = memsafe::points(y.data(), m, d);
+  for (std::size_t k : {1u, 10u, 40u}) {
+    dvec<float> V(n * k);
+    dvec<memsafe::index_t> I(n * k);
+    for (std::size_t budget : {std::size_t(64) << 10, std::size_t(16) << 20}) {
+      const auto st = memsafe::mpi::eval_into(memsafe::mpi::argkmin(memsafe::sqdist(Xd, Yd), k), nc,
+                                              memsafe::mpi::shard_reduced, V.p, I.p, memsafe::cuda::options{budget});
+      const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xh, Yh), k), memsafe::options{memsafe::unlimited, 2});
+      INFO("k = " << k << ", budget " << budget << ", rank " << rank() << " of " << ranks());
+      CHECK(I.host() == want.indices);
+      CHECK(V.host() == want.values);
+      CHECK(st.stats.peak_temp_bytes <= budget);
+      CHECK(st.comm.ranks == ranks());
+    }
+  }
+  dvec<float> V1(n), V2(n);
+  dvec<memsafe::index_t> I1(n);
+  (void)memsafe::mpi::eval_into(memsafe::mpi::argmin(memsafe::sqdist(Xd, Yd)), nc, memsafe::mpi::shard_reduced, V1.p,
+                                I1.p, memsafe::cuda::options{std::size_t(1) << 20});
+  (void)memsafe::mpi::eval_into(memsafe::min(memsafe::sqdist(Xd, Yd)), nc, memsafe::mpi::shard_reduced, V2.p, nullptr,
+                                memsafe::cuda::options{std::size_t(1) << 20});
+  const auto am = memsafe::eval(memsafe::argmin(memsafe::sqdist(Xh, Yh)), memsafe::options{memsafe::unlimited, 2});
+  CHECK(I1.host() == am.indices);
+  CHECK(V1.host() == am.values);
+  CHECK(V2.host() == am.values);
+}
+
+TEST_CASE("NCCL: K*v and Kuf*Kuf^T summed on the GPUs equal one host process to rounding") {
+  memsafe::mpi::nccl_comm nc(MPI_COMM_WORLD);
+  const std::size_t n = 200, m = 5000, d = 8;
+  auto x = ints<double>(n, d, 3), y = ints<double>(m, d, 4), v = ints<double>(m, 1, 5);
+  const auto [b, e] = shard(m);
+  dvec<double> X(x), Y(std::vector<double>(y.begin() + std::ptrdiff_t(b * d), y.begin() + std::ptrdiff_t(e * d))),
+      W(std::vector<double>(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(e)));
+  const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, e - b, d);
+  dvec<double> out(n), P(n * n);
+  (void)memsafe::mpi::eval_into(memsafe::rbf(Xd, Yd, 4.0) * memsafe::vec(W.p, e - b), nc, memsafe::mpi::shard_reduced,
+                                out.p, nullptr, memsafe::cuda::options{std::size_t(4) << 20});
+  const auto Xh = memsafe::points(x.data(), n, d), Yh = memsafe::points(y.data(), m, d);
+  const auto want = memsafe::eval(memsafe::rbf(Xh, Yh, 4.0) * memsafe::vec(v.data(), m), memsafe::options{memsafe::unlimited, 2});
+  const auto got = out.host();
+  for (std::size_t i = 0; i < n; ++i) CHECK(got[i] == doctest::Approx(want.values[i]).epsilon(1e-10).scale(double(m) * 8));
+  const auto Kuf = memsafe::rbf(Xd, Yd, 4.0);
+  (void)memsafe::mpi::eval_into(Kuf * memsafe::transpose(Kuf), nc, memsafe::mpi::shard_reduced, P.p, nullptr,
+                                memsafe::cuda::options{std::size_t(8) << 20});
+  const auto Kh = memsafe::rbf(Xh, Yh, 4.0);
+  const auto pw = memsafe::eval(Kh * memsafe::transpose(Kh), memsafe::options{memsafe::unlimited, 2});
+  const auto pg = P.host();
+  for (std::size_t q = 0; q < n * n; ++q) CHECK(pg[q] == doctest::Approx(pw.values[q]).epsilon(1e-10).scale(double(m)));
+}
+
+TEST_CASE("NCCL: a budget too small for the gathered lists on one rank is a budget_error on every rank") {
+  memsafe::mpi::nccl_comm nc(MPI_COMM_WORLD);
+  const std::size_t n = 64, m = 512, d = 4, k = 64;
+  auto x = ints<float>(n, d, 6), y = ints<float>(m, d, 7);
+  dvec<float> X(x), Y(y), V(n * k);
+  dvec<memsafe::index_t> I(n * k);
+  const auto e = memsafe::mpi::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), k);
+  // Enough for the local evaluation everywhere, but below (ranks + 2)·k·16 bytes on rank 0 when ranks > 1.
+  const std::size_t small = std::size_t(ranks() + 1) * k * 16;
+  const memsafe::cuda::options o{rank() == 0 && ranks() > 1 ? std::max<std::size_t>(small, memsafe::cuda::plan_for(e, {}).min_bytes)
+                                                             : std::size_t(8) << 20};
+  if (ranks() > 1 && o.budget.value() < std::size_t(ranks() + 2) * k * 16 + 768)
+    CHECK_THROWS_AS((void)memsafe::mpi::eval_into(e, nc, memsafe::mpi::shard_reduced, V.p, I.p, o), memsafe::budget_error);
+  // Host outputs are refused before any work.
+  std::vector<float> hv(n * k);
+  std::vector<memsafe::index_t> hi(n * k);
+  CHECK_THROWS_AS((void)memsafe::mpi::eval_into(e, nc, memsafe::mpi::shard_reduced, hv.data(), hi.data(),
+                                                memsafe::cuda::options{std::size_t(8) << 20}),
+                  memsafe::argument_error);
+}
+
+}  // TEST_SUITE
+
+int main(int argc, char** argv) { return mpi_test::main(argc, argv); }
