@@ -75,6 +75,27 @@ if [[ $phase == test || $phase == all ]]; then
   if step build_tests build_tests; then
     step gpu_tests bash -c "'$build/memsafe_gpu_tests' --reporters=junit --out='$out/gpu_tests.xml' >/dev/null 2>&1; \
       '$build/memsafe_gpu_tests' --duration=true 2>&1 | tee '$out/gpu_tests.log' | tail -40; exit \${PIPESTATUS[0]}"
+    # The distributed GPU tests (two ranks sharing the GPU) where MPI is installed; NCCL's where found.
+    if command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+      mpi_tests() {
+        local flags=($(mpicxx --showme:compile)) links=($(mpicxx --showme:link | sed 's/-Wl,/-Xlinker /g; s/-pthread//g')) rc=0
+        "${nv[@]}" "${flags[@]}" -x cu tests/gpu/test_mpi_cuda.cu -o "$build/memsafe_gpu_mpi_tests" -lcublas "${links[@]}" || return 1
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
+          "$build/memsafe_gpu_mpi_tests" || rc=1
+        local nccl_inc
+        nccl_inc=$(dirname "$(find / -name nccl.h -path '*include*' 2>/dev/null | head -1)" 2>/dev/null)
+        if [[ -n $nccl_inc && -f $nccl_inc/nccl.h ]]; then
+          "${nv[@]}" "${flags[@]}" -I"$nccl_inc" -x cu tests/gpu/test_mpi_nccl.cu -o "$build/memsafe_gpu_nccl_tests" \
+            -lcublas -lnccl "${links[@]}" || return 1
+          OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
+            "$build/memsafe_gpu_nccl_tests" || rc=1
+        fi
+        return $rc
+      }
+      step gpu_mpi_tests mpi_tests
+    else
+      say "no MPI here: the distributed GPU tests are skipped"
+    fi
     cases=${SANITIZE_CASES:-*cuBLAS only screens*,*block sort*,*streamed through the budget*,*default stream*,*pending*,*handles are reused*,*symmetric_product*}
     for tool in memcheck racecheck synccheck initcheck; do
       extra=()
