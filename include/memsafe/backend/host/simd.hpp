@@ -1,8 +1,9 @@
 // memsafe/backend/host/simd.hpp — the fused selection's screening kernels, once per instruction set.
 //
 // Each instruction set of isa.hpp but portable gets a namespace (host::avx512, host::avx2) holding
-// the few vector operations the kernels use (`simd<T>`), its register block, and the kernels of
-// screen_kernel.inc, included there. The namespace is compiled for its instruction set whatever
+// the few vector operations the kernels use (`simd<T>`: the width-generic ones from simd_ops.inc,
+// the builtins and broadcasts of its width here), its register block, and the kernels of
+// screen_kernel.inc and sum_kernel.inc, included there. The namespace is compiled for its instruction set whatever
 // the translation unit's -march: GCC `#pragma GCC target`, Clang `#pragma clang attribute
 // (target)`, so every function defined in it — the kernel templates and whatever they instantiate
 // — is generated for that target, and a plain `-O2` build carries all of them. Nothing outside
@@ -18,6 +19,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "isa.hpp"
 #include "kernels.hpp"
@@ -57,34 +59,14 @@ namespace memsafe::host::avx512 {
 /// registers). Measured on Zen 4 against 8×2, 4×4, 8×3 and 5×5: best or tied at d = 3 and 100.
 inline constexpr int block_rows = 6, block_panels = 4;
 
+#include "simd_ops.inc"
+
 template <class T>
 struct simd;
 
 template <>
-struct simd<float> {
-  using reg = vec::f32x16;
-  static constexpr int W = 16;
-  static reg load(const float* p) {
-    reg r;
-    __builtin_memcpy(&r, p, sizeof r);
-    return r;
-  }
-  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
-  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
-  static reg keep(reg a) {
-    __asm__("" : "+v"(a));
-    return a;
-  }
+struct simd<float> : simd_ops<float, vec::f32x16, vec::i32x16> {
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v}; }
-  static reg zero() { return reg{}; }
-  static reg add(reg a, reg b) { return a + b; }
-  static reg sub(reg a, reg b) { return a - b; }
-  static reg mul(reg a, reg b) { return a * b; }
-  static reg abs(reg a) {
-    const std::int32_t m = 0x7fffffff;
-    return (reg)((vec::i32x16)a & vec::i32x16{m, m, m, m, m, m, m, m, m, m, m, m, m, m, m, m});
-  }
-  static reg min(reg a, reg b) { return a < b ? a : b; }  ///< only on finite values (clean)
   /// c − a·b, one rounding
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
@@ -100,30 +82,8 @@ struct simd<float> {
 };
 
 template <>
-struct simd<double> {
-  using reg = vec::f64x8;
-  static constexpr int W = 8;
-  static reg load(const double* p) {
-    reg r;
-    __builtin_memcpy(&r, p, sizeof r);
-    return r;
-  }
-  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
-  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
-  static reg keep(reg a) {
-    __asm__("" : "+v"(a));
-    return a;
-  }
+struct simd<double> : simd_ops<double, vec::f64x8, vec::i64x8> {
   static reg set1(double v) { return reg{v, v, v, v, v, v, v, v}; }
-  static reg zero() { return reg{}; }
-  static reg add(reg a, reg b) { return a + b; }
-  static reg sub(reg a, reg b) { return a - b; }
-  static reg mul(reg a, reg b) { return a * b; }
-  static reg abs(reg a) {
-    const std::int64_t m = 0x7fffffffffffffff;
-    return (reg)((vec::i64x8)a & vec::i64x8{m, m, m, m, m, m, m, m});
-  }
-  static reg min(reg a, reg b) { return a < b ? a : b; }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
@@ -164,34 +124,14 @@ namespace memsafe::host::avx2 {
 /// tuning, 25 % slower under -march=znver3, which folds every load.
 inline constexpr int block_rows = 6, block_panels = 1;
 
+#include "simd_ops.inc"
+
 template <class T>
 struct simd;
 
 template <>
-struct simd<float> {
-  using reg = vec::f32x8;
-  static constexpr int W = 8;
-  static reg load(const float* p) {
-    reg r;
-    __builtin_memcpy(&r, p, sizeof r);
-    return r;
-  }
-  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
-  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
-  static reg keep(reg a) {
-    __asm__("" : "+v"(a));
-    return a;
-  }
+struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v}; }
-  static reg zero() { return reg{}; }
-  static reg add(reg a, reg b) { return a + b; }
-  static reg sub(reg a, reg b) { return a - b; }
-  static reg mul(reg a, reg b) { return a * b; }
-  static reg abs(reg a) {
-    const std::int32_t m = 0x7fffffff;
-    return (reg)((vec::i32x8)a & vec::i32x8{m, m, m, m, m, m, m, m});
-  }
-  static reg min(reg a, reg b) { return a < b ? a : b; }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
@@ -207,30 +147,8 @@ struct simd<float> {
 };
 
 template <>
-struct simd<double> {
-  using reg = vec::f64x4;
-  static constexpr int W = 4;
-  static reg load(const double* p) {
-    reg r;
-    __builtin_memcpy(&r, p, sizeof r);
-    return r;
-  }
-  /// a, in a register: the panel loads of the kernel's feature loop stay one load each, reused by every
-  /// row, whatever the tuning's preference for memory operands (-mtune=znver3 folds them into every FMA)
-  static reg keep(reg a) {
-    __asm__("" : "+v"(a));
-    return a;
-  }
+struct simd<double> : simd_ops<double, vec::f64x4, vec::i64x4> {
   static reg set1(double v) { return reg{v, v, v, v}; }
-  static reg zero() { return reg{}; }
-  static reg add(reg a, reg b) { return a + b; }
-  static reg sub(reg a, reg b) { return a - b; }
-  static reg mul(reg a, reg b) { return a * b; }
-  static reg abs(reg a) {
-    const std::int64_t m = 0x7fffffffffffffff;
-    return (reg)((vec::i64x4)a & vec::i64x4{m, m, m, m});
-  }
-  static reg min(reg a, reg b) { return a < b ? a : b; }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
