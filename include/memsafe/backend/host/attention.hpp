@@ -286,6 +286,26 @@ struct tile_masks {
   }
 };
 
+/// What a forward or backward pass reports: its time, the budget and the accountant's peak, the
+/// plan's bytes, minimum and threads, the tile shape (Br × BC over d) and the tiles it computed.
+template <class Plan>
+eval_stats pass_stats(std::chrono::steady_clock::time_point t0, std::size_t budget, const accountant& acc,
+                      const Plan& p, std::size_t Br, std::size_t BC, std::size_t d, std::size_t tiles) {
+  eval_stats st;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.budget_bytes = budget;
+  st.peak_temp_bytes = acc.peak();
+  st.planned_temp_bytes = p.bytes;
+  st.min_budget_bytes = p.min_bytes;
+  st.temp_allocations = acc.allocations();
+  st.tile_rows = Br;
+  st.tile_cols = BC;
+  st.tile_inner = d;
+  st.num_tiles = tiles;
+  st.threads = p.threads;
+  return st;
+}
+
 /// Forward: O[b, h] and lse[b, h] (lse may be null).
 template <class T>
 eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const options& o) {
@@ -410,19 +430,7 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
     tiles.fetch_add(my_tiles, std::memory_order_relaxed);
   });
 
-  eval_stats st;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.budget_bytes = budget;
-  st.peak_temp_bytes = acc.peak();
-  st.planned_temp_bytes = p.bytes;
-  st.min_budget_bytes = p.min_bytes;
-  st.temp_allocations = acc.allocations();
-  st.tile_rows = Br;
-  st.tile_cols = BC;
-  st.tile_inner = d;
-  st.num_tiles = tiles.load();
-  st.threads = p.threads;
-  return st;
+  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load());
 }
 
 /// Backward: dQ, dK, dV from dO, O and lse (the forward's), recomputing the scores tile by tile.
@@ -552,19 +560,7 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
     tiles.fetch_add(my_tiles, std::memory_order_relaxed);
   });
 
-  eval_stats st;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.budget_bytes = budget;
-  st.peak_temp_bytes = acc.peak();
-  st.planned_temp_bytes = p.bytes;
-  st.min_budget_bytes = p.min_bytes;
-  st.temp_allocations = acc.allocations();
-  st.tile_rows = Br;
-  st.tile_cols = BC;
-  st.tile_inner = d;
-  st.num_tiles = tiles.load();
-  st.threads = p.threads;
-  return st;
+  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load());
 }
 
 }  // namespace memsafe::detail::attn
