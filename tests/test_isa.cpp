@@ -89,7 +89,7 @@ TEST_CASE("isa: by default the best instruction set available runs, and the plan
   CHECK(contains(mv.describe(), "isa:          portable\n"));
 }
 
-TEST_CASE("isa: MEMSAFE_ISA forces each available instruction set; MEMSAFE_KERNELS=reference wins") {
+TEST_CASE("isa: MEMSAFE_ISA forces each available instruction set and MEMSAFE_KERNELS=reference wins") {
   scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
   knn_data k;
   for (host::isa i : host::isa_all) {

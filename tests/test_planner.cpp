@@ -118,7 +118,7 @@ TEST_CASE("tiles_2d: the largest tile for the most threads, the exact bytes, bud
   }
 }
 
-TEST_CASE("tiles_3d: output blocks and contraction tiles within the budget; square blocks when symmetric") {
+TEST_CASE("tiles_3d: output blocks and contraction tiles within the budget and square blocks when symmetric") {
   const affine_cost cost;
   const auto p = plan::tiles_3d(3000, 2000, 50000, std::size_t(1) << 30, 2, cost, "synthetic");
   CHECK(p.tile_rows == 256);

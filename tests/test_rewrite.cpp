@@ -341,7 +341,7 @@ TEST_CASE("matrix chains take the cheapest order and never form K K^T") {
   CHECK_THROWS_AS((void)(A * C), ms::shape_error);
 }
 
-TEST_CASE("a chain runs in its planned minimum; an intermediate is checked by the diag_in_product guard") {
+TEST_CASE("a chain runs in its planned minimum and an intermediate is checked by the diag_in_product guard") {
   const std::size_t n = 300, d = 3;
   auto x = data(n, d, 31), w = data(n, 1, 32), v = data(n, 1, 33);
   auto X = ms::points(x.data(), n, d);
