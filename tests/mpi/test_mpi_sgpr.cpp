@@ -230,6 +230,19 @@ TEST_CASE("mpi::sgpr does not depend on the budgets, which may differ per rank; 
   }
 }
 
+TEST_CASE("mpi::sgpr with fewer inducing points than ranks and a one-point shard per rank") {
+  const problem p(std::size_t(ranks()), 3, 2, gp::kernel::matern52, 29);  // one training point per rank
+  const auto want = gp::sgpr(p.all(), p.ind(), p.h, {.budget = memsafe::unlimited, .gradient = true, .threads = 1});
+  const span s{std::size_t(rank()), std::size_t(rank()) + 1};
+  const auto got = memsafe::mpi::sgpr(MPI_COMM_WORLD, p.rows(s.b, s.e), p.ind(), p.h,
+                                      {.budget = memsafe::mpi::sgpr_minimum_bytes(p.m, p.d, true), .gradient = true});
+  double g = 0;
+  CHECK(worst_difference(got, want, g) < tol_bound);
+  CHECK(g < tol_grad);
+  CHECK(got.stats.peak_temp_bytes <= memsafe::mpi::sgpr_minimum_bytes(p.m, p.d, true));
+  CHECK(got.comm.kuu_rows_end - got.comm.kuu_rows_begin <= 1 + p.m / std::size_t(ranks()));
+}
+
 TEST_CASE("predictions from the distributed fit equal those from gp::sgpr") {
   const problem p(600, 20, 3, gp::kernel::matern32, 21);
   const auto want = gp::sgpr(p.all(), p.ind(), p.h, {.budget = memsafe::unlimited, .threads = 1});
