@@ -64,7 +64,8 @@ struct sgpr_comm_stats {
   std::size_t allreduce_calls = 0;   ///< MPI_Allreduce calls of the two passes (the same on every rank)
   std::size_t buffer_bytes = 0;      ///< send + receive buffers at their largest, counted in the budget
   std::size_t bytes_reduced = 0;     ///< 8 × the doubles this rank contributed to the allreduces
-  double seconds = 0;                ///< in communication: the agreement and the allreduces (packing included)
+  double seconds = 0;                ///< in communication: the agreement and the allreduces (packing, and waiting
+                                     ///< for the slowest rank to arrive, included)
   double seconds_agreement = 0;
 
   /// One line: the distribution and the communication volume of the call.
