@@ -660,6 +660,11 @@ def section_isa(rows) -> str:
 # The network the scale model assumes (stated, not measured): a 100 Gb/s link per rank, 2 µs latency.
 NET_BYTES_PER_S = 12.5e9
 NET_LATENCY_S = 2e-6
+# The SGPR scale model's f64 rate per rank (one core of this machine on gp::sgpr at m = 10^4: 518 CPU-s for
+# ≈ 2.0e13 flops, docs/design.md) and the m×m algebra's flops at m = 10^4 (the Cholesky factors, TRSMs and
+# POTRI of bound + gradient, docs/design.md).
+SGPR_CORE_FLOPS = 39e9
+SGPR_MM_FLOPS = 7.4e12
 
 
 def section_mpi(rows) -> str:
@@ -674,14 +679,17 @@ def section_mpi(rows) -> str:
     if not mrows:
         return "\n".join(s + [NM, ""])
     body = []
-    for task, d in (("knn", 3), ("knn", 100), ("matvec", 3)):
+    for task, d in (("knn", 3), ("knn", 100), ("matvec", 3), ("sgpr", 9)):
         base = find(mrows, suite="mpi", task=task, d=d, ranks=1, threads_per_rank=2)
         for ranks, th in ((1, 2), (1, 1), (2, 1)):
             r = find(mrows, suite="mpi", task=task, d=d, ranks=ranks, threads_per_rank=th)
             if not r:
                 continue
             ratio = (f"{r['median_s'] / base['median_s']:.2f}×" if base and base.get("median_s") else "—")
-            body.append([f"{task} n = {r['n']:,}, d = {d}" + (f", k = {r['k']}" if task == "knn" else ""),
+            label = f"{task} n = {r['n']:,}, d = {d}" + (f", k = {r['k']}" if task == "knn" else "")
+            if task == "sgpr":
+                label = f"SGPR bound + gradient n = {r['n']:,}, m = {r['m']:,}, d = {d}, {r.get('kernel', '')}"
+            body.append([label,
                          f"{ranks} × {th}", fsec(r.get("min_s")), fsec(r.get("median_s")), ratio,
                          fsec(r.get("comm_median_s")), fbytes(r.get("comm_bytes_max_rank")),
                          fbytes(r.get("peak_temp_bytes_max_rank")), str(r.get("loadavg_1m", "—"))])
@@ -689,7 +697,11 @@ def section_mpi(rows) -> str:
                     "peak temp per rank", "load (1 min)"], body))
     s.append("")
     s.append("The load column is the machine's 1-minute load average when the row was taken: above 2 (the core "
-             "count) other work shared the cores and the ratios are only indicative.")
+             "count) other work shared the cores and the ratios are only indicative. The SGPR rows "
+             "(`memsafe_mpi_sgpr_bench`, `bench/results/mpi_sgpr.jsonl`) are `mpi::sgpr` with the gradient, random "
+             "points in [0, 1)⁹, Z the first m points of another stream, ℓ = 0.5, 64 MiB per rank; their bytes are "
+             "what a rank contributes to the two allreduces (m(m+1)/2 + m + 2 and 1 + d + m·d doubles), and "
+             "`comm` includes the agreement.")
     s.append("")
     # Scale model: the compute rate measured here (pairs per second per rank), the stated network.
     knn = find(mrows, suite="mpi", task="knn", d=100, ranks=2, threads_per_rank=1)
@@ -712,18 +724,33 @@ def section_mpi(rows) -> str:
             mem = n // P * d * 4 + m * d * 4 + (64 << 20) + m * k * 12
             body.append([f"kNN n = 10⁹, m = 10⁴, d = 100, k = 10", str(P), fbytes(mem),
                          fbytes((1 + steps) * comm_b), f"{n * m / (P * rate):.3g} s", f"{comm_t * 1e3:.3g} ms"])
+        # SGPR bound + gradient with mpi::sgpr, by its flop count: 3·n·m² (SYRK forward, GEMM backward)
+        # split over the ranks, plus the m×m algebra (≈ 7.4e12 flops at m = 10^4) that every rank does
+        # whole, at SGPR_CORE_FLOPS per rank; communication: two allreduces (m(m+1)/2 + m + 2 and
+        # 1 + d + m·d doubles), bandwidth-optimal (reduce-scatter + allgather: 2(P − 1)/P of the message
+        # each way, 2⌈log₂ P⌉ latencies).
         for P in (8, 64, 512):
             steps = (P - 1).bit_length()
             n, mu, d = 10**8, 10**4, 8
-            comm_b = mu * mu * 8 + mu * 8  # Kuf·Kufᵀ and Kuf·y per pass
-            comm_t = (1 + steps) * (NET_LATENCY_S + comm_b / NET_BYTES_PER_S)
-            mem = n // P * (d + 1) * 8 + mu * d * 8 + (64 << 20) + comm_b
-            body.append([f"SGPR bound n = 10⁸, m = 10⁴, d = 8 (one pass)", str(P), fbytes(mem), fbytes((1 + steps) * comm_b),
-                         "n·m²/(P · GEMM rate)", f"{comm_t * 1e3:.3g} ms"])
+            doubles = mu * (mu + 1) // 2 + mu + 2 + 1 + d + mu * d
+            comm_b = 2 * (P - 1) / P * doubles * 8
+            comm_t = 2 * steps * NET_LATENCY_S + comm_b / NET_BYTES_PER_S
+            mem = n // P * (d + 1) * 8 + mu * d * 8 + (64 << 20) + 4 * mu * mu * 8
+            compute = (3 * n * mu * mu / P + SGPR_MM_FLOPS) / SGPR_CORE_FLOPS
+            body.append([f"SGPR bound + gradient n = 10⁸, m = 10⁴, d = 8 (`mpi::sgpr`)", str(P), fbytes(mem),
+                         fbytes(comm_b), f"{compute:.3g} s", f"{comm_t * 1e3:.3g} ms"])
         s.append(table(["workload", "ranks", "memory per rank", "bytes sent per rank", "compute", "communication"], body))
-        s += ["", "The SGPR rows' compute depends on the f64 GEMM rate of a rank (n·m² flops for Kuf·Kufᵀ split over "
-              "the ranks), which this section does not measure; its communication is one merged m×m matrix per "
-              "pass. kNN's communication does not grow with n: it is k (value, index) pairs per query.", ""]
+        s += ["", "SGPR rows: `mpi::sgpr` (bound and gradient, one evaluation), modelled by its flop count rather than "
+              "by the SGPR rows above (taken at m = 500 on the loaded machine, where the per-pair kernel loops weigh more "
+              "against the n·m² BLAS work than at m = 10⁴): compute = "
+              f"(3·n·m² / P + {SGPR_MM_FLOPS:.2g}) / {SGPR_CORE_FLOPS / 1e9:g} GFLOP/s — the SYRK and GEMM flops "
+              "split over the ranks, the m×m algebra (Cholesky factors, TRSMs, POTRI) done whole on every rank — at "
+              "the f64 rate one core of this machine reached on `gp::sgpr` at m = 10⁴ (docs/design.md: 518 CPU-s "
+              "for ≈ 2·10¹³ flops); memory per rank = its shard (d + 1 doubles per point) + Z + the budget + the "
+              "four m×m outputs every rank holds; communication = the two allreduces, m(m+1)/2 + m + 2 and "
+              "1 + d + m·d doubles, about 2(P − 1)/P of that sent per rank by a bandwidth-optimal allreduce, "
+              "whatever n. kNN's communication does not grow with n either: it is k (value, index) pairs per "
+              "query.", ""]
     return "\n".join(s)
 
 

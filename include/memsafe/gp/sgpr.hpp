@@ -12,6 +12,9 @@
 // by the budget, nc is the largest that fits, and a budget below one column is a budget_error naming
 // the minimum before any work. The m×m matrices (L, B, LB, and with the gradient B⁻¹, Ḡ₂, Ḡuu) are
 // outputs of the call, not temporaries: they live in std::vector and are not counted (docs/design.md).
+// The call is a composition of phases (detail::gp: factor_kuu, accumulate, finish, backward_setup,
+// contract_kuu, contract_kuf, finalise_gradient); mpi::sgpr (mpi/sgpr.hpp) composes the same phases
+// on each rank's shard of the training points with one allreduce per pass.
 //
 // Gradient (with P = Kuu + Ψ₂/σ² = L·B·Lᵀ, w = L⁻ᵀLB⁻ᵀc = P⁻¹b/σ², Linv = L⁻¹):
 //   Ḡ₂ = ∂F/∂Ψ₂  = Linvᵀ(I − B⁻¹)Linv/(2σ²) − wwᵀ/(2σ²)
@@ -145,6 +148,25 @@ void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
   for (auto& th : pool) th.join();
 }
 
+/// The checks of what a call's ranks replicate (the inducing points and the hyperparameters); `f`
+/// prefixes the messages.
+inline void validate_model(const inducing_view& I, const hyperparameters& h, const std::string& f) {
+  if (I.m == 0) throw shape_error(f + "no inducing points (m = 0)");
+  if (I.d == 0) throw shape_error(f + "inducing points of dimension d = 0");
+  if (!I.Z) throw argument_error(f + "null data pointer (Z)");
+  if (h.lengthscales.size() != I.d)
+    throw shape_error(f + std::to_string(h.lengthscales.size()) + " lengthscales for d = " + std::to_string(I.d) +
+                      " (ARD: one per input dimension)");
+  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!positive(h.variance)) throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
+  if (!positive(h.noise)) throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
+  for (std::size_t k = 0; k < I.d; ++k)
+    if (!positive(h.lengthscales[k]))
+      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " +
+                           std::to_string(h.lengthscales[k]));
+  if (!(std::isfinite(h.jitter) && h.jitter >= 0)) throw argument_error(f + "jitter must be finite and >= 0");
+}
+
 inline void validate(const data_view& D, const inducing_view& I, const hyperparameters& h, const char* fn) {
   const std::string f = std::string("memsafe::gp::") + fn + ": ";
   if (D.n == 0 || D.d == 0) throw shape_error(f + "no training data (n = " + std::to_string(D.n) + ", d = " +
@@ -154,17 +176,7 @@ inline void validate(const data_view& D, const inducing_view& I, const hyperpara
     throw shape_error(f + "inducing points have d = " + std::to_string(I.d) + " but the data have d = " +
                       std::to_string(D.d));
   if (!D.X || !D.y || !I.Z) throw argument_error(f + "null data pointer (X, y or Z)");
-  if (h.lengthscales.size() != D.d)
-    throw shape_error(f + std::to_string(h.lengthscales.size()) + " lengthscales for d = " + std::to_string(D.d) +
-                      " (ARD: one per input dimension)");
-  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  if (!positive(h.variance)) throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
-  if (!positive(h.noise)) throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
-  for (std::size_t k = 0; k < D.d; ++k)
-    if (!positive(h.lengthscales[k]))
-      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " +
-                           std::to_string(h.lengthscales[k]));
-  if (!(std::isfinite(h.jitter) && h.jitter >= 0)) throw argument_error(f + "jitter must be finite and >= 0");
+  validate_model(I, h, f);
 }
 
 /// K(rows [i0, i1) of Z, the nc points Xc) · σ_f² into out (row i at out + (i − i0)·ld).
@@ -222,6 +234,372 @@ inline std::size_t small_bytes(std::size_t d, std::size_t threads) {
   return (d + threads * (2 * d + 1)) * sizeof(double);
 }
 
+/// The budget_error of a call whose budget cannot hold its smallest plan (`what` names that plan).
+[[noreturn]] inline void too_small(const std::string& fn, std::size_t budget, std::size_t minimum, std::size_t m,
+                                   bool gradient, const std::string& what) {
+  throw budget_error(fn + ": a budget of " + format_bytes(budget) + " is too small for m = " + std::to_string(m) +
+                         (gradient ? " with the gradient" : "") + ": " + what + " needs " + format_bytes(minimum) +
+                         " of temporaries; use a budget of at least " + std::to_string(minimum) + " bytes",
+                     budget, minimum);
+}
+
+// ---- the phases of one call ---------------------------------------------------------------------
+// gp::sgpr composes them on the whole data set with no communication:
+//   factor_kuu → accumulate → finish → [gradient] backward_setup → contract_kuu → contract_kuf → finalise_gradient
+// mpi::sgpr (mpi/sgpr.hpp) composes the same phases on a rank's shard of the training points, with
+// one allreduce of the forward_sums after accumulate and one of the gradient_sums after contract_kuf;
+// the m×m phases (factor_kuu, finish, backward_setup) run identically on every rank. accumulate and
+// contract_kuf are the n-sized work; they see only the points they are given.
+
+/// One call's decisions and its small temporaries, shared by its phases. Every temporary of the
+/// call comes from `acc`, limited by the budget.
+struct sgpr_call {
+  std::size_t m, d, budget, threads;
+  bool gradient, whitened;
+  memsafe::detail::accountant acc;
+  memsafe::detail::temp_buffer<double> small;  ///< 1/ℓ² (d), then per-thread partial sums (2d + 1 each)
+  double* il2 = nullptr;
+  double* partial = nullptr;
+  std::size_t fixed = 0;  ///< bytes of `small`, held for the whole call
+
+  /// The thread count is lowered until the partial sums leave room for `column_bytes`.
+  sgpr_call(std::size_t m_, std::size_t d_, const hyperparameters& h, const memsafe::gp::sgpr_options& o,
+            std::size_t budget_, std::size_t column_bytes)
+      : m(m_), d(d_), budget(budget_), threads(memsafe::plan::resolve_threads(o.threads)), gradient(o.gradient),
+        whitened(o.whitened), acc(budget_) {
+    while (threads > 1 && small_bytes(d, threads) + column_bytes > budget) --threads;
+    small = memsafe::detail::temp_buffer<double>(acc, d + threads * (2 * d + 1));
+    il2 = small.data();
+    partial = small.data() + d;
+    fixed = small.size() * sizeof(double);
+    for (std::size_t k = 0; k < d; ++k) il2[k] = 1.0 / (h.lengthscales[k] * h.lengthscales[k]);
+  }
+  void clear_partials() { std::fill(partial, partial + threads * (2 * d + 1), 0.0); }
+};
+
+/// Kuu + jitter·I and its Cholesky factor L into P, with the kernel, its parameters and a copy of Z
+/// (m×m output; O(m²d + m³)). argument_error when Kuu + jitter·I is not positive definite.
+inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparameters& h,
+                       memsafe::gp::sgpr_posterior& P, const std::string& fn) {
+  const std::size_t m = c.m, d = c.d;
+  P.kind = h.kind;
+  P.variance = h.variance;
+  P.lengthscales = h.lengthscales;
+  P.m = m;
+  P.d = d;
+  P.Z.assign(I.Z, I.Z + m * d);
+  const double* Z = P.Z.data();
+  P.L.assign(m * m, 0.0);
+  with_kernel(h.kind, [&](auto kc) {
+    parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+      kernel_block<decltype(kc)::value>(Z, r0, r1, Z, m, d, c.il2, h.variance, P.L.data() + r0 * m, m, nullptr, nullptr);
+    });
+  });
+  for (std::size_t i = 0; i < m; ++i) P.L[i * m + i] += h.jitter;
+  try {
+    memsafe::linalg::cholesky(memsafe::matrix(P.L.data(), m, m));
+  } catch (const argument_error& e) {
+    throw argument_error(fn + ": Kuu + jitter·I is not positive definite (duplicate or very close inducing points? "
+                              "raise the jitter): " + e.what());
+  }
+}
+
+/// The forward pass's n-sized sums over a set of training points (the whole data set, or a rank's
+/// shard: sums over shards add up to the whole data's).
+struct forward_sums {
+  std::vector<double> B;  ///< m×m, lower triangle (row-major): Ψ₂ = Σ Kuf_c·Kuf_cᵀ, or σ²AAᵀ = Σ A_c·A_cᵀ whitened
+  std::vector<double> b;  ///< Kuf·y (m)
+  double yty = 0;         ///< yᵀy
+  double n = 0;           ///< the number of points (a double: it is summed with the rest)
+};
+
+/// Ψ₂ (or σ²AAᵀ whitened) and b = Kuf·y over chunks of columns of Kuf, and yᵀy. D may be empty.
+inline forward_sums accumulate(sgpr_call& c, const data_view& D, const hyperparameters& h,
+                               const memsafe::gp::sgpr_posterior& P, memsafe::gp::sgpr_stats& st) {
+  namespace la = memsafe::linalg;
+  const std::size_t n = D.n, m = c.m, d = c.d;
+  forward_sums S;
+  S.B.assign(m * m, 0.0);
+  S.b.assign(m, 0.0);
+  S.n = static_cast<double>(n);
+  st.chunk_columns = 0;
+  if (n > 0) {
+    const std::size_t ncf = chunk_columns(c.budget, c.fixed, m * sizeof(double), n);
+    st.chunk_columns = ncf;
+    auto Lv = memsafe::matrix(static_cast<const double*>(P.L.data()), m, m);
+    const double* Z = P.Z.data();
+    memsafe::detail::temp_buffer<double> Kc(c.acc, m * ncf);
+    for (std::size_t j0 = 0; j0 < n; j0 += ncf) {
+      const std::size_t nc = std::min(ncf, n - j0);
+      const double* Xc = D.X + j0 * d;
+      with_kernel(h.kind, [&](auto kc) {
+        parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+          kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, c.il2, h.variance, Kc.data() + r0 * nc, nc,
+                                            S.b.data(), D.y + j0);
+        });
+      });
+      if (c.whitened) la::solve_lower(Lv, memsafe::matrix(Kc.data(), m, nc));
+      syrk_lower(Kc.data(), m, nc, S.B.data());
+    }
+  }
+  for (std::size_t j = 0; j < n; ++j) S.yty += D.y[j] * D.y[j];
+  return S;
+}
+
+/// What the backward pass needs from the forward pass.
+struct forward_state {
+  std::vector<double> Bfull;  ///< B = I + AAᵀ (kept only with the gradient)
+  std::vector<double> b;      ///< Kuf·y
+  double trace_aat = 0, yty = 0, trace_kff = 0, n = 0;
+};
+
+/// The forward pass's m×m algebra on the whole data's sums: the bound and its pieces, LB and w into R.
+inline forward_state finish(const sgpr_call& c, const hyperparameters& h, forward_sums&& S,
+                            memsafe::gp::sgpr_result& R) {
+  namespace la = memsafe::linalg;
+  const std::size_t m = c.m;
+  const double s2 = h.variance, sig2 = h.noise;
+  auto& P = R.posterior;
+  auto Lv = memsafe::matrix(static_cast<const double*>(P.L.data()), m, m);
+  std::vector<double>& B = S.B;  // Ψ₂ → AAᵀ → B → LB
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = i + 1; j < m; ++j) B[i * m + j] = B[j * m + i];
+  auto Bv = memsafe::matrix(B.data(), m, m);
+  if (!c.whitened) {  // AAᵀσ² = L⁻¹Ψ₂L⁻ᵀ
+    la::solve_lower(Lv, Bv);
+    la::solve_lower(Lv, Bv.t());
+  }
+  forward_state F;
+  double trace_aat = 0;
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j <= i; ++j) {
+      const double v = (j == i ? B[i * m + i] : 0.5 * (B[i * m + j] + B[j * m + i])) / sig2;
+      B[i * m + j] = B[j * m + i] = v;
+      if (i == j) {
+        trace_aat += v;
+        B[i * m + i] += 1.0;
+      }
+    }
+  if (c.gradient) F.Bfull = B;
+  la::cholesky(Bv);  // LB (B = I + AAᵀ is well conditioned: eigenvalues ≥ 1)
+  P.LB = std::move(B);
+  auto LBv = memsafe::matrix(static_cast<const double*>(P.LB.data()), m, m);
+  std::vector<double> cv = S.b;
+  la::solve_lower(Lv, memsafe::vec(cv.data(), m));
+  for (auto& v : cv) v /= sig2;
+  la::solve_lower(LBv, memsafe::vec(cv.data(), m));
+  double ctc = 0, sld = 0;
+  const double yty = S.yty;
+  for (std::size_t i = 0; i < m; ++i) ctc += cv[i] * cv[i];
+  for (std::size_t i = 0; i < m; ++i) sld += std::log(P.LB[i * m + i]);
+  const double nd = S.n;
+  const double trace_kff = nd * s2;
+  constexpr double log_two_pi = 1.8378770664093454835606594728112;
+  R.bound = -0.5 * nd * log_two_pi - sld - 0.5 * nd * std::log(sig2) - 0.5 * yty / sig2 + 0.5 * ctc -
+            0.5 * trace_kff / sig2 + 0.5 * trace_aat;
+  R.sum_log_diag_LB = sld;
+  R.ctc = ctc;
+  R.trace_aat = trace_aat;
+  R.yty = yty;
+  R.trace_kff = trace_kff;
+  P.w = std::move(cv);
+  la::solve_lower(LBv, memsafe::vec(P.w.data(), m), true);
+  la::solve_lower(Lv, memsafe::vec(P.w.data(), m), true);
+  F.b = std::move(S.b);
+  F.trace_aat = trace_aat;
+  F.yty = yty;
+  F.trace_kff = trace_kff;
+  F.n = nd;
+  return F;
+}
+
+/// Ḡ₂ = ∂F/∂Ψ₂, ḡ₁ = ∂F/∂b and Ḡuu = ∂F/∂Kuu.
+struct backward_state {
+  std::vector<double> G2, g1, Guu;
+};
+
+/// The backward pass's m×m algebra (no n-sized work): Ḡ₂, ḡ₁, Ḡuu, and ∂F/∂σ² into R.grad.noise.
+/// Consumes F.Bfull.
+inline backward_state backward_setup(const sgpr_call& c, const hyperparameters& h, forward_state& F,
+                                     memsafe::gp::sgpr_result& R) {
+  namespace la = memsafe::linalg;
+  const std::size_t m = c.m;
+  const double sig2 = h.noise;
+  const auto& P = R.posterior;
+  const std::vector<double>& w = P.w;
+  backward_state Bk;
+  std::vector<double>& G2 = Bk.G2;  // LB → B⁻¹ → Ḡ₂
+  G2 = P.LB;
+  la::cholesky_inverse(memsafe::matrix(G2.data(), m, m));
+  double tr_bi = 0;
+  for (std::size_t i = 0; i < m; ++i) tr_bi += G2[i * m + i];
+  std::vector<double>& Guu = Bk.Guu;  // B → Ḡuu
+  Guu = std::move(F.Bfull);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      const double id = i == j ? 1.0 : 0.0;
+      Guu[i * m + j] = id - 0.5 * G2[i * m + j] - 0.5 * Guu[i * m + j];
+      G2[i * m + j] = (id - G2[i * m + j]) / (2.0 * sig2);
+    }
+  sandwich(P.L, Guu, m);
+  sandwich(P.L, G2, m);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      Guu[i * m + j] -= 0.5 * w[i] * w[j];
+      G2[i * m + j] -= w[i] * w[j] / (2.0 * sig2);
+    }
+  Bk.g1.resize(m);
+  for (std::size_t i = 0; i < m; ++i) Bk.g1[i] = w[i] / sig2;
+
+  // ∂F/∂σ²: no n-sized work.
+  double ltw2 = 0, wtb = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    double t = 0;  // (Lᵀw)_i = Σ_{j ≥ i} L_ji w_j
+    for (std::size_t j = i; j < m; ++j) t += P.L[j * m + i] * w[j];
+    ltw2 += t * t;
+    wtb += w[i] * F.b[i];
+  }
+  R.grad.noise = (static_cast<double>(m) - tr_bi - F.trace_aat - F.n - ltw2) / (2.0 * sig2) +
+                 (F.yty - wtb + F.trace_kff) / (2.0 * sig2 * sig2);
+  return Bk;
+}
+
+/// The gradient's sums before the last scaling: what the contractions add to (sums over shards,
+/// and over a split of Kuu's rows, add up to the whole call's).
+struct gradient_sums {
+  double variance = 0;    ///< ∂F/∂σ_f²
+  std::vector<double> l;  ///< Σ q·u_k² per dimension (∂F/∂ℓ_k = −2·l_k/ℓ_k³)
+  std::vector<double> Z;  ///< ∂F/∂Z (m×d, row-major)
+  gradient_sums(std::size_t m, std::size_t d, double variance0) : variance(variance0), l(d, 0.0), Z(m * d, 0.0) {}
+  /// Adds the call's per-thread partial sums.
+  void add_partials(const sgpr_call& c) {
+    for (std::size_t t = 0; t < c.threads; ++t) {
+      const double* p = c.partial + t * (2 * c.d + 1);
+      for (std::size_t k = 0; k < c.d; ++k) l[k] += p[c.d + k];
+      variance += p[2 * c.d];
+    }
+  }
+};
+
+/// Σ Ḡuu ⊙ ∂Kuu/∂(σ_f², ℓ, Z) over Kuu's rows [i0, i1), O((i1 − i0)·m·d), no temporary.
+inline void contract_kuu(sgpr_call& c, const hyperparameters& h, const double* Z, const std::vector<double>& Guu,
+                         std::size_t i0, std::size_t i1, gradient_sums& g) {
+  const std::size_t m = c.m, d = c.d;
+  const double s2 = h.variance;
+  const double* il2 = c.il2;
+  c.clear_partials();
+  with_kernel(h.kind, [&](auto kc) {
+    using prof = profile<decltype(kc)::value>;
+    parallel_rows(c.threads, i1 - i0, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+      double* p = c.partial + t * (2 * d + 1);
+      double* gz = p;  // scratch (d)
+      for (std::size_t i = i0 + r0; i < i0 + r1; ++i) {
+        const double* zi = Z + i * d;
+        std::fill(gz, gz + d, 0.0);
+        for (std::size_t i2 = 0; i2 < m; ++i2) {
+          const double gv = Guu[i * m + i2];
+          if (i2 == i) {
+            p[2 * d] += gv;  // φ(0) = 1
+            continue;
+          }
+          const double* z2 = Z + i2 * d;
+          double r2 = 0;
+          for (std::size_t k = 0; k < d; ++k) {
+            const double u = zi[k] - z2[k];
+            r2 += u * u * il2[k];
+          }
+          double phi, psi;
+          prof::phi_psi(r2, phi, psi);
+          p[2 * d] += gv * phi;
+          const double q = gv * s2 * psi;
+          for (std::size_t k = 0; k < d; ++k) {
+            const double u = zi[k] - z2[k];
+            gz[k] += q * u;
+            p[d + k] += q * u * u;
+          }
+        }
+        for (std::size_t k = 0; k < d; ++k) g.Z[i * d + k] += 4.0 * il2[k] * gz[k];
+      }
+    });
+  });
+  g.add_partials(c);
+}
+
+/// The backward pass's n-sized work over a set of training points (D may be empty): per chunk
+/// W_c = 2·Ḡ₂·Kuf_c + ḡ₁·y_cᵀ (GEMM, then the loop), contracted with ∂Kuf/∂(σ_f², ℓ, Z).
+inline void contract_kuf(sgpr_call& c, const data_view& D, const hyperparameters& h, const double* Z,
+                         const backward_state& Bk, gradient_sums& g, memsafe::gp::sgpr_stats& st) {
+  namespace la = memsafe::linalg;
+  const std::size_t n = D.n, m = c.m, d = c.d;
+  const double s2 = h.variance;
+  const double* il2 = c.il2;
+  st.chunk_columns_backward = 0;
+  if (n == 0) return;
+  const std::size_t ncb = chunk_columns(c.budget, c.fixed, 2 * m * sizeof(double), n);
+  st.chunk_columns_backward = ncb;
+  memsafe::detail::temp_buffer<double> Kc(c.acc, m * ncb);
+  memsafe::detail::temp_buffer<double> Wc(c.acc, m * ncb);
+  auto G2v = memsafe::matrix(static_cast<const double*>(Bk.G2.data()), m, m);
+  const double* g1 = Bk.g1.data();
+  for (std::size_t j0 = 0; j0 < n; j0 += ncb) {
+    const std::size_t nc = std::min(ncb, n - j0);
+    const double* Xc = D.X + j0 * d;
+    const double* yc = D.y + j0;
+    with_kernel(h.kind, [&](auto kc) {
+      parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
+        kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, il2, s2, Kc.data() + r0 * nc, nc, nullptr, nullptr);
+      });
+    });
+    la::gemm(2.0, G2v, false, memsafe::matrix(static_cast<const double*>(Kc.data()), m, nc), false, 0.0,
+             memsafe::matrix(Wc.data(), m, nc));
+    c.clear_partials();
+    with_kernel(h.kind, [&](auto kc) {
+      using prof = profile<decltype(kc)::value>;
+      parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+        double* p = c.partial + t * (2 * d + 1);
+        double* gz = p;
+        for (std::size_t i = r0; i < r1; ++i) {
+          const double* zi = Z + i * d;
+          const double* wr = Wc.data() + i * nc;
+          std::fill(gz, gz + d, 0.0);
+          for (std::size_t j = 0; j < nc; ++j) {
+            const double wij = wr[j] + g1[i] * yc[j];
+            const double* x = Xc + j * d;
+            double r2 = 0;
+            for (std::size_t k = 0; k < d; ++k) {
+              const double u = x[k] - zi[k];
+              r2 += u * u * il2[k];
+            }
+            double phi, psi;
+            prof::phi_psi(r2, phi, psi);
+            p[2 * d] += wij * phi;
+            const double q = wij * s2 * psi;
+            for (std::size_t k = 0; k < d; ++k) {
+              const double u = x[k] - zi[k];
+              gz[k] += q * u;
+              p[d + k] += q * u * u;
+            }
+          }
+          for (std::size_t k = 0; k < d; ++k) g.Z[i * d + k] -= 2.0 * il2[k] * gz[k];
+        }
+      });
+    });
+    g.add_partials(c);
+  }
+}
+
+/// The gradient from the whole call's sums, into R.grad (R.grad.noise is backward_setup's).
+inline void finalise_gradient(const hyperparameters& h, gradient_sums&& g, memsafe::gp::sgpr_result& R) {
+  auto& G = R.grad;
+  G.variance = g.variance;
+  G.lengthscales.assign(g.l.size(), 0.0);
+  for (std::size_t k = 0; k < g.l.size(); ++k) {
+    const double l = h.lengthscales[k];
+    G.lengthscales[k] = -2.0 * g.l[k] / (l * l * l);
+  }
+  G.Z = std::move(g.Z);
+}
+
 }  // namespace memsafe::detail::gp
 
 namespace memsafe::gp {
@@ -235,282 +613,41 @@ inline std::size_t sgpr_minimum_bytes(std::size_t m, std::size_t d, bool gradien
 /// opts.gradient its gradient. Throws shape_error / argument_error on bad inputs, budget_error
 /// (with the minimum) when the budget cannot hold one column of Kuf (two with the gradient), and
 /// argument_error when Kuu + jitter·I is not positive definite — all before the n-sized work.
+/// (mpi::sgpr, <memsafe/mpi_gp.hpp>, is the same call over the ranks of a communicator.)
 inline sgpr_result sgpr(const data_view& D, const inducing_view& I, const hyperparameters& h,
                         const sgpr_options& opts = {}) {
-  namespace la = memsafe::linalg;
   namespace dg = memsafe::detail::gp;
   using clock_type = std::chrono::steady_clock;
   dg::validate(D, I, h, "sgpr");
-  const std::size_t n = D.n, m = I.m, d = D.d;
-  const double s2 = h.variance, sig2 = h.noise;
+  const std::size_t m = I.m, d = D.d;
   const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
-  std::size_t threads = memsafe::plan::resolve_threads(opts.threads);
 
   sgpr_result R;
   R.has_gradient = opts.gradient;
   R.stats.budget_bytes = budget;
   R.stats.minimum_bytes = sgpr_minimum_bytes(m, d, opts.gradient);
   if (budget < R.stats.minimum_bytes)
-    throw budget_error("memsafe::gp::sgpr: a budget of " + format_bytes(budget) + " is too small for m = " +
-                           std::to_string(m) + (opts.gradient ? " with the gradient" : "") +
-                           ": one column of Kuf needs " + format_bytes(R.stats.minimum_bytes) +
-                           " of temporaries; use a budget of at least " + std::to_string(R.stats.minimum_bytes) +
-                           " bytes",
-                       budget, R.stats.minimum_bytes);
-  // Fewer threads when their partial sums would not leave room for a column.
-  while (threads > 1 && dg::small_bytes(d, threads) + (opts.gradient ? 2 : 1) * m * sizeof(double) > budget) --threads;
-  R.stats.threads = threads;
-
-  memsafe::detail::accountant acc(budget);
-  const std::size_t small_n = d + threads * (2 * d + 1);
-  memsafe::detail::temp_buffer<double> small(acc, small_n);
-  double* il2 = small.data();
-  double* partial = small.data() + d;
-  for (std::size_t k = 0; k < d; ++k) il2[k] = 1.0 / (h.lengthscales[k] * h.lengthscales[k]);
-  const std::size_t fixed = small_n * sizeof(double);
+    dg::too_small("memsafe::gp::sgpr", budget, R.stats.minimum_bytes, m, opts.gradient, "one column of Kuf");
+  dg::sgpr_call c(m, d, h, opts, budget, (opts.gradient ? 2 : 1) * m * sizeof(double));
+  R.stats.threads = c.threads;
 
   auto t0 = clock_type::now();
-  auto& P = R.posterior;
-  P.kind = h.kind;
-  P.variance = s2;
-  P.lengthscales = h.lengthscales;
-  P.m = m;
-  P.d = d;
-  P.Z.assign(I.Z, I.Z + m * d);
-  const double* Z = P.Z.data();
-
-  // Kuu + jitter·I (an m×m output), then L in place.
-  P.L.assign(m * m, 0.0);
-  dg::with_kernel(h.kind, [&](auto kc) {
-    dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
-      dg::kernel_block<decltype(kc)::value>(Z, r0, r1, Z, m, d, il2, s2, P.L.data() + r0 * m, m, nullptr, nullptr);
-    });
-  });
-  for (std::size_t i = 0; i < m; ++i) P.L[i * m + i] += h.jitter;
-  auto Lv = memsafe::matrix(static_cast<const double*>(P.L.data()), m, m);
-  try {
-    la::cholesky(memsafe::matrix(P.L.data(), m, m));
-  } catch (const argument_error& e) {
-    throw argument_error(std::string("memsafe::gp::sgpr: Kuu + jitter·I is not positive definite (duplicate or "
-                                     "very close inducing points? raise the jitter): ") + e.what());
-  }
-
-  // Forward n-sized pass: Ψ₂ (or AAᵀ·σ² whitened) and b = Kuf·y over chunks of columns.
-  std::vector<double> B(m * m, 0.0);  // Ψ₂ → AAᵀ → B → LB
-  std::vector<double> b(m, 0.0);
-  const std::size_t ncf = dg::chunk_columns(budget, fixed, m * sizeof(double), n);
-  R.stats.chunk_columns = ncf;
-  {
-    memsafe::detail::temp_buffer<double> Kc(acc, m * ncf);
-    for (std::size_t j0 = 0; j0 < n; j0 += ncf) {
-      const std::size_t nc = std::min(ncf, n - j0);
-      const double* Xc = D.X + j0 * d;
-      dg::with_kernel(h.kind, [&](auto kc) {
-        dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
-          dg::kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, il2, s2, Kc.data() + r0 * nc, nc, b.data(),
-                                                D.y + j0);
-        });
-      });
-      if (opts.whitened) la::solve_lower(Lv, memsafe::matrix(Kc.data(), m, nc));
-      dg::syrk_lower(Kc.data(), m, nc, B.data());
-    }
-  }
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = i + 1; j < m; ++j) B[i * m + j] = B[j * m + i];
-  auto Bv = memsafe::matrix(B.data(), m, m);
-  if (!opts.whitened) {  // AAᵀσ² = L⁻¹Ψ₂L⁻ᵀ
-    la::solve_lower(Lv, Bv);
-    la::solve_lower(Lv, Bv.t());
-  }
-  double trace_aat = 0;
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j <= i; ++j) {
-      const double v = (j == i ? B[i * m + i] : 0.5 * (B[i * m + j] + B[j * m + i])) / sig2;
-      B[i * m + j] = B[j * m + i] = v;
-      if (i == j) {
-        trace_aat += v;
-        B[i * m + i] += 1.0;
-      }
-    }
-  std::vector<double> Bfull;
-  if (opts.gradient) Bfull = B;
-  la::cholesky(Bv);  // LB (B = I + AAᵀ is well conditioned: eigenvalues ≥ 1)
-  P.LB = std::move(B);
-  auto LBv = memsafe::matrix(static_cast<const double*>(P.LB.data()), m, m);
-  std::vector<double> c = b;
-  la::solve_lower(Lv, memsafe::vec(c.data(), m));
-  for (auto& v : c) v /= sig2;
-  la::solve_lower(LBv, memsafe::vec(c.data(), m));
-  double yty = 0, ctc = 0, sld = 0;
-  for (std::size_t j = 0; j < n; ++j) yty += D.y[j] * D.y[j];
-  for (std::size_t i = 0; i < m; ++i) ctc += c[i] * c[i];
-  for (std::size_t i = 0; i < m; ++i) sld += std::log(P.LB[i * m + i]);
-  const double nd = static_cast<double>(n);
-  const double trace_kff = nd * s2;
-  constexpr double log_two_pi = 1.8378770664093454835606594728112;
-  R.bound = -0.5 * nd * log_two_pi - sld - 0.5 * nd * std::log(sig2) - 0.5 * yty / sig2 + 0.5 * ctc -
-            0.5 * trace_kff / sig2 + 0.5 * trace_aat;
-  R.sum_log_diag_LB = sld;
-  R.ctc = ctc;
-  R.trace_aat = trace_aat;
-  R.yty = yty;
-  R.trace_kff = trace_kff;
-  P.w = c;
-  la::solve_lower(LBv, memsafe::vec(P.w.data(), m), true);
-  la::solve_lower(Lv, memsafe::vec(P.w.data(), m), true);
+  dg::factor_kuu(c, I, h, R.posterior, "memsafe::gp::sgpr");
+  dg::forward_state F = dg::finish(c, h, dg::accumulate(c, D, h, R.posterior, R.stats), R);
   R.stats.seconds_forward = std::chrono::duration<double>(clock_type::now() - t0).count();
   if (!opts.gradient) {
-    R.stats.peak_temp_bytes = acc.peak();
+    R.stats.peak_temp_bytes = c.acc.peak();
     return R;
   }
 
-  // ---- backward ---------------------------------------------------------------------------------
   t0 = clock_type::now();
-  const std::vector<double>& w = P.w;
-  std::vector<double> G2 = P.LB;  // → B⁻¹ → Ḡ₂
-  la::cholesky_inverse(memsafe::matrix(G2.data(), m, m));
-  double tr_bi = 0;
-  for (std::size_t i = 0; i < m; ++i) tr_bi += G2[i * m + i];
-  std::vector<double>& Guu = Bfull;  // B → Ḡuu
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < m; ++j) {
-      const double id = i == j ? 1.0 : 0.0;
-      Guu[i * m + j] = id - 0.5 * G2[i * m + j] - 0.5 * Guu[i * m + j];
-      G2[i * m + j] = (id - G2[i * m + j]) / (2.0 * sig2);
-    }
-  dg::sandwich(P.L, Guu, m);
-  dg::sandwich(P.L, G2, m);
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < m; ++j) {
-      Guu[i * m + j] -= 0.5 * w[i] * w[j];
-      G2[i * m + j] -= w[i] * w[j] / (2.0 * sig2);
-    }
-  std::vector<double> g1(m);
-  for (std::size_t i = 0; i < m; ++i) g1[i] = w[i] / sig2;
-
-  // ∂F/∂σ²: no n-sized work.
-  double ltw2 = 0, wtb = 0;
-  for (std::size_t i = 0; i < m; ++i) {
-    double t = 0;  // (Lᵀw)_i = Σ_{j ≥ i} L_ji w_j
-    for (std::size_t j = i; j < m; ++j) t += P.L[j * m + i] * w[j];
-    ltw2 += t * t;
-    wtb += w[i] * b[i];
-  }
-  auto& G = R.grad;
-  G.noise = (static_cast<double>(m) - tr_bi - trace_aat - nd - ltw2) / (2.0 * sig2) +
-            (yty - wtb + trace_kff) / (2.0 * sig2 * sig2);
-  G.Z.assign(m * d, 0.0);
-  G.lengthscales.assign(d, 0.0);
-  double gvar = -nd / (2.0 * sig2);
-  std::vector<double> gl(d, 0.0);  // Σ q·u_k² over both contractions (then × −2/ℓ_k³)
-  const auto reduce_partials = [&]() {
-    for (std::size_t t = 0; t < threads; ++t) {
-      const double* p = partial + t * (2 * d + 1);
-      for (std::size_t k = 0; k < d; ++k) gl[k] += p[d + k];
-      gvar += p[2 * d];
-    }
-  };
-  const auto clear_partials = [&]() { std::fill(partial, partial + threads * (2 * d + 1), 0.0); };
-
-  // Kuu: Σ Ḡuu ⊙ ∂Kuu/∂(σ_f², ℓ, Z), O(m²d), no temporary.
-  clear_partials();
-  dg::with_kernel(h.kind, [&](auto kc) {
-    using prof = dg::profile<decltype(kc)::value>;
-    dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
-      double* p = partial + t * (2 * d + 1);
-      double* gz = p;  // scratch (d)
-      for (std::size_t i = r0; i < r1; ++i) {
-        const double* zi = Z + i * d;
-        std::fill(gz, gz + d, 0.0);
-        for (std::size_t i2 = 0; i2 < m; ++i2) {
-          const double g = Guu[i * m + i2];
-          if (i2 == i) {
-            p[2 * d] += g;  // φ(0) = 1
-            continue;
-          }
-          const double* z2 = Z + i2 * d;
-          double r2 = 0;
-          for (std::size_t k = 0; k < d; ++k) {
-            const double u = zi[k] - z2[k];
-            r2 += u * u * il2[k];
-          }
-          double phi, psi;
-          prof::phi_psi(r2, phi, psi);
-          p[2 * d] += g * phi;
-          const double q = g * s2 * psi;
-          for (std::size_t k = 0; k < d; ++k) {
-            const double u = zi[k] - z2[k];
-            gz[k] += q * u;
-            p[d + k] += q * u * u;
-          }
-        }
-        for (std::size_t k = 0; k < d; ++k) G.Z[i * d + k] += 4.0 * il2[k] * gz[k];
-      }
-    });
-  });
-  reduce_partials();
-
-  // Kuf: W_c = 2·Ḡ₂·Kuf_c + ḡ₁·y_cᵀ per chunk (GEMM), then Σ W ⊙ ∂Kuf/∂(σ_f², ℓ, Z).
-  const std::size_t ncb = dg::chunk_columns(budget, fixed, 2 * m * sizeof(double), n);
-  R.stats.chunk_columns_backward = ncb;
-  {
-    memsafe::detail::temp_buffer<double> Kc(acc, m * ncb);
-    memsafe::detail::temp_buffer<double> Wc(acc, m * ncb);
-    auto G2v = memsafe::matrix(static_cast<const double*>(G2.data()), m, m);
-    for (std::size_t j0 = 0; j0 < n; j0 += ncb) {
-      const std::size_t nc = std::min(ncb, n - j0);
-      const double* Xc = D.X + j0 * d;
-      const double* yc = D.y + j0;
-      dg::with_kernel(h.kind, [&](auto kc) {
-        dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
-          dg::kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, il2, s2, Kc.data() + r0 * nc, nc, nullptr,
-                                                nullptr);
-        });
-      });
-      la::gemm(2.0, G2v, false, memsafe::matrix(static_cast<const double*>(Kc.data()), m, nc), false, 0.0,
-               memsafe::matrix(Wc.data(), m, nc));
-      clear_partials();
-      dg::with_kernel(h.kind, [&](auto kc) {
-        using prof = dg::profile<decltype(kc)::value>;
-        dg::parallel_rows(threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
-          double* p = partial + t * (2 * d + 1);
-          double* gz = p;
-          for (std::size_t i = r0; i < r1; ++i) {
-            const double* zi = Z + i * d;
-            const double* wr = Wc.data() + i * nc;
-            std::fill(gz, gz + d, 0.0);
-            for (std::size_t j = 0; j < nc; ++j) {
-              const double wij = wr[j] + g1[i] * yc[j];
-              const double* x = Xc + j * d;
-              double r2 = 0;
-              for (std::size_t k = 0; k < d; ++k) {
-                const double u = x[k] - zi[k];
-                r2 += u * u * il2[k];
-              }
-              double phi, psi;
-              prof::phi_psi(r2, phi, psi);
-              p[2 * d] += wij * phi;
-              const double q = wij * s2 * psi;
-              for (std::size_t k = 0; k < d; ++k) {
-                const double u = x[k] - zi[k];
-                gz[k] += q * u;
-                p[d + k] += q * u * u;
-              }
-            }
-            for (std::size_t k = 0; k < d; ++k) G.Z[i * d + k] -= 2.0 * il2[k] * gz[k];
-          }
-        });
-      });
-      reduce_partials();
-    }
-  }
-  G.variance = gvar;
-  for (std::size_t k = 0; k < d; ++k) {
-    const double l = h.lengthscales[k];
-    G.lengthscales[k] = -2.0 * gl[k] / (l * l * l);
-  }
+  const dg::backward_state Bk = dg::backward_setup(c, h, F, R);
+  dg::gradient_sums g(m, d, -F.n / (2.0 * h.noise));
+  dg::contract_kuu(c, h, R.posterior.Z.data(), Bk.Guu, 0, m, g);
+  dg::contract_kuf(c, D, h, R.posterior.Z.data(), Bk, g, R.stats);
+  dg::finalise_gradient(h, std::move(g), R);
   R.stats.seconds_backward = std::chrono::duration<double>(clock_type::now() - t0).count();
-  R.stats.peak_temp_bytes = acc.peak();
+  R.stats.peak_temp_bytes = c.acc.peak();
   return R;
 }
 
