@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Distributed evaluation on one machine: 1 and 2 ranks × 1 thread against 1 process × 2 threads,
-# kNN (n = 10^6, m = 1000, k = 10, d = 3 and 100) and an RBF matvec (n = 10^6, m = 1000, d = 3),
+# kNN (n = 10^6, m = 1000, k = 10, d = 3 and 100), an RBF matvec (n = 10^6, m = 1000, d = 3) and
+# kNN with the queries sharded too (knn_both: shard_both, the database travelling around the ring),
 # all in one run (ratios compare only within a run). JSON lines to bench/results/mpi.jsonl.
 #   bash bench/mpi/run.sh [build dir (default build)] [reps (default 3)]
 set -euo pipefail
@@ -13,7 +14,7 @@ out=bench/results/mpi.jsonl
 : > "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
-for spec in "knn 3" "knn 100" "matvec 3"; do
+for spec in "knn 3" "knn 100" "matvec 3" "knn_both 3"; do
   set -- $spec
   for cfg in "1 2" "1 1" "2 1"; do
     read -r np th <<< "$cfg"
