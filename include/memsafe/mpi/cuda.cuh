@@ -51,6 +51,23 @@ struct cuda_backend {
   std::string explain(const X& x) const {
     return "this rank's shard, on its GPU: " + x.str() + "\n" + plan(x, budget()).describe();
   }
+  /// The plan of one ring chunk as eval will make it: X where it is, the chunk (host memory) and
+  /// the outputs (host vectors) staged — the memory spaces queried, as eval queries them, so that a
+  /// rank whose chunk would not fit fails the second agreement, not the ring.
+  template <class X>
+  tile_plan plan_chunk(const X& x, std::size_t b) const {
+    namespace cd = memsafe::cuda::detail;
+    cd::check_node<X>();
+    if constexpr (cd::device_node<X>) {
+      typename X::value_type v[1] = {};
+      index_t ix[1] = {};
+      rewrite::rule_log log;
+      const auto job = cd::lower(x, v, ix, log);
+      return cd::plan_job(job, b, memsafe::cuda::device_resources::current(), cd::residency::queried, x.str()).plan;
+    } else {
+      return {};
+    }
+  }
   /// Rows [r0, r0 + nr) of `src` (device or host memory) into the host buffer `dst`, contiguous.
   template <class T>
   void gather(T* dst, const matrix_view<const T>& src, std::size_t r0, std::size_t nr) const {

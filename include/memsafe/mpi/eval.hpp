@@ -116,6 +116,7 @@ struct plan {
       s << "  communication: this rank sends " << format_bytes(bytes_per_rank) << " and receives "
         << format_bytes(bytes_received) << "; each chunk evaluated under " << format_bytes(eval_budget)
         << "; buffers and partials counted in the budget\n";
+      if (!local_empty) s << "  this rank's rows against one chunk of " << chunk_rows << " row(s):\n";
     } else {
       s << "  this rank's rows: " << rows << "; no communication beyond the agreement\n";
     }
@@ -479,11 +480,10 @@ template <class X, class Shard, class B>
 std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
   const mpi::plan p = plan_of(x, comm, s, be);
   std::string out = p.describe();
-  if constexpr (std::is_same_v<Shard, shard_both_t>) {
-    if (!p.local_empty) out = "this rank's rows against one chunk of the ring:\n" + p.local.describe() + out;
-  } else if (!p.local_empty) {
+  if constexpr (std::is_same_v<Shard, shard_both_t>)
+    out = "as written:   " + x.str() + "\n" + out;  // describe() ends with the plan of one chunk
+  else if (!p.local_empty)
     out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + out;
-  }
   return out;
 }
 

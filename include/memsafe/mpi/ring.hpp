@@ -351,10 +351,15 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   plan_guarded(me2, [&] {
     if (p.local_empty) return std::size_t(0);
     const std::vector<T> dummy(g.d + g.c + 1);
+    // A backend may plan a chunk as its eval will see it (the GPU's: the chunk and the outputs in
+    // host memory, staged), rather than as plan_for assumes.
+    const auto plan_chunk = [&](const auto& e) {
+      if constexpr (requires { be.plan_chunk(e, g.eval_budget); }) return be.plan_chunk(e, g.eval_budget);
+      else return be.plan(e, g.eval_budget);
+    };
     try {
-      p.local = be.plan(planning_chunk(x, dummy, g.chunk, g.d, g.c), g.eval_budget);
-      if constexpr (is_softmax<X>)
-        (void)be.plan(make_reduce<red::logsumexp>(planning_chunk(x, dummy, g.chunk, g.d, g.c).e), g.eval_budget);
+      p.local = plan_chunk(planning_chunk(x, dummy, g.chunk, g.d, g.c));
+      if constexpr (is_softmax<X>) (void)plan_chunk(make_reduce<red::logsumexp>(planning_chunk(x, dummy, g.chunk, g.d, g.c).e));
     } catch (const budget_error& e) {
       memsafe::plan::too_small("the rows of " + x.str() + " against a chunk of " + std::to_string(g.chunk) + " row(s)",
                                g.budget, g.fixed + p.buffer_bytes + e.minimum_bytes);
