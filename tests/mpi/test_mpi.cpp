@@ -383,6 +383,27 @@ TEST_CASE("both sharded: results do not depend on the budget; the ring's buffers
   CHECK(ex.find("k-way merge") != std::string::npos);
 }
 
+TEST_CASE("both sharded: strided shards (rows with padding, a transposed M) are gathered into the ring's chunks") {
+  const std::size_t n = 17, m = 61, d = 3, c = 2, pad = 5;
+  auto x = data<double>(n, d, 31), yp = data<double>(m, pad, 32), mt = data<double>(c * m, 1, 33);
+  const span sx = shard_of(n, "uneven", rank(), ranks()), sy = shard_of(m, "one_big", rank(), ranks());
+  // Y: the first d of `pad` columns of each row; M (m×c) as the transpose of a c×m row-major matrix.
+  const auto Yall = memsafe::matrix_view<const double>(yp.data(), m, d, pad, 1);
+  const auto Mall = memsafe::matrix_view<const double>(mt.data(), m, c, 1, m);
+  const auto Y = memsafe::matrix_view<const double>(yp.data() + sy.b * pad, sy.size(), d, pad, 1);
+  const auto Ms = memsafe::matrix_view<const double>(mt.data() + sy.b, sy.size(), c, 1, m);
+  const auto Xall = memsafe::points(x.data(), n, d), X = memsafe::points(x.data() + sx.b * d, sx.size(), d);
+  const auto sh = memsafe::mpi::shard_both_t{.max_chunk_rows = 4};
+  const auto got = memsafe::mpi::eval(memsafe::rbf(X, Y, 0.8) * Ms, MPI_COMM_WORLD, sh);
+  const auto want = memsafe::eval(memsafe::rbf(Xall, Yall, 0.8) * Mall, unlimited_opts);
+  CHECK(mismatches(got.values, rows_of(want.values, sx, c), 1e-12) == 0);
+  const auto gk = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), 4), MPI_COMM_WORLD, sh);
+  CHECK(gk.indices == rows_of(memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xall, Yall), 4), unlimited_opts).indices, sx, 4));
+  // M·K (a transposed result) is not supported with both sharded: an argument_error on every rank.
+  const auto Mk = memsafe::matrix_view<const double>(mt.data(), c, sy.size(), m, 1);
+  CHECK_THROWS_AS((void)memsafe::mpi::eval(Mk * memsafe::rbf(Y, X, 0.8), MPI_COMM_WORLD, sh), memsafe::argument_error);
+}
+
 TEST_CASE("both sharded: errors on any rank are raised on every rank, before any work, and the next call runs") {
   const std::size_t n = 40, m = 90, d = 3;
   auto x = data<double>(n, d, 29), y = data<double>(m, d, 30);
