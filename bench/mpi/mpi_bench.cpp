@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   const unsigned threads = unsigned(std::stoul(arg(argc, argv, "--threads", "1")));
   const std::size_t budget = memsafe::parse_bytes(arg(argc, argv, "--budget", "64MiB"));
   const int reps = std::stoi(arg(argc, argv, "--reps", "3"));
+  const std::size_t max_chunk = std::stoull(arg(argc, argv, "--max-chunk-rows", "0"));  // knn_both: cap the ring's chunks
 
   const std::size_t b = n * std::size_t(rank) / std::size_t(ranks), e = n * std::size_t(rank + 1) / std::size_t(ranks);
   const auto shard = rows_of(b, e, d, 1);
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
       check = res.indices[0];
     } else if (both) {
       const auto res = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(Q, Y), k), MPI_COMM_WORLD,
-                                          memsafe::mpi::shard_both, o);
+                                          memsafe::mpi::shard_both_t{.max_chunk_rows = max_chunk}, o);
       cs = res.comm;
       peak = res.stats.peak_temp_bytes;
       check = res.indices.empty() ? -1 : res.indices[0];
