@@ -27,8 +27,11 @@
 // a memsafe::result) and a packing scratch of 8 records; the local evaluation gets what is left. Two
 // agreements (mpi/eval.hpp's detail::agree) precede any work: shapes, dimensions, value types and
 // each rank's minimum first; then each rank's plan for a chunk of the agreed size. An error on any
-// rank is raised on every rank, never a hang.
+// rank is raised on every rank, never a hang; a failure during the ring itself (not expected after
+// the agreements, short of running out of system memory) lets the rank keep forwarding and is
+// raised on every rank after the ring (one MPI_Allreduce).
 #pragma once
+#include <exception>
 #include <typeinfo>
 
 #include "eval.hpp"
@@ -397,6 +400,7 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
   const std::size_t rec = g.rule.row_bytes(), C = g.chunk, d = g.d, c = g.c;
   const int P = p.ranks, r = p.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
   std::size_t peak = 0, evals = 0;
+  std::exception_ptr failed;
   eval_stats last{};
   {
     accountant acc(g.budget);
@@ -431,7 +435,7 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
           }
         }
         t_comm += since(tc);
-        if (nr && g.rows) {  // this rank's rows against the chunk it holds (being sent on meanwhile)
+        if (nr && g.rows && !failed) try {  // this rank's rows against the chunk it holds (being sent on meanwhile)
           // Its own chunk straight from its memory; another rank's from the buffer.
           const T* yb = reinterpret_cast<const T*>(cur);
           const matrix_view<const T> yv =
@@ -444,7 +448,12 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
           const auto local = chunk_expr(x, yv, rv);
           acc.reserve(g.result_bytes);
           memsafe::result<T> loc, lse;
-          eval_partial(be, local, g.eval_budget, loc, lse);
+          try {
+            eval_partial(be, local, g.eval_budget, loc, lse);
+          } catch (...) {
+            acc.release(g.result_bytes);
+            throw;
+          }
           peak = std::max(peak, acc.current() + std::max(loc.stats.peak_temp_bytes, lse.stats.peak_temp_bytes));
           const std::size_t kl = std::min<std::size_t>(x.cols(), nr);
           const index_t off = index_t(g.offsets[q] + t * C);
@@ -456,6 +465,10 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
           last = loc.stats;
           ++evals;
           acc.release(g.result_bytes);
+        } catch (...) {
+          // Not expected after the agreements (short of running out of system memory); this rank
+          // keeps forwarding so that no other rank waits forever, and raises it after the ring.
+          failed = std::current_exception();
         }
         tc = clock::now();
         if (nreq) check_mpi(MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
@@ -465,6 +478,13 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
     if (g.rows) g.rule.unpack(part.data(), 0, g.rows, out);
     peak = std::max(peak, acc.peak());
   }
+  // Whether any rank failed during the ring: then every rank raises (one MPI_Allreduce).
+  int mine = failed ? p.rank + 1 : 0, first = 0;
+  check_mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  if (failed) std::rethrow_exception(failed);
+  if (first)
+    throw error("memsafe::mpi: shard_both: rank " + std::to_string(first - 1) + " failed while evaluating its rows "
+                "against the ring's chunks (its own error is raised there)");
   out.stats = last;
   out.stats.plan = p.local;
   out.stats.budget_bytes = g.budget;
