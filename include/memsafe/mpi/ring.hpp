@@ -6,13 +6,13 @@
 // The ring. All ranks agree on `chunk_rows` C (the least any rank's budget allows). Chunk t of
 // shard q is rows [t·C, (t+1)·C) of rank q's Y shard (fewer, or none, at the end of a shorter
 // shard). Round t, step s (s = 0 … P−1): rank r holds chunk t of shard q = r − s (mod P) in its
-// current buffer — at s = 0 gathered from its own memory — and, while it evaluates its X rows
-// against it, sends it on to r + 1 (MPI_Isend) and receives chunk t of shard r − s − 1 from r − 1
-// (MPI_Irecv) into its other buffer; then the two buffers swap. Every chunk visits every rank
-// once; at step P − 1 nothing is sent (the chunk has been everywhere). A rank evaluates its own
-// chunks in place (views of its memory). One rank: no buffers, its shard in one chunk (unless
-// capped by shard_both_t::max_chunk_rows). A rank with no Y shard
-// still forwards, a rank with no X rows still forwards and evaluates nothing. Two chunk buffers
+// current buffer — at s = 0 its own chunk, gathered there only to be sent (it is evaluated in
+// place, as a view of the rank's memory) — and, while it evaluates its X rows against it, sends
+// it on to r + 1 (MPI_Isend) and receives chunk t of shard r − s − 1 from r − 1 (MPI_Irecv) into
+// its other buffer; then the two buffers swap. Every chunk visits every rank once; at step P − 1
+// nothing is sent (the chunk has been everywhere). One rank: no buffers, its shard in one chunk
+// (unless capped by shard_both_t::max_chunk_rows). A rank with no Y shard still forwards, a rank
+// with no X rows still forwards and evaluates nothing. Two chunk buffers
 // per rank — the one read (evaluated and sent) and the one written (received) — so the
 // double buffering costs no more memory than a blocking MPI_Sendrecv would.
 //
