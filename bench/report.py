@@ -671,7 +671,8 @@ def section_mpi(rows) -> str:
     s = ["## Distributed evaluation (MPI)", "",
          "`bash bench/mpi/run.sh` — `memsafe_mpi_bench` under `mpirun` on this machine: the database (kNN) or the "
          "training points (RBF matvec, ℓ = 0.5) sharded over the ranks (`shard_reduced`), every rank holding the "
-         "m = 1000 queries, 64 MiB budget per rank, f32. Time of the whole call (agreement, local evaluation, merge, "
+         "m = 1000 queries (knn_both: the queries sharded too, `shard_both`, the database shards travelling around "
+         "the ring; `comm` is then the time in the ring's waits), 64 MiB budget per rank, f32. Time of the whole call (agreement, local evaluation, merge, "
          "broadcast), min / median of the repetitions after a warm-up; `comm` is the median time from the end of "
          "the local evaluation to the merged result, which includes waiting for the slower rank; bytes are the "
          "most any rank sent, received and broadcast.", ""]
@@ -679,14 +680,14 @@ def section_mpi(rows) -> str:
     if not mrows:
         return "\n".join(s + [NM, ""])
     body = []
-    for task, d in (("knn", 3), ("knn", 100), ("matvec", 3), ("sgpr", 9)):
+    for task, d in (("knn", 3), ("knn", 100), ("matvec", 3), ("knn_both", 3), ("sgpr", 9)):
         base = find(mrows, suite="mpi", task=task, d=d, ranks=1, threads_per_rank=2)
         for ranks, th in ((1, 2), (1, 1), (2, 1)):
             r = find(mrows, suite="mpi", task=task, d=d, ranks=ranks, threads_per_rank=th)
             if not r:
                 continue
             ratio = (f"{r['median_s'] / base['median_s']:.2f}×" if base and base.get("median_s") else "—")
-            label = f"{task} n = {r['n']:,}, d = {d}" + (f", k = {r['k']}" if task == "knn" else "")
+            label = f"{task} n = {r['n']:,}, d = {d}" + (f", k = {r['k']}" if task in ("knn", "knn_both") else "")
             if task == "sgpr":
                 label = f"SGPR bound + gradient n = {r['n']:,}, m = {r['m']:,}, d = {d}, {r.get('kernel', '')}"
             body.append([label,

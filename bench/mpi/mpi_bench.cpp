@@ -3,7 +3,9 @@
 //   memsafe_mpi_bench --task knn ... --threads 2          (one process: -np 1 or no mpirun)
 // The database (knn) or the training points (matvec) are sharded over the ranks by rows
 // (shard_reduced); every rank generates only its own rows, the same numbers whatever the number of
-// ranks (a hash of the global row and column), and all ranks hold the queries. Reported: the time
+// ranks (a hash of the global row and column), and all ranks hold the queries. knn_both shards the
+// queries too (shard_both: each rank gets its own queries' neighbours, the database shards travel
+// around the ring). Reported: the time
 // of the whole call (min and median over --reps after one warm-up), its communication share, the
 // bytes this rank sent/received/broadcast, and the peak temporaries of the rank.
 #include <memsafe/mpi.hpp>
@@ -54,13 +56,17 @@ int main(int argc, char** argv) {
   const unsigned threads = unsigned(std::stoul(arg(argc, argv, "--threads", "1")));
   const std::size_t budget = memsafe::parse_bytes(arg(argc, argv, "--budget", "64MiB"));
   const int reps = std::stoi(arg(argc, argv, "--reps", "3"));
+  const std::size_t max_chunk = std::stoull(arg(argc, argv, "--max-chunk-rows", "0"));  // knn_both: cap the ring's chunks
 
   const std::size_t b = n * std::size_t(rank) / std::size_t(ranks), e = n * std::size_t(rank + 1) / std::size_t(ranks);
   const auto shard = rows_of(b, e, d, 1);
-  const auto queries = rows_of(0, m, d, 2);
+  const bool both = task == "knn_both";
+  const std::size_t qb = both ? m * std::size_t(rank) / std::size_t(ranks) : 0,
+                    qe = both ? m * std::size_t(rank + 1) / std::size_t(ranks) : m;
+  const auto queries = rows_of(qb, qe, d, 2);
   std::vector<float> v(e - b);
   for (std::size_t i = b; i < e; ++i) v[i - b] = value_at(i, 0, 3) - 0.5f;
-  const auto Q = memsafe::points(queries.data(), m, d);
+  const auto Q = memsafe::points(queries.data(), qe - qb, d);
   const auto Y = memsafe::points(shard.data(), e - b, d);
   const memsafe::options o{budget, threads};
 
@@ -77,6 +83,12 @@ int main(int argc, char** argv) {
       cs = res.comm;
       peak = res.stats.peak_temp_bytes;
       check = res.indices[0];
+    } else if (both) {
+      const auto res = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(Q, Y), k), MPI_COMM_WORLD,
+                                          memsafe::mpi::shard_both_t{.max_chunk_rows = max_chunk}, o);
+      cs = res.comm;
+      peak = res.stats.peak_temp_bytes;
+      check = res.indices.empty() ? -1 : res.indices[0];
     } else {  // matvec: K(Q, Y) v with the training points sharded
       const auto res = memsafe::mpi::eval(memsafe::rbf(Q, Y, 0.5f) * memsafe::vec(v.data(), e - b), MPI_COMM_WORLD,
                                           memsafe::mpi::shard_reduced, o);
@@ -102,7 +114,7 @@ int main(int argc, char** argv) {
                 "\"d\": %zu, \"k\": %zu, \"budget\": %zu, \"reps\": %d, \"min_s\": %.4f, \"median_s\": %.4f, "
                 "\"comm_median_s\": %.5f, \"comm_bytes_max_rank\": %zu, \"chunks\": %zu, \"peak_temp_bytes_max_rank\": %zu, "
                 "\"first_index\": %lld}\n",
-                task.c_str(), ranks, threads, n, m, d, task == "knn" ? k : 0, budget, reps, wall.front(),
+                task.c_str(), ranks, threads, n, m, d, task != "matvec" ? k : 0, budget, reps, wall.front(),
                 wall[wall.size() / 2], comm[comm.size() / 2], sent_max, cs.chunks, peak_max, (long long)check);
   }
   MPI_Finalize();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Distributed evaluation on one machine: 1 and 2 ranks × 1 thread against 1 process × 2 threads,
-# kNN (n = 10^6, m = 1000, k = 10, d = 3 and 100) and an RBF matvec (n = 10^6, m = 1000, d = 3),
+# kNN (n = 10^6, m = 1000, k = 10, d = 3 and 100), an RBF matvec (n = 10^6, m = 1000, d = 3) and
+# kNN with the queries sharded too (knn_both: shard_both, the database travelling around the ring),
 # all in one run (ratios compare only within a run). JSON lines to bench/results/mpi.jsonl.
 # Then the SGPR bound + gradient (mpi::sgpr: n = 10^5 random points, d = 9, m = 500, Matérn 3/2) in
 # the same three configurations, to bench/results/mpi_sgpr.jsonl (needs memsafe::lapack).
@@ -28,7 +29,7 @@ if [[ $which == all ]]; then
   [[ -x $exe ]] || cmake --build "$build" --target memsafe_mpi_bench
   out=bench/results/mpi.jsonl
   : > "$out"
-  for spec in "knn 3" "knn 100" "matvec 3"; do
+  for spec in "knn 3" "knn 100" "matvec 3" "knn_both 3"; do
     set -- $spec
     for cfg in "1 2" "1 1" "2 1"; do
       read -r np th <<< "$cfg"

@@ -62,6 +62,33 @@ TEST_CASE("k nearest and K*v over a database sharded across ranks, each shard on
   CHECK(ex.find("on its GPU") != std::string::npos);
 }
 
+TEST_CASE("both sharded (shard_both): each rank's queries on its GPU against the database shards of the ring") {
+  const std::size_t n = 300, m = 4000, d = 8, k = 10;
+  auto x = data<float>(n, d, 6), y = data<float>(m, d, 7), v = data<float>(m, 1, 8);
+  const std::size_t qb = n * std::size_t(rank()) / std::size_t(ranks()), qe = n * std::size_t(rank() + 1) / std::size_t(ranks());
+  const std::size_t b = m * std::size_t(rank()) / std::size_t(ranks()), e = m * std::size_t(rank() + 1) / std::size_t(ranks());
+  dvec<float> X(std::vector<float>(x.begin() + std::ptrdiff_t(qb * d), x.begin() + std::ptrdiff_t(qe * d))),
+      Y(std::vector<float>(y.begin() + std::ptrdiff_t(b * d), y.begin() + std::ptrdiff_t(e * d))),
+      V(std::vector<float>(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(e)));
+  const auto Xd = memsafe::points(X.p, qe - qb, d), Yd = memsafe::points(Y.p, e - b, d);
+  const memsafe::cuda::options o{std::size_t(8) << 20};
+  const auto sh = memsafe::mpi::shard_both_t{.max_chunk_rows = 700};  // several chunks per shard
+  const auto r = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(Xd, Yd), k), MPI_COMM_WORLD, sh, o);
+  const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)), k),
+                                  memsafe::options{memsafe::unlimited, 2});
+  REQUIRE(r.indices.size() == (qe - qb) * k);
+  std::size_t same = 0;
+  for (std::size_t q = 0; q < r.indices.size(); ++q) same += r.indices[q] == want.indices[qb * k + q];
+  CHECK(same >= r.indices.size() * 99 / 100);
+  CHECK(r.stats.peak_temp_bytes <= std::size_t(8) << 20);
+  const auto kv = memsafe::mpi::eval(memsafe::rbf(Xd, Yd, 1.0f) * memsafe::vec(V.p, e - b), MPI_COMM_WORLD, sh, o);
+  const auto kv_want = memsafe::eval(memsafe::rbf(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d), 1.0f) *
+                                         memsafe::vec(v.data(), m),
+                                     memsafe::options{memsafe::unlimited, 2});
+  for (std::size_t i = 0; i < qe - qb; ++i)
+    CHECK(kv.values[i] == doctest::Approx(kv_want.values[qb + i]).epsilon(1e-4).scale(double(m)));
+}
+
 TEST_CASE("a device budget too small on one rank is a budget_error on every rank") {
   const std::size_t n = 64, m = 512, d = 4;
   auto x = data<float>(n, d, 4), y = data<float>(m, d, 5);

@@ -1,13 +1,17 @@
 // Distributed evaluation under mpirun (label mpi; 1 to 4 ranks): every reduction sharded over the
 // ranks equals the one-process evaluation of the whole data — exactly for selections, to rounding
 // for sums — on even, uneven and empty shards; errors are raised on every rank (no hang); each
-// rank's peak temporaries, communication buffers included, stay within its budget.
+// rank's peak temporaries, communication buffers included, stay within its budget. shard_both
+// (X and Y both sharded, Y travelling around the ring in chunks): each rank's rows equal the
+// one-process rows, on every pair of X and Y layouts, with small budgets so that several chunks
+// of every shard travel.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <memsafe/mpi.hpp>
 
 #include "mpi_test.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -43,6 +47,8 @@ span shard_of(std::size_t m, const std::string& layout, int r, int p) {
     for (int q = 0; q < p; ++q) w[std::size_t(q)] = std::size_t(q) + 1;
   if (layout == "empty_first") w[0] = 0;
   if (layout == "one_big") w[std::size_t(p - 1)] = 10;
+  if (layout == "all_last")  // one rank holds everything, the others nothing
+    for (int q = 0; q < p; ++q) w[std::size_t(q)] = q == p - 1;
   std::size_t tot = 0;
   for (auto x : w) tot += x;
   if (tot == 0) return {0, m};  // one rank and an empty layout: it holds everything
@@ -236,6 +242,217 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
   // And the communicator is still in step: the next evaluation runs.
   const auto r = memsafe::mpi::eval(e, MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
   CHECK(r.indices == memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, memsafe::points(y.data(), m, d)), 3), unlimited_opts).indices);
+}
+
+// ---- shard_both: X and Y sharded, the Y shards travelling around the ring -----------------------
+
+/// Rows [s.b, s.e) of a one-process result with `c` entries per row.
+template <class V>
+V rows_of(const V& all, span s, std::size_t c) {
+  return V(all.begin() + std::ptrdiff_t(s.b * c), all.begin() + std::ptrdiff_t(s.e * c));
+}
+
+const char* const both_layouts[] = {"even", "uneven", "empty_first", "one_big", "all_last"};
+
+TEST_CASE_TEMPLATE("both sharded: k nearest, argmin/argmax and min/max equal one process's rows", T, float, double) {
+  const std::size_t n = 23, m = 97, d = 3;
+  auto x = data<T>(n, d, 21, true), y = data<T>(m, d, 22, true);  // 64 distinct points: duplicates across ranks
+  y[7 * d + 1] = std::numeric_limits<T>::quiet_NaN();             // a NaN point ranks last
+  const auto Xall = memsafe::points(x.data(), n, d), Yall = memsafe::points(y.data(), m, d);
+  const auto sh = memsafe::mpi::shard_both;
+  const auto& W = MPI_COMM_WORLD;
+  std::size_t most_chunks = 0;
+  for (const char* xl : both_layouts)
+    for (const char* yl : both_layouts) {
+      const span sx = shard_of(n, xl, rank(), ranks()), sy = shard_of(m, yl, rank(), ranks());
+      const auto X = memsafe::points(x.data() + sx.b * d, sx.size(), d), Y = memsafe::points(y.data() + sy.b * d, sy.size(), d);
+      INFO("X " << xl << " [" << sx.b << ", " << sx.e << "), Y " << yl << " [" << sy.b << ", " << sy.e << "), rank " << rank());
+      for (std::size_t k : {std::size_t(1), std::size_t(6), std::size_t(40)}) {
+        const std::size_t budget = std::size_t(256) << 10;
+        const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xall, Yall), k), unlimited_opts);
+        const auto got = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), k), W,
+                                            memsafe::mpi::shard_both_t{.max_chunk_rows = 7}, memsafe::options{budget, 1});
+        CHECK(got.rows == sx.size());
+        CHECK(got.indices == rows_of(want.indices, sx, k));
+        CHECK(same_values(got.values, rows_of(want.values, sx, k)));
+        CHECK(got.stats.peak_temp_bytes <= budget);
+        CHECK(got.comm.global_extent == m);
+        CHECK(got.comm.offset == sy.b);
+        most_chunks = std::max(most_chunks, got.comm.chunks);
+      }
+      const auto wmax = memsafe::eval(memsafe::argkmax(memsafe::dot(Xall, Yall), 5), unlimited_opts);
+      const auto gmax = memsafe::mpi::eval(memsafe::mpi::argkmax(memsafe::dot(X, Y), 5), W, memsafe::mpi::shard_both_t{.max_chunk_rows = 5},
+                                           memsafe::options{std::size_t(32) << 10, 1});
+      CHECK(gmax.indices == rows_of(wmax.indices, sx, 5));
+      CHECK(same_values(gmax.values, rows_of(wmax.values, sx, 5)));
+      const auto wam = memsafe::eval(memsafe::argmin(memsafe::l1(Xall, Yall)), unlimited_opts);
+      const auto gam = memsafe::mpi::eval(memsafe::mpi::argmin(memsafe::l1(X, Y)), W, sh);
+      CHECK(gam.indices == rows_of(wam.indices, sx, 1));
+      CHECK(same_values(gam.values, rows_of(wam.values, sx, 1)));
+      const auto waM = memsafe::eval(memsafe::argmax(memsafe::sqdist(Xall, Yall)), unlimited_opts);
+      const auto gaM = memsafe::mpi::eval(memsafe::mpi::argmax(memsafe::sqdist(X, Y)), W, sh);
+      CHECK(gaM.indices == rows_of(waM.indices, sx, 1));
+      const auto wmin = memsafe::eval(memsafe::min(memsafe::sqdist(Xall, Yall)), unlimited_opts);
+      const auto gmin = memsafe::mpi::eval(memsafe::min(memsafe::sqdist(X, Y)), W, sh, memsafe::options{std::size_t(8) << 10, 1});
+      CHECK(same_values(gmin.values, rows_of(wmin.values, sx, 1)));
+      const auto wM = memsafe::eval(memsafe::max(memsafe::rbf(Xall, Yall, 1.5) + memsafe::matern12(Xall, Yall, 0.7)), unlimited_opts);
+      const auto gM = memsafe::mpi::eval(memsafe::max(memsafe::rbf(X, Y, 1.5) + memsafe::matern12(X, Y, 0.7)), W, sh);
+      CHECK(same_values(gM.values, rows_of(wM.values, sx, 1)));
+    }
+  CHECK(most_chunks >= 3);  // small chunks: several chunks of a shard travel
+}
+
+TEST_CASE_TEMPLATE("both sharded: sums, K*v, K*M, v*K, logsumexp and softmax_sum equal one process's rows", T, float, double) {
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  const std::size_t n = 19, m = 83, d = 4, c = 3;
+  auto x = data<T>(n, d, 23), y = data<T>(m, d, 24), v = data<T>(m, 1, 25), M = data<T>(m, c, 26);
+  const auto Xall = memsafe::points(x.data(), n, d), Yall = memsafe::points(y.data(), m, d);
+  const auto vall = memsafe::vec(v.data(), m);
+  const auto Mall = memsafe::matrix(static_cast<const T*>(M.data()), m, c);
+  const auto sh = memsafe::mpi::shard_both_t{.max_chunk_rows = 6};
+  const auto& W = MPI_COMM_WORLD;
+  for (const char* xl : both_layouts)
+    for (const char* yl : both_layouts) {
+      const span sx = shard_of(n, xl, rank(), ranks()), sy = shard_of(m, yl, rank(), ranks());
+      INFO("X " << xl << " [" << sx.b << ", " << sx.e << "), Y " << yl << " [" << sy.b << ", " << sy.e << "), rank " << rank());
+      const auto X = memsafe::points(x.data() + sx.b * d, sx.size(), d), Y = memsafe::points(y.data() + sy.b * d, sy.size(), d);
+      const auto vs = memsafe::vec(v.data() + sy.b, sy.size());
+      const auto Ms = memsafe::matrix(static_cast<const T*>(M.data()) + sy.b * c, sy.size(), c);
+      const memsafe::options o{std::size_t(32) << 10, 1};
+      const auto check = [&](const auto& got, const auto& want, std::size_t cols, const char* what) {
+        INFO(what);
+        CHECK(got.rows == sx.size());
+        CHECK(mismatches(got.values, rows_of(want.values, sx, cols), tol) == 0);
+        CHECK(got.stats.peak_temp_bytes <= o.budget.value());
+      };
+      check(memsafe::mpi::eval(memsafe::sum(memsafe::matern32(X, Y, 1.2)), W, sh, o),
+            memsafe::eval(memsafe::sum(memsafe::matern32(Xall, Yall, 1.2)), unlimited_opts), 1, "sum");
+      check(memsafe::mpi::eval(memsafe::rbf(X, Y, 0.9) * vs, W, sh, o),
+            memsafe::eval(memsafe::rbf(Xall, Yall, 0.9) * vall, unlimited_opts), 1, "K*v");
+      check(memsafe::mpi::eval(memsafe::rbf(X, Y, 0.9) * Ms, W, sh, o),
+            memsafe::eval(memsafe::rbf(Xall, Yall, 0.9) * Mall, unlimited_opts), c, "K*M");
+      // v·K = Kᵀv with K = rbf(Y, X): the reduced index is K's rows (the sharded Y), the result's X's.
+      check(memsafe::mpi::eval(vs * memsafe::rbf(Y, X, 0.9), W, sh, o),
+            memsafe::eval(vall * memsafe::rbf(Yall, Xall, 0.9), unlimited_opts), 1, "v*K");
+      check(memsafe::mpi::eval(memsafe::logsumexp(-memsafe::sqdist(X, Y)), W, sh, o),
+            memsafe::eval(memsafe::logsumexp(-memsafe::sqdist(Xall, Yall)), unlimited_opts), 1, "logsumexp");
+      check(memsafe::mpi::eval(memsafe::softmax_sum(-memsafe::sqdist(X, Y), Ms), W, sh, o),
+            memsafe::eval(memsafe::softmax_sum(-memsafe::sqdist(Xall, Yall), Mall), unlimited_opts), c, "softmax_sum");
+    }
+}
+
+TEST_CASE("both sharded: results do not depend on the budget; the ring's buffers and partials stay within it") {
+  const std::size_t n = 150, m = 400, d = 5, k = 8;
+  auto x = data<double>(n, d, 27), y = data<double>(m, d, 28);
+  const span sx = shard_of(n, "uneven", rank(), ranks()), sy = shard_of(m, "one_big", rank(), ranks());
+  const auto X = memsafe::points(x.data() + sx.b * d, sx.size(), d), Y = memsafe::points(y.data() + sy.b * d, sy.size(), d);
+  const auto e = memsafe::mpi::argkmin(memsafe::sqdist(X, Y), k);
+  const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)), k),
+                                  unlimited_opts);
+  const auto sh = memsafe::mpi::shard_both;
+  std::size_t prev_chunk = 0;
+  for (std::size_t b : {std::size_t(64) << 10, std::size_t(96) << 10, std::size_t(1) << 20}) {
+    INFO("budget " << b);
+    const auto r = memsafe::mpi::eval(e, MPI_COMM_WORLD, sh, memsafe::options{b, 1});
+    CHECK(r.indices == rows_of(want.indices, sx, k));
+    CHECK(r.stats.peak_temp_bytes <= b);
+    CHECK(r.comm.buffer_bytes == (ranks() > 1 ? 2 * r.comm.chunk_rows * d * sizeof(double) : 0));
+    CHECK(r.comm.chunk_rows >= prev_chunk);
+    prev_chunk = r.comm.chunk_rows;
+    std::size_t longest = 0;
+    for (int q = 0; q < ranks(); ++q) longest = std::max(longest, shard_of(m, "one_big", q, ranks()).size());
+    CHECK(r.comm.chunks == (longest + r.comm.chunk_rows - 1) / r.comm.chunk_rows);
+    if (ranks() > 1) {
+      // Every shard but this rank's own reaches it; every shard but the next rank's leaves it.
+      const span nx = shard_of(m, "one_big", (rank() + 1) % ranks(), ranks());
+      CHECK(r.comm.bytes_received == (m - sy.size()) * d * sizeof(double));
+      CHECK(r.comm.bytes_sent == (m - nx.size()) * d * sizeof(double));
+    } else {
+      CHECK(r.comm.bytes_sent == 0);
+    }
+  }
+  const memsafe::options small{std::size_t(64) << 10, 1};
+  const auto p = memsafe::mpi::plan_for(e, MPI_COMM_WORLD, memsafe::mpi::shard_both_t{.max_chunk_rows = 50}, small);
+  CHECK(p.layout == "shard_both");
+  CHECK(p.chunk_rows <= 50);
+  CHECK(p.chunks >= 400 / ranks() / 50);
+  CHECK(p.buffer_bytes + p.partial_bytes + p.eval_budget == std::size_t(64) << 10);
+  const std::string ex = memsafe::mpi::explain(e, MPI_COMM_WORLD, sh, small);
+  CHECK(ex.find("distributed over " + std::to_string(ranks()) + " rank(s)") != std::string::npos);
+  CHECK(ex.find("ring:") != std::string::npos);
+  CHECK(ex.find("k-way merge") != std::string::npos);
+}
+
+TEST_CASE("both sharded: strided shards (rows with padding, a transposed M) are gathered into the ring's chunks") {
+  const std::size_t n = 17, m = 61, d = 3, c = 2, pad = 5;
+  auto x = data<double>(n, d, 31), yp = data<double>(m, pad, 32), mt = data<double>(c * m, 1, 33);
+  const span sx = shard_of(n, "uneven", rank(), ranks()), sy = shard_of(m, "one_big", rank(), ranks());
+  // Y: the first d of `pad` columns of each row; M (m×c) as the transpose of a c×m row-major matrix.
+  const auto Yall = memsafe::matrix_view<const double>(yp.data(), m, d, pad, 1);
+  const auto Mall = memsafe::matrix_view<const double>(mt.data(), m, c, 1, m);
+  const auto Y = memsafe::matrix_view<const double>(yp.data() + sy.b * pad, sy.size(), d, pad, 1);
+  const auto Ms = memsafe::matrix_view<const double>(mt.data() + sy.b, sy.size(), c, 1, m);
+  const auto Xall = memsafe::points(x.data(), n, d), X = memsafe::points(x.data() + sx.b * d, sx.size(), d);
+  const auto sh = memsafe::mpi::shard_both_t{.max_chunk_rows = 4};
+  const auto got = memsafe::mpi::eval(memsafe::rbf(X, Y, 0.8) * Ms, MPI_COMM_WORLD, sh);
+  const auto want = memsafe::eval(memsafe::rbf(Xall, Yall, 0.8) * Mall, unlimited_opts);
+  CHECK(mismatches(got.values, rows_of(want.values, sx, c), 1e-12) == 0);
+  const auto gk = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), 4), MPI_COMM_WORLD, sh);
+  CHECK(gk.indices == rows_of(memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xall, Yall), 4), unlimited_opts).indices, sx, 4));
+  // M·K (a transposed result) is not supported with both sharded: an argument_error on every rank.
+  const auto Mk = memsafe::matrix_view<const double>(mt.data(), c, sy.size(), m, 1);
+  CHECK_THROWS_AS((void)memsafe::mpi::eval(Mk * memsafe::rbf(Y, X, 0.8), MPI_COMM_WORLD, sh), memsafe::argument_error);
+}
+
+TEST_CASE("both sharded: errors on any rank are raised on every rank, before any work, and the next call runs") {
+  const std::size_t n = 40, m = 90, d = 3;
+  auto x = data<double>(n, d, 29), y = data<double>(m, d, 30);
+  const span sx = shard_of(n, "even", rank(), ranks()), sy = shard_of(m, "uneven", rank(), ranks());
+  const auto X = memsafe::points(x.data() + sx.b * d, sx.size(), d), Y = memsafe::points(y.data() + sy.b * d, sy.size(), d);
+  const auto e = memsafe::mpi::argkmin(memsafe::sqdist(X, Y), 3);
+  const auto sh = memsafe::mpi::shard_both;
+  const int small_rank = ranks() - 1;
+  const memsafe::options o{rank() == small_rank ? std::size_t(256) : std::size_t(1) << 20, 1};
+  try {
+    (void)memsafe::mpi::eval(e, MPI_COMM_WORLD, sh, o);
+    FAIL("no budget_error");
+  } catch (const memsafe::budget_error& err) {
+    const std::string w = err.what();
+    CHECK(err.minimum_bytes > 256);
+    if (rank() != small_rank) CHECK(w.find("rank " + std::to_string(small_rank)) != std::string::npos);
+    CHECK(w.find("use a budget of at least") != std::string::npos);
+  }
+  // A dimension that differs on the last rank (its points have d = 2).
+  if (ranks() > 1) {
+    const std::size_t dl = rank() == ranks() - 1 ? 2 : d;
+    CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(memsafe::points(x.data(), sx.size(), dl),
+                                                                                   memsafe::points(y.data(), sy.size(), dl)),
+                                                                   3),
+                                             MPI_COMM_WORLD, sh),
+                    memsafe::shape_error);
+    // Values of another type on the last rank.
+    std::vector<float> xf(x.begin(), x.end()), yf(y.begin(), y.end());
+    if (rank() == ranks() - 1)
+      CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(memsafe::points(xf.data(), sx.size(), d),
+                                                                                     memsafe::points(yf.data(), sy.size(), d)),
+                                                                     3),
+                                               MPI_COMM_WORLD, sh),
+                      memsafe::argument_error);
+    else
+      CHECK_THROWS_AS((void)memsafe::mpi::eval(e, MPI_COMM_WORLD, sh), memsafe::argument_error);
+  }
+  // k larger than the reduced extent over all ranks.
+  CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), m + 1), MPI_COMM_WORLD, sh),
+                  memsafe::argument_error);
+  // Two leaves over different point sets cannot share the ring.
+  const std::vector<double> y2(y);
+  CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::sum(memsafe::rbf(X, Y) + memsafe::rbf(X, memsafe::points(y2.data() + sy.b * d, sy.size(), d))),
+                                           MPI_COMM_WORLD, sh),
+                  memsafe::argument_error);
+  const auto r = memsafe::mpi::eval(e, MPI_COMM_WORLD, sh);
+  const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)), 3),
+                                  unlimited_opts);
+  CHECK(r.indices == rows_of(want.indices, sx, 3));
 }
 
 }  // TEST_SUITE

@@ -9,6 +9,12 @@
 // selections (k pairs per row) and one output for sums. Any MPI works, CUDA-aware or not; device
 // buffers never go through MPI. The agreement also covers a rank without a usable GPU: its
 // cuda_error is raised on every rank.
+//
+// shard_both (mpi/ring.hpp) works the same way: the ring's chunks live in host buffers (gathered
+// from the rank's own shard, on the device or the host, by cudaMemcpy2D), travel by ordinary MPI,
+// and each chunk is evaluated by memsafe::cuda::eval with X where it is and the chunk streamed
+// from the host; the partials merge on the host. The budget counts the host-side buffers and
+// partials against the same number as the device and pinned memory (conservative).
 #pragma once
 #if !defined(__CUDACC__)
 #error "<memsafe/mpi/cuda.cuh> evaluates shards on the GPU and must be compiled by nvcc; host-only code includes <memsafe/mpi.hpp>"
@@ -45,6 +51,45 @@ struct cuda_backend {
   std::string explain(const X& x) const {
     return "this rank's shard, on its GPU: " + x.str() + "\n" + plan(x, budget()).describe();
   }
+  /// The plan of one ring chunk as eval will make it: X where it is, the chunk (host memory) and
+  /// the outputs (host vectors) staged — the memory spaces queried, as eval queries them, so that a
+  /// rank whose chunk would not fit fails the second agreement, not the ring.
+  template <class X>
+  tile_plan plan_chunk(const X& x, std::size_t b) const {
+    namespace cd = memsafe::cuda::detail;
+    cd::check_node<X>();
+    if constexpr (cd::device_node<X>) {
+      typename X::value_type v[1] = {};
+      index_t ix[1] = {};
+      rewrite::rule_log log;
+      const auto job = cd::lower(x, v, ix, log);
+      return cd::plan_job(job, b, memsafe::cuda::device_resources::current(), cd::residency::queried, x.str()).plan;
+    } else {
+      return {};
+    }
+  }
+  /// Rows [r0, r0 + nr) of `src` (device or host memory) into the host buffer `dst`, contiguous.
+  template <class T>
+  void gather(T* dst, const matrix_view<const T>& src, std::size_t r0, std::size_t nr) const {
+    const std::size_t c = src.cols(), rs = src.row_stride(), cs = src.col_stride();
+    if (nr == 0 || c == 0) return;
+    if (cs == 1 && (rs >= c || nr == 1)) {
+      MEMSAFE_CUDA_CHECK(cudaMemcpy2D(dst, c * sizeof(T), src.data() + r0 * rs, std::max(rs, c) * sizeof(T),
+                                      c * sizeof(T), nr, cudaMemcpyDefault));
+      return;
+    }
+    host_backend{}.gather(dst, src, r0, nr);  // host memory with other strides (check_gather)
+  }
+  /// A device-resident operand must have unit column stride and rows that do not overlap.
+  template <class T>
+  void check_gather(const matrix_view<const T>& src) const {
+    if (src.rows() == 0 || src.cols() == 0) return;
+    const bool rows_ok = src.col_stride() == 1 && (src.row_stride() >= src.cols() || src.rows() == 1);
+    if (!rows_ok && memsafe::cuda::detail::space_of(src.data()) == memsafe::cuda::detail::memory_space::device)
+      throw argument_error("memsafe::mpi: shard_both on the GPU: the sharded operand " + src.shape() +
+                           " is on the device with strides (" + std::to_string(src.row_stride()) + ", " +
+                           std::to_string(src.col_stride()) + "); give it unit column stride and row-major rows");
+  }
 };
 
 }  // namespace detail
@@ -57,6 +102,10 @@ mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_reduce
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_rows_t, const memsafe::cuda::options& o) {
   return detail::run_rows(x, comm, detail::cuda_backend{o});
+}
+template <evaluable X>
+mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_both_t s, const memsafe::cuda::options& o) {
+  return detail::run_both(x, comm, s, detail::cuda_backend{o});
 }
 template <evaluable X, class Shard>
 mpi::plan plan_for(const X& x, MPI_Comm comm, Shard s, const memsafe::cuda::options& o) {

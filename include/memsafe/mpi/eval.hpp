@@ -10,13 +10,22 @@
 //   shard_rows:    each rank holds a shard of the result's rows (X of a reduction over j); the
 //                  reduced operand is replicated. Each rank gets its own rows; nothing is sent but
 //                  the agreement below.
+//   shard_both:    each rank holds a shard of the result's rows (X) and a shard of the reduced
+//                  operand (Y, with v / M / V sharded alike). The Y shards travel around a ring
+//                  (mpi/ring.hpp) in chunks of rows all ranks agree on, two chunk buffers per rank
+//                  (the one being evaluated and sent on, the one being received: nonblocking,
+//                  overlapping the evaluation); each rank evaluates its X rows against every chunk
+//                  with the host planner and merges into running partials by the same rules
+//                  (mpi/merge.hpp). Each rank gets its own rows, equal to one process's; no rank
+//                  ever holds another rank's whole shard.
 //
 // Every call is collective and starts with an agreement (one MPI_Allgather of a fixed-size record
 // per rank): each rank plans its shard first, and a budget too small, a bad argument or
 // inconsistent shapes on any rank raises the same error on every rank before any work — never a
-// hang. The communication buffers (two chunks of records: what a rank sends and what it receives)
-// come from the rank's budget through the accountant, in chunks of rows all ranks agree on; MPI's
-// own internal buffers (eager-message pools) are outside it.
+// hang. The communication buffers (two chunks of records — or, for shard_both, of Y rows: what a
+// rank sends and what it receives) come from the rank's budget through the accountant, in chunks of
+// rows all ranks agree on, as do shard_both's running partials; MPI's own internal buffers
+// (eager-message pools) are outside it.
 #pragma once
 #include <mpi.h>
 
@@ -37,18 +46,26 @@ namespace memsafe::mpi {
 struct shard_reduced_t {};
 /// The result's rows are sharded across the ranks (see the file comment).
 struct shard_rows_t {};
+/// Both: the result's rows and the reduced operand are sharded; the latter travels around a ring
+/// in chunks of rows. `max_chunk_rows` (0: no cap) caps the chunks below what the budgets allow
+/// (the least cap over the ranks wins): `mpi::shard_both_t{.max_chunk_rows = 4096}`.
+struct shard_both_t {
+  std::size_t max_chunk_rows = 0;
+};
 inline constexpr shard_reduced_t shard_reduced{};
 inline constexpr shard_rows_t shard_rows{};
+inline constexpr shard_both_t shard_both{};
 
 /// What the distribution did on this rank.
 struct comm_stats {
   int ranks = 1, rank = 0;
-  std::size_t global_extent = 0;   ///< the reduced extent over all ranks (shard_reduced)
+  std::size_t global_extent = 0;   ///< the reduced extent over all ranks (shard_reduced, shard_both)
   std::size_t offset = 0;          ///< this rank's first global index of the reduced extent
   std::size_t chunk_rows = 0;      ///< rows per communication chunk (the same on every rank)
-  std::size_t chunks = 0;
+  std::size_t chunks = 0;          ///< chunks of records (shard_reduced); chunk rounds of the ring (shard_both)
   std::size_t buffer_bytes = 0;    ///< communication buffers, counted in the budget
-  std::size_t bytes_sent = 0;      ///< point-to-point bytes this rank sent (tree reduction)
+  std::size_t messages = 0;        ///< point-to-point messages this rank sent (shard_both)
+  std::size_t bytes_sent = 0;      ///< point-to-point bytes this rank sent (tree reduction, ring)
   std::size_t bytes_received = 0;  ///< and received
   std::size_t bytes_broadcast = 0; ///< size of the broadcast result
   double seconds = 0;              ///< time in communication (agreement included)
@@ -62,13 +79,19 @@ struct result : memsafe::result<T> {
 
 /// The distributed plan on this rank (collective: mpi::plan_for).
 struct plan {
-  std::string layout;           ///< "shard_reduced" or "shard_rows"
-  std::string merge;            ///< how partial results merge (shard_reduced)
+  std::string layout;           ///< "shard_reduced", "shard_rows" or "shard_both"
+  std::string merge;            ///< how partial results merge (shard_reduced, shard_both)
   int ranks = 1, rank = 0;
   std::size_t local_extent = 0, global_extent = 0, offset = 0;
   std::size_t rows = 0, record_bytes = 0, chunk_rows = 0, chunks = 0, buffer_bytes = 0;
   std::size_t tree_steps = 0;   ///< ⌈log2 ranks⌉
-  std::size_t bytes_per_rank = 0;  ///< what one rank sends at most in the tree, plus the broadcast
+  std::size_t bytes_per_rank = 0;  ///< what one rank sends at most in the tree, plus the broadcast; this rank's ring traffic
+  // shard_both: the ring.
+  std::size_t payload_row_bytes = 0;  ///< bytes of one row of the reduced operand on the wire (Y row + v/M/V row)
+  std::size_t steps = 0;              ///< ring phases (chunk rounds × ranks), each one message per rank at most
+  std::size_t partial_bytes = 0;      ///< running partials, a chunk's local result and the packing scratch
+  std::size_t eval_budget = 0;        ///< what a chunk's local evaluation may use (budget − buffers − partials)
+  std::size_t bytes_received = 0;     ///< ring: what this rank receives
   tile_plan local;              ///< the local evaluation's plan (empty for an empty shard)
   bool local_empty = false;
   std::string describe() const {
@@ -82,6 +105,18 @@ struct plan {
         << " per message, in " << chunks << " chunk(s) of ≤ " << chunk_rows << " row(s); at most "
         << format_bytes(bytes_per_rank) << " sent per rank; buffers " << format_bytes(buffer_bytes)
         << " counted in the budget\n";
+    } else if (layout == "shard_both") {
+      s << "  result rows: this rank's " << rows << "; reduced index: this rank holds [" << offset << ", "
+        << offset + local_extent << ") of " << global_extent << "\n";
+      s << "  ring: the reduced operand's shards travel rank r -> r+1, " << payload_row_bytes << " B per row, in "
+        << chunks << " chunk round(s) of <= " << chunk_rows << " row(s) (the same on every rank), " << steps
+        << " step(s); two chunk buffers " << format_bytes(buffer_bytes) << ", nonblocking, overlapping the evaluation\n";
+      s << "  merge: " << merge << ", into running partials (" << format_bytes(partial_bytes)
+        << " with a chunk's local result)\n";
+      s << "  communication: this rank sends " << format_bytes(bytes_per_rank) << " and receives "
+        << format_bytes(bytes_received) << "; each chunk evaluated under " << format_bytes(eval_budget)
+        << "; buffers and partials counted in the budget\n";
+      if (!local_empty) s << "  this rank's rows against one chunk of " << chunk_rows << " row(s):\n";
     } else {
       s << "  this rank's rows: " << rows << "; no communication beyond the agreement\n";
     }
@@ -96,6 +131,7 @@ using namespace memsafe::detail;
 /// One rank's planning outcome, exchanged by the agreement.
 struct rank_info {
   std::uint64_t rows, cols, extent, need, budget, chunk_rows;
+  std::uint64_t dim, rhs_cols, elem, kind;  // shard_both: what the ring's payload and merge depend on
   std::int32_t failed;  // 0 ok, 1 budget_error, 2 shape_error, 3 argument_error, 4 other error
   char message[300];
 };
@@ -191,6 +227,20 @@ struct host_backend {
   std::string explain(const X& x) const {
     return memsafe::explain(x, o);
   }
+  /// Rows [r0, r0 + nr) of `src` into `dst`, contiguous (the ring's own chunk, before it is sent).
+  template <class T>
+  void gather(T* dst, const matrix_view<const T>& src, std::size_t r0, std::size_t nr) const {
+    const std::size_t c = src.cols(), rs = src.row_stride(), cs = src.col_stride();
+    for (std::size_t r = 0; r < nr; ++r) {
+      const T* a = src.data() + (r0 + r) * rs;
+      if (cs == 1) std::memcpy(dst + r * c, a, c * sizeof(T));
+      else
+        for (std::size_t q = 0; q < c; ++q) dst[r * c + q] = a[q * cs];
+    }
+  }
+  /// Whether gather can read `src` (it always can on the host).
+  template <class T>
+  void check_gather(const matrix_view<const T>&) const {}
 };
 
 /// Everything the distributed evaluation decides before any work (collective).
@@ -213,6 +263,37 @@ typename rule_of<X>::type make_rule(const X& x) {
   return r;
 }
 
+template <class X>
+inline constexpr bool is_softmax = std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>;
+
+/// The least bytes a partial result needs: the local evaluation's plan minimum (and, for
+/// softmax_sum, that of the log-sum-exp of its scores, the second local pass).
+template <class X, class B>
+std::size_t minimum_partial(const B& be, const X& local) {
+  std::size_t need = be.minimum(local);
+  if constexpr (is_softmax<X>) need = std::max(need, be.minimum(make_reduce<red::logsumexp>(local.e)));
+  return need;
+}
+/// A partial result: the local evaluation (and, for softmax_sum, the log-sum-exp of its scores).
+template <class X, class B, class T = typename X::value_type>
+void eval_partial(const B& be, const X& local, std::size_t budget, memsafe::result<T>& loc, memsafe::result<T>& lse) {
+  loc = be.eval(local, budget);
+  if constexpr (is_softmax<X>) lse = be.eval(make_reduce<red::logsumexp>(local.e), budget);
+}
+/// A selection needs a point to return and k ≤ the reduced extent over all ranks (every rank
+/// checks the same numbers, so every rank raises the same error).
+template <class X, class Rule>
+void check_global_k(const X& x, const Rule& rule, std::size_t global) {
+  if constexpr (requires { rule.k; }) {
+    if (global == 0)
+      throw argument_error("memsafe::mpi: " + x.str() + ": the reduced index is empty on every rank, so there is no "
+                           "index to return");
+    if (rule.k > global)
+      throw argument_error("memsafe::mpi: " + x.str() + ": k = " + std::to_string(rule.k) +
+                           " is larger than the reduced extent over all ranks (" + std::to_string(global) + ")");
+  }
+}
+
 template <class X, class B>
 distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
   static_assert(rule_of<X>::supported,
@@ -231,11 +312,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
     d.budget = be.budget();
     me.budget = d.budget;
     std::size_t need = 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
-    if (!d.empty) {
-      need = std::max(need, be.minimum(d.local));
-      if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>)
-        need = std::max(need, be.minimum(make_reduce<red::logsumexp>(x.e)));
-    }
+    if (!d.empty) need = std::max(need, minimum_partial(be, d.local));
     if (need > d.budget) memsafe::plan::too_small("the shard of " + x.str() + " and its communication buffers", d.budget, need);
     const std::size_t cap = std::size_t(INT_MAX) / 2;
     me.chunk_rows = std::max<std::size_t>(1, std::min(d.budget, cap) / 2 / d.rule.row_bytes());
@@ -255,14 +332,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
     if (r < rank) offset += a.extent;
     chunk = std::min<std::size_t>(chunk, a.chunk_rows);
   }
-  if constexpr (requires { d.rule.k; }) {
-    if (global == 0)
-      throw argument_error("memsafe::mpi: " + x.str() + ": the reduced index is empty on every rank, so there is no "
-                           "index to return");
-    if (d.rule.k > global)
-      throw argument_error("memsafe::mpi: " + x.str() + ": k = " + std::to_string(d.rule.k) +
-                           " is larger than the reduced extent over all ranks (" + std::to_string(global) + ")");
-  }
+  check_global_k(x, d.rule, global);
   d.kl = std::min<std::size_t>(x.cols(), d.extent);
   mpi::plan& p = d.p;
   p.layout = "shard_reduced";
@@ -318,10 +388,7 @@ mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const B& be) {
 
   // The shard's partial result (and, for softmax_sum, its log-sum-exp).
   memsafe::result<T> loc, lse;
-  if (!d.empty) {
-    loc = be.eval(d.local, d.budget);
-    if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<T>>) lse = be.eval(make_reduce<red::logsumexp>(x.e), d.budget);
-  }
+  if (!d.empty) eval_partial(be, d.local, d.budget, loc, lse);
 
   mpi::result<T> out;
   out.rows = x.rows();
@@ -346,12 +413,7 @@ mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const B& be) {
     temp_buffer<std::byte> mine(acc, p.chunk_rows * p.record_bytes), theirs(acc, p.chunk_rows * p.record_bytes);
     for (std::size_t r0 = 0; r0 < p.rows; r0 += p.chunk_rows) {
       const std::size_t nr = std::min(p.chunk_rows, p.rows - r0);
-      if constexpr (std::is_same_v<typename rule_of<X>::type, softmax_rule<T>>)
-        d.rule.pack(loc, lse, d.empty, r0, nr, mine.data());
-      else if constexpr (requires { d.rule.k; })
-        d.rule.pack(loc, d.empty ? 0 : d.kl, index_t(p.offset), r0, nr, mine.data());
-      else
-        d.rule.pack(loc, d.empty, r0, nr, mine.data());
+      pack_rows(d.rule, loc, lse, d.empty, d.kl, index_t(p.offset), r0, nr, mine.data());
       tree_allreduce(d.rule, mine.data(), theirs.data(), nr, comm, p.rank, p.ranks, cs);
       d.rule.unpack(mine.data(), r0, nr, out);
     }
@@ -409,11 +471,19 @@ mpi::plan plan_of(const X& x, MPI_Comm comm, shard_rows_t, const B& be) {
   std::size_t budget = 0;
   return prepare_rows(x, comm, be, budget);
 }
+template <class X, class B>
+mpi::plan plan_of(const X& x, MPI_Comm comm, shard_both_t s, const B& be);  // mpi/ring.hpp
+template <class X, class B>
+mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_both_t s, const B& be);  // mpi/ring.hpp
+
 template <class X, class Shard, class B>
 std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
   const mpi::plan p = plan_of(x, comm, s, be);
   std::string out = p.describe();
-  if (!p.local_empty) out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + out;
+  if constexpr (std::is_same_v<Shard, shard_both_t>)
+    out = "as written:   " + x.str() + "\n" + out;  // describe() ends with the plan of one chunk
+  else if (!p.local_empty)
+    out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + out;
   return out;
 }
 
@@ -430,6 +500,13 @@ mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_reduce
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_rows_t, const options& o = {}) {
   return detail::run_rows(x, comm, detail::host_backend{o});
+}
+/// Evaluate a reduction whose result rows (X) and reduced operand (Y, with v / M / V) are both
+/// sharded across the ranks of `comm` (collective): the Y shards travel around a ring in chunks.
+/// Each rank gets its own rows, indices global (into the concatenation of the Y shards).
+template <evaluable X>
+mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_both_t s, const options& o = {}) {
+  return detail::run_both(x, comm, s, detail::host_backend{o});
 }
 /// The distributed plan on this rank (collective; nothing evaluated).
 template <evaluable X, class Shard>
@@ -460,3 +537,5 @@ template <lazy_matrix E>
 auto argmax(const E& e) { return memsafe::detail::make_reduce<red::argmax>(e); }
 
 }  // namespace memsafe::mpi
+
+#include "ring.hpp"

@@ -197,6 +197,21 @@ struct softmax_rule {
   }
 };
 
+/// Rows [r0, r0 + nr) of a partial result as records, whatever the rule's pack takes: a selection
+/// its `kl` entries per row (kl ≤ k; the shard's, or a chunk's, reduced extent) and the global
+/// offset of its first point; softmax_sum the log-sum-exps of its scores (`lse`). `empty`: the
+/// partial of no points at all (the rule's identity: "nothing", 0, −inf).
+template <class Rule, class T>
+void pack_rows(const Rule& rule, const memsafe::result<T>& loc, const memsafe::result<T>& lse, bool empty,
+               std::size_t kl, index_t offset, std::size_t r0, std::size_t nr, std::byte* buf) {
+  if constexpr (std::is_same_v<Rule, softmax_rule<T>>)
+    rule.pack(loc, lse, empty, r0, nr, buf);
+  else if constexpr (requires { rule.k; })
+    rule.pack(loc, empty ? 0 : kl, offset, r0, nr, buf);
+  else
+    rule.pack(loc, empty, r0, nr, buf);
+}
+
 // ---- which rule a node merges by ----------------------------------------------------------------
 
 template <class X>
