@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "gp_problem.hpp"
+
 namespace {
 
 namespace gp = memsafe::gp;
@@ -62,34 +64,10 @@ vec ref_solve(const vec& L, vec b, std::size_t n) {
   return b;
 }
 
-struct problem {
-  std::size_t n, m, d;
-  vec X, y, Z, Xs;
-  gp::hyperparameters h;
-  problem(std::size_t n_, std::size_t m_, std::size_t d_, gp::kernel k, unsigned seed = 3) : n(n_), m(m_), d(d_) {
-    std::mt19937_64 g(seed);
-    std::normal_distribution<double> N;
-    X.resize(n * d);
-    for (auto& v : X) v = N(g);
-    Z.resize(m * d);
-    for (auto& v : Z) v = 0.8 * N(g);
-    Xs.resize(11 * d);
-    for (auto& v : Xs) v = N(g);
-    y.resize(n);
-    for (std::size_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (std::size_t q = 0; q < d; ++q) s += X[j * d + q];
-      y[j] = std::sin(s) + 0.1 * N(g);
-    }
-    h.kind = k;
-    h.variance = 1.3;
-    h.noise = 0.2;
-    h.jitter = 1e-6;
-    h.lengthscales.resize(d);
-    for (std::size_t q = 0; q < d; ++q) h.lengthscales[q] = 0.9 + 0.35 * double(q);
-  }
-  gp::data_view data() const { return {X.data(), y.data(), n, d}; }
-  gp::inducing_view ind() const { return {Z.data(), m, d}; }
+/// tests/gp_problem.hpp's problem with 11 test points (seed 3 unless given).
+struct problem : gp_test::problem {
+  problem(std::size_t n_, std::size_t m_, std::size_t d_, gp::kernel k, unsigned seed = 3)
+      : gp_test::problem(n_, m_, d_, k, seed, 11) {}
 };
 
 /// The bound the long way: Qff = Kfu Kuu⁻¹ Kuf (n×n), log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²).

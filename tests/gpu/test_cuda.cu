@@ -10,29 +10,13 @@
 #include <random>
 
 #include "../reference.hpp"
+#include "device_vector.cuh"
 
 using namespace ref;
 namespace mc = memsafe::cuda;
 
 namespace {
 
-template <class T>
-struct dvec {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit dvec(const std::vector<T>& h) : n(h.size()) {
-    MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
-    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  explicit dvec(std::size_t count) : n(count) { MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  dvec(const dvec&) = delete;
-  ~dvec() { cudaFree(p); }
-  std::vector<T> host() const {
-    std::vector<T> h(n);
-    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
 
 /// Reference k-nearest (L2) in double, ties to the lower index.
 std::vector<std::int64_t> knn_ref(const std::vector<double>& x, const std::vector<double>& y, std::size_t n, std::size_t m,

@@ -5,6 +5,7 @@
 #include <memsafe/mpi.cuh>
 
 #include "../mpi/mpi_test.hpp"
+#include "device_vector.cuh"
 
 #include <vector>
 
@@ -21,16 +22,6 @@ std::vector<T> data(std::size_t n, std::size_t d, unsigned seed) {
   }
   return v;
 }
-template <class T>
-struct dvec {
-  T* p = nullptr;
-  explicit dvec(const std::vector<T>& h) {
-    MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(h.size(), 1) * sizeof(T)));
-    if (!h.empty()) MEMSAFE_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  dvec(const dvec&) = delete;
-  ~dvec() { cudaFree(p); }
-};
 }  // namespace
 
 TEST_SUITE("gpu_mpi") {

@@ -7,6 +7,7 @@
 #include <memsafe/mpi_nccl.cuh>
 
 #include "../mpi/mpi_test.hpp"
+#include "device_vector.cuh"
 
 #include <algorithm>
 #include <vector>
@@ -26,23 +27,6 @@ std::vector<T> ints(std::size_t n, std::size_t d, unsigned seed) {
   }
   return v;
 }
-template <class T>
-struct dvec {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit dvec(const std::vector<T>& h) : n(h.size()) {
-    MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
-    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  explicit dvec(std::size_t count) : n(count) { MEMSAFE_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  dvec(const dvec&) = delete;
-  ~dvec() { cudaFree(p); }
-  std::vector<T> host() const {
-    std::vector<T> h(n);
-    if (n) MEMSAFE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
 /// This rank's rows [b, e) of m: uneven (rank r holds a share ∝ r + 1; the last rank of three or
 /// more holds none).
 std::pair<std::size_t, std::size_t> shard(std::size_t m) {

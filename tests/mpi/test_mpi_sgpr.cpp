@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <memsafe/mpi_gp.hpp>
 
+#include "../gp_problem.hpp"
 #include "mpi_test.hpp"
 
 #include <algorithm>
@@ -25,36 +26,12 @@ using mpi_test::rank;
 using mpi_test::ranks;
 using vec = std::vector<double>;
 
-/// The same data on every rank (each rank then passes its own rows).
-struct problem {
-  std::size_t n, m, d;
-  vec X, y, Z, Xs;
-  gp::hyperparameters h;
-  problem(std::size_t n_, std::size_t m_, std::size_t d_, gp::kernel k, unsigned seed = 5) : n(n_), m(m_), d(d_) {
-    std::mt19937_64 g(seed);
-    std::normal_distribution<double> N;
-    X.resize(n * d);
-    for (auto& v : X) v = N(g);
-    Z.resize(m * d);
-    for (auto& v : Z) v = 0.8 * N(g);
-    Xs.resize(13 * d);
-    for (auto& v : Xs) v = N(g);
-    y.resize(n);
-    for (std::size_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (std::size_t q = 0; q < d; ++q) s += X[j * d + q];
-      y[j] = std::sin(s) + 0.1 * N(g);
-    }
-    h.kind = k;
-    h.variance = 1.3;
-    h.noise = 0.2;
-    h.jitter = 1e-6;
-    h.lengthscales.resize(d);
-    for (std::size_t q = 0; q < d; ++q) h.lengthscales[q] = 0.9 + 0.35 * double(q);
-  }
-  gp::data_view all() const { return {X.data(), y.data(), n, d}; }
-  gp::data_view rows(std::size_t b, std::size_t e) const { return {X.data() + b * d, y.data() + b, e - b, d}; }
-  gp::inducing_view ind() const { return {Z.data(), m, d}; }
+/// The same data on every rank (each rank then passes its own rows): tests/gp_problem.hpp's problem
+/// with 13 test points (seed 5 unless given); all() is the whole training set.
+struct problem : gp_test::problem {
+  problem(std::size_t n_, std::size_t m_, std::size_t d_, gp::kernel k, unsigned seed = 5)
+      : gp_test::problem(n_, m_, d_, k, seed, 13) {}
+  gp::data_view all() const { return data(); }
 };
 
 /// [b, e) of this rank's shard of n rows under a layout.
