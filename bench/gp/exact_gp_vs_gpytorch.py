@@ -298,7 +298,7 @@ def main():
             row = {"impl": "gpytorch", **common, "dtype": a.dtype, "mem_available_bytes": avail,
                    "mem_needed_estimate_bytes": need}
             if need > limit:
-                row.update(status="skipped_memory",
+                row.update(status="skipped_memory", n_estimate=n_est,
                            error=f"the dense {n_est}x{n_est} kernel matrix GPyTorch forms needs about {need >> 20} MiB; "
                                  f"{limit >> 20} MiB are available to it on this shared machine")
                 emit(row)
