@@ -629,12 +629,18 @@ def section_exact_gp(rows) -> str:
         return sig(r["residual"]) + (f" / {sig(t)}" if t is not None else "")
 
     body = []
-    for r in sorted(eg, key=lambda q: (q.get("dataset") or "", q.get("n") or 0, q.get("impl") or "")):
+    for r in sorted(eg, key=lambda q: (q.get("dataset") or "", q.get("n") or q.get("n_estimate") or 0,
+                                      q.get("impl") or "")):
         it = r.get("iterations")
         secs = r.get("seconds") if r.get("status") == "ok" else None
-        per_it = (r.get("seconds_per_iteration") if r.get("impl") == "memsafe" else
-                  (secs / it if secs and it else None))
-        body.append([str(r.get("dataset")), f"{r['n']:,}" if r.get("n") else "—", str(r.get("impl")) +
+        if r.get("impl") == "memsafe":
+            per_it = r.get("seconds_per_iteration")
+        elif r.get("seconds_cg") is not None and it:
+            per_it = r["seconds_cg"] / it
+        else:
+            per_it = secs / it if secs and it else None
+        n_shown = r.get("n") or r.get("n_estimate")
+        body.append([str(r.get("dataset")), f"{n_shown:,}" if n_shown else "—", str(r.get("impl")) +
                      (f" ({r.get('dtype')})" if r.get("dtype") else ""),
                      status_cell(r, str(it) if it is not None else "—"), resid(r),
                      sig(r.get("rmse"), 7) if r.get("status") == "ok" else "—",
@@ -646,11 +652,12 @@ def section_exact_gp(rows) -> str:
     s.append(table(["data", "n", "impl", "CG iterations", "residual", "test RMSE", "seconds", "CPU seconds",
                     "s / iteration", "memory", "peak RSS", "load"], body))
     s.append("")
-    s += ["s / iteration: memsafe's CG time over its iterations; GPyTorch's whole time over its iterations (its "
-          "kernel evaluation included). CPU seconds: the process's CPU time over the same span (memsafe: solve and "
+    s += ["s / iteration: each one's CG time over its iterations (GPyTorch: the time inside `linear_cg`, on the "
+          "kernel matrix it evaluated before; older rows without that time: its whole time over its iterations). "
+          "memsafe recomputes the kernel in every product; GPyTorch stores it. CPU seconds: the process's CPU time over the same span (memsafe: solve and "
           "means, true-residual product included).", ""]
     pairs = []
-    for d_, n_ in sorted({(r.get("dataset"), r.get("n")) for r in eg}):
+    for d_, n_ in sorted({(r.get("dataset") or "", r.get("n")) for r in eg if r.get("n")}):
         a = find(eg, impl="memsafe", dataset=d_, n=n_)
         b = find(eg, impl="gpytorch", dataset=d_, n=n_)
         if a and b and a.get("status") == b.get("status") == "ok" and a.get("rmse") and b.get("rmse"):

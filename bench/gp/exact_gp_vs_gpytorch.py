@@ -128,7 +128,7 @@ def peer(a):
 
     # Count kernel products inside linear_cg (matmul closure calls): iterations = calls − 1 (the
     # initial residual takes one).
-    calls = {"n": 0, "cg": 0}
+    calls = {"n": 0, "cg": 0, "seconds": 0.0}
     import linear_operator.utils.linear_cg  # noqa: F401  (the package attribute of that name is the function)
     orig = sys.modules["linear_operator.utils.linear_cg"].linear_cg
 
@@ -139,7 +139,11 @@ def peer(a):
         def wrapped(v):
             calls["n"] += 1
             return inner(v)
-        return orig(wrapped, rhs, *args, **kw)
+        t = time.perf_counter()
+        try:
+            return orig(wrapped, rhs, *args, **kw)
+        finally:
+            calls["seconds"] += time.perf_counter() - t
     patched = []
     for mod in list(sys.modules.values()):
         if mod is None or not getattr(mod, "__name__", "").startswith(("linear_operator", "gpytorch")):
@@ -190,7 +194,7 @@ def peer(a):
         mean = mean.double().numpy()
         rmse = float(np.sqrt(np.mean((mean * ysd - ys * ysd) ** 2)))
         row.update(status="ok", seconds=secs, cpu_seconds=time.process_time() - c0, rmse=rmse,
-                   matvecs=calls["n"], cg_calls=calls["cg"],
+                   matvecs=calls["n"], cg_calls=calls["cg"], seconds_cg=calls["seconds"],
                    iterations=(calls["n"] - calls["cg"]) if calls["cg"] else None)
     except (MemoryError, RuntimeError) as e:
         msg = str(e)
