@@ -38,6 +38,9 @@ def row_key(r: dict) -> tuple:
     if r.get("suite") == "attention":  # one row per implementation, T, mask and mode
         return ("attention", r.get("impl"), r.get("B"), r.get("H"), r.get("T"), r.get("d"), r.get("causal"),
                 r.get("mode"), r.get("threads"))
+    if r.get("suite") == "exact_gp":  # one row per implementation, data set, split and CG setting
+        return ("exact_gp", r.get("impl"), r.get("dataset"), r.get("split"), r.get("n"), r.get("threads"),
+                r.get("tolerance"), r.get("rank"), r.get("dtype"))
     key = (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
@@ -587,6 +590,90 @@ def section_attention(rows) -> str:
               f"{'forward' if r.get('mode') == 'fwd' else 'forward + backward'}: {sig(r.get('seconds_min'))} s with "
               f"{fbytes(r.get('peak_temp_bytes'))} of temporaries (its dense scores would be "
               f"{fbytes(r.get('B', 1) * r.get('H', 8) * r['T'] ** 2 * 4)}).", ""]
+    return "\n".join(s)
+
+
+def section_exact_gp(rows) -> str:
+    eg = [r for r in rows if r.get("suite") == "exact_gp"]
+    s = ["## Exact GP by preconditioned CG (against GPyTorch)", "",
+         "`python3 bench/gp/exact_gp_vs_gpytorch.py` — the exact GP posterior mean on a UCI split (standardised "
+         "by the training split's mean and standard deviation), Matérn 3/2 with fixed ARD hyperparameters (from "
+         "`sgpr_train`; the row's source below), zero prior mean: memsafe's `examples/exact_gp` "
+         "(`gp::exact_solve`: pivoted-Cholesky preconditioner, CG whose every product is a budgeted lazy K·v, f64, "
+         "then K*·α) against GPyTorch's `ExactGP` in eval mode (`max_cholesky_size(0)`, so it solves by CG; "
+         "`max_preconditioner_size` = the same rank; `eval_cg_tolerance` = the same tolerance; "
+         "`skip_posterior_variances`), same threads, each in its own process, back to back. Time: from the data in "
+         "memory to the test means (memsafe: preconditioner + CG + K*·α, without the extra product of its "
+         "true-residual check; GPyTorch: `model(X_test).mean`, kernel evaluation included). memsafe's memory: its peak temporaries (the accountant's count); GPyTorch's: the "
+         "peak RSS above the RSS once the data are loaded. GPyTorch forms the n×n kernel matrix; where that does not "
+         "fit in this shared machine's available memory the row says so. Residual: memsafe's recursive relative "
+         "residual ‖r‖/‖y‖ at the stop (true residual after the slash). Iterations for GPyTorch: kernel products "
+         "inside its `linear_cg` minus one per call. The machine is shared (2 cores): the load average at the start "
+         "of each run is shown.", ""]
+    if not eg:
+        return "\n".join(s + [NM + ".", ""])
+
+    def mem(r):
+        if r.get("status") != "ok":
+            return "—"
+        if r.get("impl") == "memsafe":
+            return fbytes(r.get("peak_temp_bytes")) + f" (budget {fbytes(r.get('budget_bytes'))})"
+        if r.get("max_rss_bytes") and r.get("rss_inputs_bytes"):
+            return fbytes(max(0, r["max_rss_bytes"] - r["rss_inputs_bytes"])) + " above inputs"
+        return "—"
+
+    def resid(r):
+        if r.get("impl") != "memsafe" or r.get("residual") is None:
+            return "—"
+        t = r.get("true_residual")
+        return sig(r["residual"]) + (f" / {sig(t)}" if t is not None else "")
+
+    body = []
+    for r in sorted(eg, key=lambda q: (q.get("dataset") or "", q.get("n") or q.get("n_estimate") or 0,
+                                      q.get("impl") or "")):
+        it = r.get("iterations")
+        secs = r.get("seconds") if r.get("status") == "ok" else None
+        if r.get("impl") == "memsafe":
+            per_it = r.get("seconds_per_iteration")
+        elif r.get("seconds_cg") is not None and it:
+            per_it = r["seconds_cg"] / it
+        else:
+            per_it = secs / it if secs and it else None
+        n_shown = r.get("n") or r.get("n_estimate")
+        body.append([str(r.get("dataset")), f"{n_shown:,}" if n_shown else "—", str(r.get("impl")) +
+                     (f" ({r.get('dtype')})" if r.get("dtype") else ""),
+                     status_cell(r, str(it) if it is not None else "—"), resid(r),
+                     sig(r.get("rmse"), 7) if r.get("status") == "ok" else "—",
+                     fsec(secs) if secs is not None else "—",
+                     fsec(r.get("cpu_seconds")) if r.get("cpu_seconds") is not None else "—",
+                     fsec(per_it) if per_it else "—", mem(r),
+                     fbytes(r.get("max_rss_bytes")) if r.get("max_rss_bytes") else "—",
+                     f"{r.get('load_average'):.1f}" if r.get("load_average") is not None else "—"])
+    s.append(table(["data", "n", "impl", "CG iterations", "residual", "test RMSE", "seconds", "CPU seconds",
+                    "s / iteration", "memory", "peak RSS", "load"], body))
+    s.append("")
+    s += ["s / iteration: each one's CG time over its iterations (GPyTorch: the time inside `linear_cg`, on the "
+          "kernel matrix it evaluated before; older rows without that time: its whole time over its iterations). "
+          "memsafe recomputes the kernel in every product; GPyTorch stores it. CPU seconds: the process's CPU time over the same span (memsafe: solve and "
+          "means, true-residual product included).", ""]
+    pairs = []
+    for d_, n_ in sorted({(r.get("dataset") or "", r.get("n")) for r in eg if r.get("n")}):
+        a = find(eg, impl="memsafe", dataset=d_, n=n_)
+        b = find(eg, impl="gpytorch", dataset=d_, n=n_)
+        if a and b and a.get("status") == b.get("status") == "ok" and a.get("rmse") and b.get("rmse"):
+            pairs.append(f"{d_} n = {n_:,}: |RMSE(memsafe) − RMSE(GPyTorch)| / RMSE = "
+                         f"{abs(a['rmse'] - b['rmse']) / b['rmse']:.1e}, iterations {a.get('iterations')} and "
+                         f"{b.get('iterations')}, time GPyTorch / memsafe {ratio_cell(b.get('seconds'), a.get('seconds'))}")
+    if pairs:
+        s += ["- " + p for p in pairs] + [""]
+    srcs = sorted({(r.get("dataset"), r.get("hypers_source")) for r in eg if r.get("hypers_source")})
+    if srcs:
+        s += ["Hyperparameters: " + "; ".join(f"{d}: {src}" for d, src in srcs) + ".", ""]
+    bad = [r for r in eg if r.get("status") not in (None, "ok")]
+    for r in bad:
+        s += [f"- {r.get('dataset')} {r.get('impl')}: {r.get('status')}: {r.get('error', '')}"]
+    if bad:
+        s.append("")
     return "\n".join(s)
 
 
@@ -1183,6 +1270,7 @@ def main(argv=None) -> int:
         section_sweep(rows, sweep_img),
         section_matvec3(rows),
         section_attention(rows),
+        section_exact_gp(rows),
         section_overhead(rows),
         section_isa(rows),
         section_mpi(rows),

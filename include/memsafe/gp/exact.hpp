@@ -1,0 +1,579 @@
+// memsafe/gp/exact.hpp — the exact GP by preconditioned conjugate gradients (Gardner et al. 2018,
+// Wang et al. 2019): solve (K + σ²I)·α = B for one or several right-hand sides without forming K,
+// predictive means K*f·α, and predictive variances for a (small) set of test points.
+//
+// Every product with K is a budgeted lazy kernel product, `memsafe::eval_into(k(X, X) · P)` on the
+// library's fused host path (K·v, K·M with ≤ 16 columns: no kernel tile; docs/design.md "Fused
+// kernel sums"); σ²·P is added to it. Batched CG: the c columns of B run together, each with its own
+// step α_j and β_j, so one kernel evaluation per pair serves every column; a column stops (its
+// search direction is zeroed) when its recursive residual ‖r_j‖ ≤ tolerance·‖b_j‖.
+//
+// Preconditioner: P = L_k·L_kᵀ + σ²I with L_k (n×k) the greedy pivoted Cholesky factor of K
+// (Harbrecht, Peters, Schneider 2012; GPyTorch's default): start from K's diagonal (σ_f² for these
+// stationary kernels), take the largest remaining diagonal entry as the pivot, compute that one
+// kernel row on the fly (the GP module's kernel loop), subtract the earlier columns (GEMV through
+// BLAS), scale, update the remaining diagonal. P⁻¹ by Woodbury:
+//   P⁻¹v = (v − L_k·(σ²I_k + L_kᵀL_k)⁻¹·L_kᵀv)/σ²,
+// the k×k matrix factorised once by LAPACK (POTRF), applied by GEMM + two TRSMs per iteration.
+//
+// Budget: one accountant holds everything the solver allocates that is not the caller's output —
+// the CG blocks r, z, p, A·p (4·n·c doubles), L_k (n·k), the remaining diagonal (n), the k×k factor,
+// the k×c Woodbury block and a few small vectors — and each kernel product runs under the rest
+// (budget − those bytes). The minimum is those bytes plus the kernel product's smallest plan; below
+// it the call throws budget_error naming it before any work. α (n×c) is an output.
+#pragma once
+
+#if !defined(MEMSAFE_HAS_LAPACK)
+#error "memsafe/gp/exact.hpp needs MEMSAFE_HAS_LAPACK: include <memsafe/gp.hpp> and link memsafe::lapack"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../api/eval.hpp"
+#include "../core/accounting.hpp"
+#include "../core/budget.hpp"
+#include "../core/error.hpp"
+#include "../expr/lazy.hpp"
+#include "../expr/view.hpp"
+#include "../linalg/dense.hpp"
+#include "../plan/plan.hpp"
+#include "kernels.hpp"
+#include "sgpr.hpp"
+
+namespace memsafe::gp {
+
+/// Points at which to predict: n points of dimension d (row-major). Not copied.
+struct points_view {
+  const double* X = nullptr;
+  std::size_t n = 0, d = 0;
+};
+
+/// How an exact-GP call runs.
+struct exact_options {
+  std::optional<std::size_t> budget;     ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
+  double tolerance = 1e-2;               ///< a column stops when ‖r_j‖ ≤ tolerance·‖b_j‖ (GPyTorch's eval default)
+  std::size_t max_iterations = 1000;     ///< CG iterations at most (GPyTorch's max_cg_iterations default)
+  std::size_t min_iterations = 0;        ///< no column stops before this many (GPyTorch uses 10)
+  std::size_t preconditioner_rank = 100; ///< k of the pivoted-Cholesky preconditioner; 0: plain CG
+  bool true_residual = true;             ///< one more product at the end: ‖b_j − (K + σ²I)α_j‖/‖b_j‖
+  unsigned threads = 0;                  ///< threads; 0: MEMSAFE_NUM_THREADS, then all cores
+};
+
+/// What a solve used.
+struct exact_stats {
+  std::size_t budget_bytes = 0, peak_temp_bytes = 0, minimum_bytes = 0;
+  std::size_t solver_bytes = 0;       ///< the solver's own temporaries (CG blocks, preconditioner, small)
+  std::size_t matvec_peak_bytes = 0;  ///< the largest peak of one kernel product (run under budget − solver_bytes)
+  std::size_t matvec_minimum_bytes = 0;
+  std::size_t matvecs = 0;            ///< kernel products K·P (one per iteration, + 1 with true_residual)
+  std::size_t threads = 1;
+  std::size_t preconditioner_rank = 0;     ///< columns of L_k built (< the option when K's residual vanished)
+  double preconditioner_trace_error = 0;   ///< tr(K − L_kL_kᵀ)/tr(K) after the build
+  double seconds_preconditioner = 0, seconds_cg = 0, seconds_matvec = 0, seconds_total = 0;
+  std::string matvec_isa;             ///< the kernel product's instruction set ("avx512", "avx2", "portable")
+};
+
+/// The solution of (K + σ²I)·α = B and how it was reached.
+struct exact_result {
+  std::size_t n = 0, rhs = 0;
+  std::vector<double> alpha;                   ///< n × rhs, row-major
+  std::size_t iterations = 0;                  ///< CG iterations run (kernel products inside the loop)
+  std::vector<std::size_t> column_iterations;  ///< per column: the iteration at which it stopped
+  std::vector<double> residual;                ///< per column: recursive ‖r_j‖/‖b_j‖ at the end
+  std::vector<double> true_residual;           ///< per column: ‖b_j − (K + σ²I)α_j‖/‖b_j‖ (with true_residual)
+  bool converged = false;                      ///< every column reached the tolerance (no breakdown)
+  bool breakdown = false;                      ///< some column met pᵀ(K + σ²I)p ≤ 0 or NaN and stopped
+  exact_stats stats;
+};
+
+/// What a prediction used.
+struct exact_predict_stats {
+  std::size_t budget_bytes = 0, peak_temp_bytes = 0;
+  std::size_t iterations = 0;  ///< variances: the most CG iterations of any batch
+  bool converged = true;       ///< variances: every batch's solve converged
+  double seconds = 0;
+};
+
+}  // namespace memsafe::gp
+
+namespace memsafe::detail::gp {
+
+using memsafe::gp::data_view;
+using memsafe::gp::exact_options;
+using memsafe::gp::exact_result;
+using memsafe::gp::hyperparameters;
+using memsafe::gp::points_view;
+
+/// f(K) with K the lazy kernel matrix k(A, B) (na × nb) of the hyperparameters h: the memsafe
+/// builder of the same kernel with ARD lengthscales (r² = Σ (a_k/ℓ_k − b_k/ℓ_k)²) and variance σ_f².
+template <class F>
+decltype(auto) with_lazy_kernel(const hyperparameters& h, const double* A, std::size_t na, const double* B,
+                                std::size_t nb, std::size_t d, F&& f) {
+  using memsafe::gp::kernel;
+  const auto Av = memsafe::points(A, na, d);
+  const auto Bv = memsafe::points(B, nb, d);
+  const auto ls = memsafe::ard(h.lengthscales.data(), d);
+  switch (h.kind) {
+    case kernel::rbf: return f(memsafe::rbf(Av, Bv, ls, h.variance));
+    case kernel::matern12: return f(memsafe::matern12(Av, Bv, ls, h.variance));
+    case kernel::matern32: return f(memsafe::matern32(Av, Bv, ls, h.variance));
+    case kernel::matern52: break;
+  }
+  return f(memsafe::matern52(Av, Bv, ls, h.variance));
+}
+
+/// out (na × c, row-major) = k(A, B)·M (M: nb × c, row-major), under options o.
+inline memsafe::eval_stats kernel_product(const hyperparameters& h, const double* A, std::size_t na, const double* B,
+                                          std::size_t nb, std::size_t d, const double* M, std::size_t c, double* out,
+                                          const memsafe::options& o) {
+  return with_lazy_kernel(h, A, na, B, nb, d, [&](const auto& K) {
+    if (c == 1) return memsafe::eval_into(K * memsafe::vec(M, nb), out, nullptr, o);
+    return memsafe::eval_into(K * memsafe::matrix(M, nb, c), out, nullptr, o);
+  });
+}
+
+/// The smallest plan of that product (bytes), and its instruction set.
+inline memsafe::tile_plan kernel_product_plan(const hyperparameters& h, const double* A, std::size_t na,
+                                              const double* B, std::size_t nb, std::size_t d, const double* M,
+                                              std::size_t c, const memsafe::options& o) {
+  return with_lazy_kernel(h, A, na, B, nb, d, [&](const auto& K) {
+    if (c == 1) return memsafe::plan_for(K * memsafe::vec(M, nb), o);
+    return memsafe::plan_for(K * memsafe::matrix(M, nb, c), o);
+  });
+}
+
+/// Shapes, parameters and finiteness of the training inputs (the targets are checked where used).
+inline void validate_exact(const data_view& D, const hyperparameters& h, const std::string& f) {
+  if (D.n == 0 || D.d == 0)
+    throw shape_error(f + "no training data (n = " + std::to_string(D.n) + ", d = " + std::to_string(D.d) + ")");
+  if (!D.X) throw argument_error(f + "null training inputs X");
+  if (h.lengthscales.size() != D.d)
+    throw shape_error(f + std::to_string(h.lengthscales.size()) + " lengthscales for d = " + std::to_string(D.d) +
+                      " (ARD: one per input dimension)");
+  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!positive(h.variance))
+    throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
+  if (!positive(h.noise))
+    throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
+  for (std::size_t k = 0; k < D.d; ++k)
+    if (!positive(h.lengthscales[k]))
+      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " +
+                           std::to_string(h.lengthscales[k]));
+  for (std::size_t q = 0; q < D.n * D.d; ++q)
+    if (!std::isfinite(D.X[q]))
+      throw argument_error(f + "training input " + std::to_string(q / D.d) + ", dimension " +
+                           std::to_string(q % D.d) + " is not finite (" + std::to_string(D.X[q]) + ")");
+}
+
+inline void validate_values(const double* v, std::size_t count, const std::string& f, const char* what) {
+  if (count && !v) throw argument_error(f + "null " + what);
+  for (std::size_t q = 0; q < count; ++q)
+    if (!std::isfinite(v[q]))
+      throw argument_error(f + what + " entry " + std::to_string(q) + " is not finite (" + std::to_string(v[q]) + ")");
+}
+
+inline void validate_options(const exact_options& o, const std::string& f) {
+  if (!(std::isfinite(o.tolerance) && o.tolerance >= 0))
+    throw argument_error(f + "tolerance must be finite and >= 0, got " + std::to_string(o.tolerance));
+}
+
+/// Bytes of the solver's own temporaries for n points, c right-hand sides, rank k, d dimensions.
+inline std::size_t pcg_solver_bytes(std::size_t n, std::size_t c, std::size_t k, std::size_t d) {
+  return sizeof(double) * (4 * n * c    // r, z, p, A·p
+                           + n * k      // L_k (column-major)
+                           + (k ? n : 0)  // the remaining diagonal while L_k is built
+                           + k * k      // chol(σ²I + L_kᵀL_k)
+                           + k * c      // the Woodbury block L_kᵀ·r
+                           + k          // one row of L_k (the pivot's)
+                           + d          // 1/ℓ² of the kernel loop
+                           + 5 * c);    // ‖b_j‖, rᵀz, step, residual, stopped
+}
+
+struct pcg_sizes {
+  std::size_t rank = 0, solver = 0, matvec_min = 0;
+  std::string isa;
+  std::size_t minimum() const { return solver + matvec_min; }
+};
+
+inline pcg_sizes pcg_plan(const data_view& D, std::size_t c, const hyperparameters& h, const exact_options& o) {
+  pcg_sizes s;
+  s.rank = std::min(o.preconditioner_rank, D.n);
+  s.solver = pcg_solver_bytes(D.n, c, s.rank, D.d);
+  // The smallest plan of K·P (any non-null pointer stands for P: the planner reads no values).
+  const auto p = kernel_product_plan(h, D.X, D.n, D.X, D.n, D.d, D.X, c, memsafe::options{memsafe::unlimited, 1});
+  s.matvec_min = p.min_bytes;
+  s.isa = p.isa;
+  return s;
+}
+
+/// budget_error naming the minimum when `budget` cannot hold the smallest plan.
+inline void check_budget(std::size_t budget, const pcg_sizes& sz, std::size_t n, std::size_t c, const char* fn) {
+  if (budget >= sz.minimum()) return;
+  throw budget_error(std::string("memsafe::gp::") + fn + ": a budget of " + format_bytes(budget) +
+                         " is too small for n = " + std::to_string(n) + ", " + std::to_string(c) +
+                         " right-hand side(s) and a rank-" + std::to_string(sz.rank) +
+                         " preconditioner: the CG blocks and the preconditioner need " + format_bytes(sz.solver) +
+                         " and the smallest kernel product " + format_bytes(sz.matvec_min) +
+                         "; use a budget of at least " + std::to_string(sz.minimum()) +
+                         " bytes (or a lower preconditioner rank)",
+                     budget, sz.minimum());
+}
+
+/// Greedy pivoted Cholesky of k(X, X) to rank ≤ k into Lc (n×k column-major); returns the rank
+/// reached. diag (n) and row (k) are scratch; il2 = 1/ℓ². Stops early when the largest remaining
+/// diagonal entry falls to 1e-12·σ_f² (K is numerically of that rank).
+inline std::size_t pivoted_cholesky(const data_view& D, const hyperparameters& h, std::size_t k, const double* il2,
+                                    double* Lc, double* diag, double* row, std::size_t threads, double& trace_error) {
+  namespace la = memsafe::linalg;
+  const std::size_t n = D.n, d = D.d;
+  const double s2 = h.variance;
+  std::fill(diag, diag + n, s2);
+  std::size_t r = 0;
+  for (; r < k; ++r) {
+    const std::size_t piv = static_cast<std::size_t>(std::max_element(diag, diag + n) - diag);
+    const double dp = diag[piv];
+    if (!(dp > 1e-12 * s2)) break;
+    double* col = Lc + r * n;
+    with_kernel(h.kind, [&](auto kc) {
+      parallel_rows(threads, n, [&](std::size_t j0, std::size_t j1, std::size_t) {
+        kernel_block<decltype(kc)::value>(D.X + piv * d, 0, 1, D.X + j0 * d, j1 - j0, d, il2, s2, col + j0, j1 - j0,
+                                          nullptr, nullptr);
+      });
+    });
+    if (r > 0) {  // col −= L[:, :r]·L[piv, :r]
+      for (std::size_t q = 0; q < r; ++q) row[q] = Lc[q * n + piv];
+      la::gemm(-1.0, memsafe::matrix(static_cast<const double*>(Lc), r, n).t(), false,
+               memsafe::matrix(static_cast<const double*>(row), r, 1), false, 1.0, memsafe::matrix(col, n, 1));
+    }
+    const double inv = 1.0 / std::sqrt(dp);
+    for (std::size_t j = 0; j < n; ++j) {
+      col[j] *= inv;
+      diag[j] = std::max(0.0, diag[j] - col[j] * col[j]);
+    }
+    diag[piv] = 0;
+  }
+  double rest = 0;
+  for (std::size_t j = 0; j < n; ++j) rest += diag[j];
+  trace_error = rest / (static_cast<double>(n) * s2);
+  return r;
+}
+
+/// (K + σ²I)·X = B by preconditioned CG into X (n × c, row-major; the caller's memory), filling R
+/// (everything but R.alpha). budget: the bytes this call may use.
+inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperparameters& h, const exact_options& o,
+                std::size_t budget, const pcg_sizes& sz, double* X, exact_result& R, const char* fn) {
+  namespace la = memsafe::linalg;
+  using clock_type = std::chrono::steady_clock;
+  const auto since = [](clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); };
+  const auto t_start = clock_type::now();
+  const std::size_t n = D.n, d = D.d, k = sz.rank;
+  const double sig2 = h.noise;
+  const std::size_t threads = memsafe::plan::resolve_threads(o.threads);
+  R.n = n;
+  R.rhs = c;
+  R.stats.budget_bytes = budget;
+  R.stats.solver_bytes = sz.solver;
+  R.stats.matvec_minimum_bytes = sz.matvec_min;
+  R.stats.minimum_bytes = sz.minimum();
+  R.stats.threads = threads;
+  R.stats.matvec_isa = sz.isa;
+  check_budget(budget, sz, n, c, fn);
+
+  memsafe::detail::accountant acc(budget);
+  memsafe::detail::temp_buffer<double> Rb(acc, n * c), Zb(acc, n * c), Pb(acc, n * c), APb(acc, n * c);
+  memsafe::detail::temp_buffer<double> Lc(acc, n * k), diag(acc, k ? n : 0), Cw(acc, k * k), Tw(acc, k * c),
+      row(acc, k), il2(acc, d), small(acc, 5 * c);
+  double* bnorm = small.data();
+  double* rz = small.data() + c;
+  double* step = small.data() + 2 * c;
+  double* res = small.data() + 3 * c;
+  double* done = small.data() + 4 * c;  // 1: the column has stopped
+  for (std::size_t q = 0; q < d; ++q) il2[q] = 1.0 / (h.lengthscales[q] * h.lengthscales[q]);
+  const memsafe::options mv_opts{budget - acc.current(), o.threads};
+
+  // ---- the preconditioner -------------------------------------------------------------------------
+  std::size_t rank = 0;
+  if (k > 0) {
+    double terr = 0;
+    rank = pivoted_cholesky(D, h, k, il2.data(), Lc.data(), diag.data(), row.data(), threads, terr);
+    R.stats.preconditioner_trace_error = terr;
+    if (rank > 0) {  // Cw = chol(σ²I + LᵀL)
+      auto Lv = memsafe::matrix(static_cast<const double*>(Lc.data()), rank, n).t();
+      auto Cv = memsafe::matrix(Cw.data(), rank, rank);
+      la::gemm(1.0, Lv, true, Lv, false, 0.0, Cv);
+      for (std::size_t i = 0; i < rank; ++i) Cv(i, i) += sig2;
+      la::cholesky(Cv);
+    }
+  } else {
+    R.stats.preconditioner_trace_error = 1;
+  }
+  R.stats.preconditioner_rank = rank;
+  R.stats.seconds_preconditioner = since(t_start);
+
+  // z = P⁻¹r (P = LLᵀ + σ²I by Woodbury; σ²I alone at rank 0).
+  const auto precondition = [&](const double* r, double* z) {
+    std::copy(r, r + n * c, z);
+    if (rank > 0) {
+      auto Lv = memsafe::matrix(static_cast<const double*>(Lc.data()), rank, n).t();
+      auto Cv = memsafe::matrix(static_cast<const double*>(Cw.data()), rank, rank);
+      auto Tv = memsafe::matrix(Tw.data(), rank, c);
+      la::gemm(1.0, Lv, true, memsafe::matrix(r, n, c), false, 0.0, Tv);
+      la::solve_lower(Cv, Tv);
+      la::solve_lower(Cv, Tv, true);
+      la::gemm(-1.0, Lv, false, memsafe::matrix(static_cast<const double*>(Tw.data()), rank, c), false, 1.0,
+               memsafe::matrix(z, n, c));
+    }
+    const double inv = 1.0 / sig2;
+    for (std::size_t q = 0; q < n * c; ++q) z[q] *= inv;
+  };
+  // out = (K + σ²I)·in
+  const auto product = [&](const double* in, double* out) {
+    const auto t0 = clock_type::now();
+    const auto st = kernel_product(h, D.X, n, D.X, n, d, in, c, out, mv_opts);
+    R.stats.seconds_matvec += since(t0);
+    R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
+    ++R.stats.matvecs;
+    for (std::size_t q = 0; q < n * c; ++q) out[q] += sig2 * in[q];
+  };
+
+  // ---- CG -----------------------------------------------------------------------------------------
+  const auto t_cg = clock_type::now();
+  double* r = Rb.data();
+  double* z = Zb.data();
+  double* p = Pb.data();
+  double* Ap = APb.data();
+  std::fill(X, X + n * c, 0.0);
+  std::copy(B, B + n * c, r);
+  R.column_iterations.assign(c, 0);
+  R.residual.assign(c, 0.0);
+  for (std::size_t j = 0; j < c; ++j) bnorm[j] = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < c; ++j) bnorm[j] += r[i * c + j] * r[i * c + j];
+  std::size_t active = 0;
+  for (std::size_t j = 0; j < c; ++j) {
+    bnorm[j] = std::sqrt(bnorm[j]);
+    res[j] = 0;
+    done[j] = 0;
+    if (bnorm[j] == 0) done[j] = 1;  // b_j = 0: α_j = 0
+    else ++active, res[j] = 1;
+  }
+  precondition(r, z);
+  for (std::size_t j = 0; j < c; ++j) rz[j] = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < c; ++j) {
+      const std::size_t q = i * c + j;
+      p[q] = done[j] ? 0.0 : z[q];
+      rz[j] += r[q] * z[q];
+    }
+  std::size_t it = 0;
+  while (active > 0 && it < o.max_iterations) {
+    ++it;
+    product(p, Ap);
+    for (std::size_t j = 0; j < c; ++j) step[j] = 0;  // pᵀAp
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < c; ++j) step[j] += p[i * c + j] * Ap[i * c + j];
+    for (std::size_t j = 0; j < c; ++j) {
+      if (done[j]) {
+        step[j] = 0;
+        continue;
+      }
+      if (!(step[j] > 0) || !std::isfinite(rz[j])) {  // breakdown: K + σ²I is SPD, so only rounding or NaN
+        R.breakdown = true;
+        done[j] = 1;
+        --active;
+        R.column_iterations[j] = it;
+        step[j] = 0;
+        continue;
+      }
+      step[j] = rz[j] / step[j];
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < c; ++j) {
+        const std::size_t q = i * c + j;
+        X[q] += step[j] * p[q];
+        r[q] -= step[j] * Ap[q];
+      }
+    for (std::size_t j = 0; j < c; ++j) {
+      if (done[j]) continue;
+      double s = 0;
+      for (std::size_t i = 0; i < n; ++i) s += r[i * c + j] * r[i * c + j];
+      res[j] = std::sqrt(s) / bnorm[j];
+      R.column_iterations[j] = it;
+      if (res[j] <= o.tolerance && it >= o.min_iterations) {
+        done[j] = 1;
+        --active;
+      }
+    }
+    if (active == 0 || it == o.max_iterations) break;
+    precondition(r, z);
+    for (std::size_t j = 0; j < c; ++j) step[j] = 0;  // new rᵀz
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < c; ++j) step[j] += r[i * c + j] * z[i * c + j];
+    for (std::size_t j = 0; j < c; ++j) {
+      const double beta = done[j] ? 0.0 : step[j] / rz[j];
+      rz[j] = step[j];
+      step[j] = beta;
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < c; ++j) {
+        const std::size_t q = i * c + j;
+        p[q] = done[j] ? 0.0 : z[q] + step[j] * p[q];
+      }
+  }
+  R.iterations = it;
+  R.converged = !R.breakdown;
+  for (std::size_t j = 0; j < c; ++j) {
+    R.residual[j] = res[j];
+    if (bnorm[j] > 0 && !(res[j] <= o.tolerance)) R.converged = false;
+  }
+  R.stats.seconds_cg = since(t_cg);
+  if (o.true_residual) {
+    product(X, Ap);
+    R.true_residual.assign(c, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < c; ++j) {
+        const double e = B[i * c + j] - Ap[i * c + j];
+        R.true_residual[j] += e * e;
+      }
+    for (std::size_t j = 0; j < c; ++j)
+      R.true_residual[j] = bnorm[j] > 0 ? std::sqrt(R.true_residual[j]) / bnorm[j] : 0.0;
+  }
+  R.stats.peak_temp_bytes = acc.peak() + R.stats.matvec_peak_bytes;
+  R.stats.seconds_total = since(t_start);
+}
+
+}  // namespace memsafe::detail::gp
+
+namespace memsafe::gp {
+
+/// Bytes of temporaries the smallest plan of exact_solve needs for `rhs` right-hand sides: the CG
+/// blocks and the preconditioner (rank min(opts.preconditioner_rank, n)) plus the smallest plan of
+/// one kernel product.
+inline std::size_t exact_minimum_bytes(const data_view& D, std::size_t rhs, const hyperparameters& h,
+                                       const exact_options& opts = {}) {
+  memsafe::detail::gp::validate_exact(D, h, "memsafe::gp::exact_minimum_bytes: ");
+  return memsafe::detail::gp::pcg_plan(D, rhs, h, opts).minimum();
+}
+
+/// Solve (K + σ²I)·α = B for `rhs` right-hand sides B (n × rhs, row-major) by preconditioned CG
+/// (see the file comment). Non-convergence is reported (result.converged = false), not thrown.
+/// Throws shape_error / argument_error on bad inputs (no data, lengthscales ≠ d, a non-positive or
+/// non-finite parameter, a non-finite input or right-hand side) and budget_error naming the minimum
+/// when the budget cannot hold the smallest plan — all before any work.
+inline exact_result exact_solve(const data_view& D, const double* B, std::size_t rhs, const hyperparameters& h,
+                                const exact_options& opts = {}) {
+  namespace dg = memsafe::detail::gp;
+  const std::string f = "memsafe::gp::exact_solve: ";
+  dg::validate_exact(D, h, f);
+  dg::validate_options(opts, f);
+  if (rhs == 0) throw shape_error(f + "no right-hand side (rhs = 0)");
+  dg::validate_values(B, D.n * rhs, f, "right-hand side");
+  const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
+  const auto sz = dg::pcg_plan(D, rhs, h, opts);
+  dg::check_budget(budget, sz, D.n, rhs, "exact_solve");  // before α is allocated
+  exact_result R;
+  R.alpha.assign(D.n * rhs, 0.0);
+  dg::pcg(D, B, rhs, h, opts, budget, sz, R.alpha.data(), R, "exact_solve");
+  return R;
+}
+
+/// Solve (K + σ²I)·α = y for the training targets D.y.
+inline exact_result exact_solve(const data_view& D, const hyperparameters& h, const exact_options& opts = {}) {
+  return exact_solve(D, D.y, 1, h, opts);
+}
+
+/// Predictive means at the test points T: mean (T.n × rhs, row-major) = k(T, X)·α, one budgeted
+/// kernel product (budget_error with its minimum when even its smallest plan does not fit).
+inline exact_predict_stats exact_predict_mean(const data_view& D, const double* alpha, std::size_t rhs,
+                                              const hyperparameters& h, const points_view& T, double* mean,
+                                              const exact_options& opts = {}) {
+  namespace dg = memsafe::detail::gp;
+  const std::string f = "memsafe::gp::exact_predict_mean: ";
+  dg::validate_exact(D, h, f);
+  exact_predict_stats st;
+  st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
+  if (T.n == 0) return st;
+  if (T.d != D.d)
+    throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
+                      std::to_string(D.d));
+  if (!mean) throw argument_error(f + "null output");
+  if (rhs == 0) throw shape_error(f + "no weights (rhs = 0)");
+  dg::validate_values(T.X, T.n * T.d, f, "test input");
+  dg::validate_values(alpha, D.n * rhs, f, "alpha");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ev = dg::kernel_product(h, T.X, T.n, D.X, D.n, D.d, alpha, rhs, mean,
+                                     memsafe::options{st.budget_bytes, opts.threads});
+  st.peak_temp_bytes = ev.peak_temp_bytes;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+/// Latent predictive variances at the test points T: var_q = k(x_q, x_q) − k_qᵀ(K + σ²I)⁻¹k_q
+/// (add σ² for y), each k_q = k(X, x_q) solved by the same preconditioned CG, `batch` test points
+/// (right-hand sides) at a time. Costs a CG solve per batch: meant for a subset of test points.
+/// Temporaries: the batch's k(X, x_q) and its solution (2·n·batch doubles) plus one solve's.
+/// The variance is clamped at 0 (a loose tolerance can make the quadratic form overshoot).
+inline exact_predict_stats exact_predict_variance(const data_view& D, const hyperparameters& h, const points_view& T,
+                                                  double* var, const exact_options& opts = {},
+                                                  std::size_t batch = 16) {
+  namespace dg = memsafe::detail::gp;
+  const std::string f = "memsafe::gp::exact_predict_variance: ";
+  dg::validate_exact(D, h, f);
+  dg::validate_options(opts, f);
+  exact_predict_stats st;
+  st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
+  if (T.n == 0) return st;
+  if (T.d != D.d)
+    throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
+                      std::to_string(D.d));
+  if (!var) throw argument_error(f + "null output");
+  if (batch == 0) throw argument_error(f + "batch must be >= 1");
+  dg::validate_values(T.X, T.n * T.d, f, "test input");
+  const std::size_t n = D.n, d = D.d, cb = std::min(batch, T.n);
+  const auto sz = dg::pcg_plan(D, cb, h, opts);
+  const std::size_t own = 2 * n * cb * sizeof(double) + d * sizeof(double);
+  const std::size_t minimum = own + sz.minimum();
+  if (st.budget_bytes < minimum)
+    throw budget_error(f + "a budget of " + format_bytes(st.budget_bytes) + " is too small for n = " +
+                           std::to_string(n) + " and batches of " + std::to_string(cb) +
+                           " test points: use a budget of at least " + std::to_string(minimum) + " bytes",
+                       st.budget_bytes, minimum);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t threads = memsafe::plan::resolve_threads(opts.threads);
+  memsafe::detail::accountant acc(st.budget_bytes);
+  memsafe::detail::temp_buffer<double> Kb(acc, n * cb), Ab(acc, n * cb), il2(acc, d);
+  for (std::size_t q = 0; q < d; ++q) il2[q] = 1.0 / (h.lengthscales[q] * h.lengthscales[q]);
+  std::size_t inner_peak = 0;
+  for (std::size_t t0b = 0; t0b < T.n; t0b += cb) {
+    const std::size_t c = std::min(cb, T.n - t0b);
+    // Kb (n × c, row-major) = k(X, T_b)
+    dg::with_kernel(h.kind, [&](auto kc) {
+      dg::parallel_rows(threads, n, [&](std::size_t i0, std::size_t i1, std::size_t) {
+        dg::kernel_block<decltype(kc)::value>(D.X, i0, i1, T.X + t0b * d, c, d, il2.data(), h.variance,
+                                              Kb.data() + i0 * c, c, nullptr, nullptr);
+      });
+    });
+    const auto szb = c == cb ? sz : dg::pcg_plan(D, c, h, opts);
+    exact_result R;
+    dg::pcg(D, Kb.data(), c, h, opts, st.budget_bytes - acc.current(), szb, Ab.data(), R, "exact_predict_variance");
+    inner_peak = std::max(inner_peak, R.stats.peak_temp_bytes);
+    st.iterations = std::max(st.iterations, R.iterations);
+    st.converged = st.converged && R.converged;
+    for (std::size_t j = 0; j < c; ++j) {
+      double q = 0;
+      for (std::size_t i = 0; i < n; ++i) q += Kb[i * c + j] * Ab[i * c + j];
+      var[t0b + j] = std::max(0.0, h.variance - q);
+    }
+  }
+  st.peak_temp_bytes = acc.peak() + inner_peak;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace memsafe::gp

@@ -1,0 +1,347 @@
+// memsafe::gp::exact_solve / exact_predict_mean / exact_predict_variance (the exact GP by
+// preconditioned CG) against an independent dense f64 reference written here (K + σ²I formed with
+// its own kernel formulas and factorised by a naive Cholesky), at budgets from the minimum to
+// unlimited. Built as its own executable (memsafe_exact_gp_tests, label `gp`), so that it compiles
+// without the full unit-test binary.
+#include <doctest/doctest.h>
+
+#if defined(MEMSAFE_HAS_LAPACK)
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <memsafe/gp.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace gp = memsafe::gp;
+using vec = std::vector<double>;
+
+double ref_kernel(gp::kernel k, const double* a, const double* b, std::size_t d, const vec& ell, double s2) {
+  double r2 = 0;
+  for (std::size_t q = 0; q < d; ++q) r2 += (a[q] - b[q]) * (a[q] - b[q]) / (ell[q] * ell[q]);
+  const double r = std::sqrt(r2);
+  switch (k) {
+    case gp::kernel::rbf: return s2 * std::exp(-r2 / 2);
+    case gp::kernel::matern12: return s2 * std::exp(-r);
+    case gp::kernel::matern32: return s2 * (1 + std::sqrt(3.0) * r) * std::exp(-std::sqrt(3.0) * r);
+    case gp::kernel::matern52:
+      return s2 * (1 + std::sqrt(5.0) * r + 5.0 * r2 / 3.0) * std::exp(-std::sqrt(5.0) * r);
+  }
+  return 0;
+}
+
+/// Naive Cholesky (lower, row-major) of an n×n SPD matrix.
+vec ref_chol(vec A, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) {
+    double s = A[j * n + j];
+    for (std::size_t k = 0; k < j; ++k) s -= A[j * n + k] * A[j * n + k];
+    REQUIRE(s > 0);
+    A[j * n + j] = std::sqrt(s);
+    for (std::size_t i = j + 1; i < n; ++i) {
+      double t = A[i * n + j];
+      for (std::size_t k = 0; k < j; ++k) t -= A[i * n + k] * A[j * n + k];
+      A[i * n + j] = t / A[j * n + j];
+    }
+    for (std::size_t k = j + 1; k < n; ++k) A[j * n + k] = 0;
+  }
+  return A;
+}
+/// Solve (L Lᵀ) x = b.
+vec ref_solve(const vec& L, vec b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t k = 0; k < i; ++k) b[i] -= L[i * n + k] * b[k];
+    b[i] /= L[i * n + i];
+  }
+  for (std::size_t i = n; i-- > 0;) {
+    for (std::size_t k = i + 1; k < n; ++k) b[i] -= L[k * n + i] * b[k];
+    b[i] /= L[i * n + i];
+  }
+  return b;
+}
+
+struct problem {
+  std::size_t n, d, c;
+  vec X, B, Xs;  // B: n×c row-major; column 0 is y
+  gp::hyperparameters h;
+  problem(std::size_t n_, std::size_t d_, std::size_t c_, gp::kernel k, unsigned seed = 3, double noise = 0.05)
+      : n(n_), d(d_), c(c_) {
+    std::mt19937_64 g(seed);
+    std::normal_distribution<double> N;
+    X.resize(n * d);
+    for (auto& v : X) v = N(g);
+    Xs.resize(9 * d);
+    for (auto& v : Xs) v = N(g);
+    B.resize(n * c);
+    for (std::size_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (std::size_t q = 0; q < d; ++q) s += X[i * d + q];
+      B[i * c] = std::sin(s) + 0.1 * N(g);
+      for (std::size_t j = 1; j < c; ++j) B[i * c + j] = N(g);
+    }
+    h.kind = k;
+    h.variance = 1.3;
+    h.noise = noise;
+    h.lengthscales.resize(d);
+    for (std::size_t q = 0; q < d; ++q) h.lengthscales[q] = 0.9 + 0.35 * double(q);
+  }
+  gp::data_view data() const { return {X.data(), B.data(), n, d}; }
+  gp::points_view tests() const { return {Xs.data(), Xs.size() / d, d}; }
+  /// chol(K + σ²I), naive.
+  vec factor() const {
+    vec K(n * n);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        K[i * n + j] = ref_kernel(h.kind, &X[i * d], &X[j * d], d, h.lengthscales, h.variance) + (i == j ? h.noise : 0.0);
+    return ref_chol(K, n);
+  }
+  /// α = (K + σ²I)⁻¹B, column by column (n×c row-major).
+  vec alpha(const vec& L) const {
+    vec A(n * c);
+    for (std::size_t j = 0; j < c; ++j) {
+      vec b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = B[i * c + j];
+      b = ref_solve(L, b, n);
+      for (std::size_t i = 0; i < n; ++i) A[i * c + j] = b[i];
+    }
+    return A;
+  }
+};
+
+/// max over columns of ‖a_j − b_j‖ / ‖b_j‖ (a, b: n×c row-major).
+double col_rel(const vec& a, const vec& b, std::size_t c) {
+  double worst = 0;
+  for (std::size_t j = 0; j < c; ++j) {
+    double e = 0, s = 0;
+    for (std::size_t i = j; i < a.size(); i += c) {
+      e += (a[i] - b[i]) * (a[i] - b[i]);
+      s += b[i] * b[i];
+    }
+    worst = std::max(worst, std::sqrt(e / s));
+  }
+  return worst;
+}
+
+const gp::kernel all_kernels[] = {gp::kernel::rbf, gp::kernel::matern12, gp::kernel::matern32, gp::kernel::matern52};
+
+}  // namespace
+
+TEST_SUITE("gp") {
+TEST_CASE("exact_solve: alpha matches a dense Cholesky solve for every kernel, several right-hand sides, any budget") {
+  for (auto k : all_kernels) {
+    problem p(300, 3, 3, k);
+    const vec want = p.alpha(p.factor());
+    gp::exact_options o;
+    o.tolerance = 1e-12;
+    o.preconditioner_rank = 20;
+    const std::size_t minimum = gp::exact_minimum_bytes(p.data(), p.c, p.h, o);
+    vec first;
+    for (std::size_t budget : {minimum, minimum + 3000, std::size_t(1) << 20, memsafe::unlimited}) {
+      CAPTURE(gp::kernel_name(k));
+      CAPTURE(budget);
+      o.budget = budget;
+      const auto r = gp::exact_solve(p.data(), p.B.data(), p.c, p.h, o);
+      CHECK(r.converged);
+      CHECK_FALSE(r.breakdown);
+      REQUIRE(r.alpha.size() == p.n * p.c);
+      CHECK(col_rel(r.alpha, want, p.c) < 1e-7);
+      for (std::size_t j = 0; j < p.c; ++j) {
+        CHECK(r.residual[j] <= 1e-12);
+        CHECK(r.true_residual[j] < 1e-9);
+      }
+      CHECK(r.stats.peak_temp_bytes <= budget);
+      CHECK(r.stats.peak_temp_bytes >= r.stats.solver_bytes);
+      CHECK(r.stats.minimum_bytes == minimum);
+      CHECK(r.stats.preconditioner_rank == 20);
+      // Budget independence: only the order of the kernel sums changes.
+      if (first.empty())
+        first = r.alpha;
+      else
+        CHECK(col_rel(r.alpha, first, p.c) < 1e-8);
+    }
+  }
+}
+
+TEST_CASE("exact_solve: one right-hand side (y) at GPyTorch's default tolerance, and predictions against dense ones") {
+  for (auto k : {gp::kernel::rbf, gp::kernel::matern32}) {
+    CAPTURE(gp::kernel_name(k));
+    problem p(400, 4, 1, k, 5, 0.1);
+    const vec L = p.factor();
+    const vec want = p.alpha(L);
+    const auto r = gp::exact_solve(p.data(), p.h, {.budget = std::size_t(1) << 20});
+    CHECK(r.converged);
+    CHECK(r.residual[0] <= 1e-2);
+    CHECK(r.true_residual[0] < 2e-2);
+    // Predictive means with the CG α and with the exact α; variances at tolerance 1e-11.
+    const auto T = p.tests();
+    vec mean(T.n), exact_mean(T.n, 0.0), var(T.n), exact_var(T.n);
+    const std::size_t small_budget = std::size_t(1) << 16;
+    const auto ps = gp::exact_predict_mean(p.data(), r.alpha.data(), 1, p.h, T, mean.data(), {.budget = small_budget});
+    CHECK(ps.peak_temp_bytes <= small_budget);
+    vec mean_exact_alpha(T.n);
+    gp::exact_predict_mean(p.data(), want.data(), 1, p.h, T, mean_exact_alpha.data(), {.budget = memsafe::unlimited});
+    for (std::size_t s = 0; s < T.n; ++s) {
+      vec kx(p.n);
+      for (std::size_t i = 0; i < p.n; ++i)
+        kx[i] = ref_kernel(p.h.kind, &T.X[s * p.d], &p.X[i * p.d], p.d, p.h.lengthscales, p.h.variance);
+      for (std::size_t i = 0; i < p.n; ++i) exact_mean[s] += kx[i] * want[i];
+      const vec a = ref_solve(L, kx, p.n);
+      double q = 0;
+      for (std::size_t i = 0; i < p.n; ++i) q += kx[i] * a[i];
+      exact_var[s] = p.h.variance - q;
+    }
+    double scale = 0, err_exact = 0, err_cg = 0;
+    for (std::size_t s = 0; s < T.n; ++s) {
+      scale = std::max(scale, std::fabs(exact_mean[s]));
+      err_exact = std::max(err_exact, std::fabs(mean_exact_alpha[s] - exact_mean[s]));
+      err_cg = std::max(err_cg, std::fabs(mean[s] - exact_mean[s]));
+    }
+    CHECK(err_exact <= 1e-10 * scale);
+    CHECK(err_cg <= 5e-2 * scale);  // CG stopped at a relative residual of 1e-2
+    gp::exact_options vo;
+    vo.tolerance = 1e-11;
+    vo.budget = std::size_t(1) << 20;
+    const auto vs = gp::exact_predict_variance(p.data(), p.h, T, var.data(), vo, 4);  // 9 points: batches 4, 4, 1
+    CHECK(vs.converged);
+    CHECK(vs.peak_temp_bytes <= *vo.budget);
+    for (std::size_t s = 0; s < T.n; ++s) CHECK(std::fabs(var[s] - exact_var[s]) < 1e-7 * p.h.variance);
+  }
+}
+
+TEST_CASE("exact_solve: the pivoted-Cholesky preconditioner cuts the iterations") {
+  // Long lengthscales and a small noise: K + σ²I is ill conditioned, K's spectrum decays fast.
+  problem p(1500, 2, 1, gp::kernel::rbf, 9, 1e-3);
+  for (auto& l : p.h.lengthscales) l = 1.5;
+  gp::exact_options o;
+  o.tolerance = 1e-6;
+  o.budget = std::size_t(64) << 20;
+  o.preconditioner_rank = 0;
+  const auto plain = gp::exact_solve(p.data(), p.h, o);
+  o.preconditioner_rank = 60;
+  const auto pre = gp::exact_solve(p.data(), p.h, o);
+  MESSAGE("iterations: rank 0 ", plain.iterations, ", rank 60 ", pre.iterations, " (trace error ",
+          pre.stats.preconditioner_trace_error, ")");
+  CHECK(plain.converged);
+  CHECK(pre.converged);
+  CHECK(pre.stats.preconditioner_rank == 60);
+  CHECK(pre.stats.preconditioner_trace_error < 1e-3);
+  CHECK(pre.iterations * 3 < plain.iterations);
+  CHECK(col_rel(pre.alpha, plain.alpha, 1) < 1e-4);
+  CHECK(plain.stats.peak_temp_bytes <= *o.budget);
+  CHECK(pre.stats.peak_temp_bytes <= *o.budget);
+  // A rank above the numerical rank of K stops early (here: n = 5 points, rank 50 requested).
+  problem q(5, 2, 1, gp::kernel::matern52);
+  gp::exact_options qo;
+  qo.tolerance = 1e-12;
+  qo.preconditioner_rank = 50;
+  const auto r = gp::exact_solve(q.data(), q.h, qo);
+  CHECK(r.stats.preconditioner_rank <= 5);
+  CHECK(r.converged);
+  CHECK(r.iterations <= 3);  // P = K + σ²I up to rounding
+}
+
+TEST_CASE("exact_solve: non-convergence is reported, not thrown") {
+  problem p(500, 3, 2, gp::kernel::matern12, 4, 1e-4);
+  gp::exact_options o;
+  o.tolerance = 1e-12;
+  o.max_iterations = 3;
+  o.preconditioner_rank = 0;
+  const auto r = gp::exact_solve(p.data(), p.B.data(), p.c, p.h, o);
+  CHECK_FALSE(r.converged);
+  CHECK(r.iterations == 3);
+  for (std::size_t j = 0; j < p.c; ++j) {
+    CHECK(r.column_iterations[j] == 3);
+    CHECK(r.residual[j] > 1e-12);
+  }
+  o.max_iterations = 0;
+  const auto z = gp::exact_solve(p.data(), p.h, o);
+  CHECK_FALSE(z.converged);
+  CHECK(z.iterations == 0);
+  // A zero right-hand side is solved by α = 0 at once.
+  vec zero(p.n, 0.0);
+  const auto zr = gp::exact_solve(p.data(), zero.data(), 1, p.h, {});
+  CHECK(zr.converged);
+  CHECK(zr.iterations == 0);
+  CHECK(std::all_of(zr.alpha.begin(), zr.alpha.end(), [](double v) { return v == 0; }));
+}
+
+TEST_CASE("exact_solve: a budget too small is an error before any work, naming the minimum") {
+  problem p(200, 3, 2, gp::kernel::matern32);
+  gp::exact_options o;
+  o.preconditioner_rank = 10;
+  const std::size_t minimum = gp::exact_minimum_bytes(p.data(), p.c, p.h, o);
+  CHECK(minimum > (4 * p.n * p.c + p.n * 10) * sizeof(double));
+  o.budget = minimum - 1;
+  try {
+    gp::exact_solve(p.data(), p.B.data(), p.c, p.h, o);
+    FAIL("expected a budget_error");
+  } catch (const memsafe::budget_error& e) {
+    CHECK(e.minimum_bytes == minimum);
+    CHECK(e.budget_bytes == minimum - 1);
+    CHECK(std::string(e.what()).find(std::to_string(minimum)) != std::string::npos);
+  }
+  o.budget = minimum;
+  const auto r = gp::exact_solve(p.data(), p.B.data(), p.c, p.h, o);
+  CHECK(r.stats.peak_temp_bytes <= minimum);
+  // A lower rank needs less.
+  o.preconditioner_rank = 0;
+  CHECK(gp::exact_minimum_bytes(p.data(), p.c, p.h, o) < minimum);
+  // Predictions: the kernel product's own minimum.
+  vec mean(p.tests().n);
+  CHECK_THROWS_AS(gp::exact_predict_mean(p.data(), r.alpha.data(), p.c, p.h, p.tests(), mean.data(), {.budget = 8}),
+                  memsafe::budget_error);
+  CHECK_THROWS_AS(gp::exact_predict_variance(p.data(), p.h, p.tests(), mean.data(), {.budget = minimum}),
+                  memsafe::budget_error);
+}
+
+TEST_CASE("exact_solve: bad inputs") {
+  problem p(30, 3, 1, gp::kernel::rbf);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(gp::exact_solve({p.X.data(), p.B.data(), 0, 3}, p.h), memsafe::shape_error);
+  CHECK_THROWS_AS(gp::exact_solve({p.X.data(), p.B.data(), p.n, 2}, p.h), memsafe::shape_error);  // 3 lengthscales
+  CHECK_THROWS_AS(gp::exact_solve({nullptr, p.B.data(), p.n, 3}, p.h), memsafe::argument_error);
+  CHECK_THROWS_AS(gp::exact_solve({p.X.data(), nullptr, p.n, 3}, p.h), memsafe::argument_error);
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), p.B.data(), 0, p.h), memsafe::shape_error);
+  auto h = p.h;
+  h.noise = 0;
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);
+  h.noise = -1;
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);
+  h = p.h;
+  h.variance = nan;
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);
+  h = p.h;
+  h.lengthscales[2] = 0;
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);
+  vec X = p.X;
+  X[7] = nan;
+  try {
+    gp::exact_solve({X.data(), p.B.data(), p.n, p.d}, p.h);
+    FAIL("expected an argument_error");
+  } catch (const memsafe::argument_error& e) {
+    CHECK(std::string(e.what()).find("training input 2") != std::string::npos);
+  }
+  vec y = p.B;
+  y[4] = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_AS(gp::exact_solve({p.X.data(), y.data(), p.n, p.d}, p.h), memsafe::argument_error);
+  gp::exact_options bad;
+  bad.tolerance = -1;
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), p.h, bad), memsafe::argument_error);
+  bad.tolerance = nan;
+  CHECK_THROWS_AS(gp::exact_solve(p.data(), p.h, bad), memsafe::argument_error);
+  // Predictions: test points of another dimension, NaN test inputs.
+  const auto r = gp::exact_solve(p.data(), p.h);
+  vec mean(3), Xs(3 * 2, 0.0);
+  CHECK_THROWS_AS(gp::exact_predict_mean(p.data(), r.alpha.data(), 1, p.h, {Xs.data(), 3, 2}, mean.data()),
+                  memsafe::shape_error);
+  vec Xn(3 * 3, 0.0);
+  Xn[4] = nan;
+  CHECK_THROWS_AS(gp::exact_predict_mean(p.data(), r.alpha.data(), 1, p.h, {Xn.data(), 3, 3}, mean.data()),
+                  memsafe::argument_error);
+  CHECK_THROWS_AS(gp::exact_predict_variance(p.data(), p.h, {Xs.data(), 3, 2}, mean.data()), memsafe::shape_error);
+}
+}
+#endif
