@@ -314,3 +314,115 @@ TEST_CASE("fused sums: NaN and ±inf inputs behave as on the reference path") {
   run(float{});
   run(double{});
 }
+
+namespace {
+
+bool symmetric_sum(const memsafe::tile_plan& p) { return p.symmetric && p.reduction.find("symmetric") != std::string::npos; }
+
+/// k(X, X)·v and the row sums of k(X, X) for every formula: the symmetric form (each pair once)
+/// against the naive loop and the reference path at every budget and on every instruction set
+/// (check_fused), its plan at an ample budget, and the plain form (MEMSAFE_SYMMETRIC=off).
+template <class T>
+void symmetric_sums(std::size_t n, std::size_t d) {
+  const double ls = std::sqrt(double(d));
+  auto xd = ref::data(n, d, 29 + unsigned(d)), vd = ref::data(n, 1, 31);
+  auto x = ref::cast<T>(xd), v = ref::cast<T>(vd);
+  const auto xs = ref::seen<T>(xd), vs = ref::seen<T>(vd);
+  auto X = memsafe::points(x.data(), n, d);
+  const auto fs = formulas(ls);
+  std::size_t f = 0;
+  const std::string tag = std::string(sizeof(T) == 4 ? " f32" : " f64") + " n=" + std::to_string(n) +
+                          " d=" + std::to_string(d);
+  scoped_env unset("MEMSAFE_ISA", nullptr);
+  const bool simd = !fused_isas().empty();
+  each_formula(X, X, ls, [&](const auto& K, auto which) {
+    const auto& fc = fs[f++];
+    const auto Kd = ref::dense(xs, xs, n, n, d, fc.k);
+    const auto kv = times(Kd, n, n, vs, 1);
+    const auto Kv = K * memsafe::vec(v.data(), n);
+    check_fused(Kv, kv.want, kv.scale, "symmetric K·v " + fc.name + tag);
+    const auto p = memsafe::plan_for(Kv, memsafe::options{memsafe::unlimited, 2});
+    INFO("K·v " << fc.name << tag);
+    if (n >= 8) CHECK(symmetric_sum(p) == simd);  // fewer rows than two groups of 4: the plain form may run
+    if (p.symmetric) CHECK(memsafe::explain(Kv, memsafe::options{memsafe::unlimited, 2}).find("symmetric") != std::string::npos);
+    {  // deterministic for a thread count: the same bits twice
+      const auto a = memsafe::eval(Kv, memsafe::options{memsafe::unlimited, 2}).values;
+      const auto b = memsafe::eval(Kv, memsafe::options{memsafe::unlimited, 2}).values;
+      CHECK(a == b);
+    }
+    {
+      scoped_env off("MEMSAFE_SYMMETRIC", "off");
+      const auto q = memsafe::plan_for(Kv, memsafe::options{memsafe::unlimited, 2});
+      CHECK_FALSE(q.symmetric);
+      CHECK(fused_sum(q) == simd);
+      close_to(memsafe::eval(Kv).values, kv.want, kv.scale, "K·v " + fc.name + tag + " MEMSAFE_SYMMETRIC=off");
+    }
+    if constexpr (std::is_same_v<T, float> || which() == 0) {
+      const auto rs = row_sums(Kd, n, n);
+      check_fused(memsafe::sum(K), rs.want, rs.scale, "symmetric sum " + fc.name + tag);
+      // (K + σ²I)·v: the diagonal term is added after the symmetric sum.
+      auto kd = kv;
+      for (std::size_t i = 0; i < n; ++i) kd.want[i] += 0.25 * vs[i], kd.scale[i] += 0.25 * std::fabs(vs[i]);
+      check_fused((K + 0.25 * memsafe::identity(n)) * memsafe::vec(v.data(), n), kd.want, kd.scale,
+                  "symmetric (K + σ²I)·v " + fc.name + tag);
+    }
+  });
+}
+
+}  // namespace
+
+TEST_CASE("fused sums: k(X, X)·v and row sums of k(X, X) take each pair once (symmetric form)") {
+  report_skipped();
+  for (std::size_t n : {1, 2, 5, 37, 301}) symmetric_sums<float>(n, 3);
+  for (std::size_t n : {1, 37, 301}) symmetric_sums<double>(n, 17);
+  symmetric_sums<double>(530, 2);  // several row blocks of 256 (the largest row tile)
+}
+
+TEST_CASE("fused sums: the symmetric form needs the same view on both sides and one column") {
+  scoped_env unset("MEMSAFE_ISA", nullptr);
+  if (fused_isas().empty()) {
+    MESSAGE("skipped: no fused sums in this build");
+    return;
+  }
+  const std::size_t n = 40, d = 3;
+  std::vector<float> x = ref::cast<float>(ref::data(n, d, 3)), y = x, v = ref::cast<float>(ref::data(n, 2, 4));
+  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), n, d);
+  const memsafe::options o{memsafe::unlimited, 2};
+  CHECK(symmetric_sum(memsafe::plan_for(memsafe::rbf(X, X) * memsafe::vec(v.data(), n), o)));
+  // Equal values in another buffer, a prefix view of the same buffer, two columns, v·K: the plain form.
+  CHECK_FALSE(memsafe::plan_for(memsafe::rbf(X, Y) * memsafe::vec(v.data(), n), o).symmetric);
+  auto Xp = memsafe::points(x.data(), n - 1, d);
+  CHECK_FALSE(memsafe::plan_for(memsafe::rbf(Xp, X) * memsafe::vec(v.data(), n), o).symmetric);
+  CHECK_FALSE(memsafe::plan_for(memsafe::rbf(X, X) * memsafe::matrix(v.data(), n, 2), o).symmetric);
+  CHECK_FALSE(memsafe::plan_for(memsafe::logsumexp(memsafe::rbf(X, X)), o).symmetric);
+  // Below the symmetric form's bytes the plain form runs, and the minimum is the plain form's.
+  const auto Kv = memsafe::rbf(X, X) * memsafe::vec(v.data(), n);
+  const auto mn = memsafe::plan_for(Kv, memsafe::options{memsafe::unlimited, 1}).min_bytes;
+  const auto at_min = memsafe::plan_for(Kv, memsafe::options{mn, 1});
+  CHECK_FALSE(at_min.symmetric);
+  CHECK(at_min.min_bytes == mn);
+  // NaN and ±inf: the same positions as the reference path (a NaN point spoils every row; a
+  // padded last row group must not fold its padding down the columns).
+  auto xn = x;
+  xn[7 * d + 1] = std::numeric_limits<float>::quiet_NaN();
+  auto vi = v;
+  vi[38] = std::numeric_limits<float>::infinity();  // row 38 is in the last, partial group of 4
+  auto Xn = memsafe::points(xn.data(), n, d);
+  for (const auto* vp : {&v, &vi}) {
+    for (const bool nanx : {false, true}) {
+      const auto Kn = memsafe::rbf(nanx ? Xn : X, nanx ? Xn : X) * memsafe::vec(vp->data(), n);
+      std::vector<float> want;
+      {
+        scoped_env e("MEMSAFE_KERNELS", "reference");
+        want = memsafe::eval(Kn, memsafe::options{memsafe::unlimited, 1}).values;
+      }
+      const auto r = memsafe::eval(Kn, o);
+      CHECK(r.stats.plan.symmetric);
+      for (std::size_t i = 0; i < n; ++i) {
+        INFO("row " << i << " nan x " << nanx << ": got " << r.values[i] << ", want " << want[i]);
+        if (std::isnan(want[i]) || std::isinf(want[i])) CHECK(((std::isnan(r.values[i]) && std::isnan(want[i])) || r.values[i] == want[i]));
+        else CHECK(std::fabs(r.values[i] - want[i]) <= 1e-4f * (1 + std::fabs(want[i])));
+      }
+    }
+  }
+}

@@ -23,6 +23,10 @@
 //                        and so is an instruction set this CPU (or this translation unit: nvcc,
 //                        MEMSAFE_NO_SIMD, not x86-64) lacks; the message names what it has.
 //                        Parsed by host::parse_isa. MEMSAFE_KERNELS=reference takes precedence.
+//   MEMSAFE_SYMMETRIC    "off" (or "0") turns off the symmetric fused K·v of the host backend
+//                        (backend/host/sum_driver.hpp: k(X, X)·v with the same points on both sides
+//                        takes each pair once): every such product evaluates all n² pairs, for
+//                        comparisons. Any other value leaves it on.
 //
 // The variables are read at every call that needs them, never cached. MEMSAFE_BUDGET applies to
 // the CUDA backend too. Other MEMSAFE_* variables (MEMSAFE_DATA_DIR, MEMSAFE_DATA_MIRROR,
@@ -53,5 +57,8 @@ inline std::optional<std::string_view> kernels() { return get("MEMSAFE_KERNELS")
 
 /// MEMSAFE_ISA (see above).
 inline std::optional<std::string_view> isa() { return get("MEMSAFE_ISA"); }
+
+/// MEMSAFE_SYMMETRIC (see above).
+inline std::optional<std::string_view> symmetric() { return get("MEMSAFE_SYMMETRIC"); }
 
 }  // namespace memsafe::env

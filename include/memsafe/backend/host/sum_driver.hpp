@@ -19,6 +19,20 @@
 //   per-lane partial sums of a row group            4·c·W·8                 (c > 1, softmax_sum)
 //   the last partial row group, padded to 4 rows    4·d·T + 4·c·8 (+ 4 lse_state: logsumexp, softmax_sum)
 //   the monoid's accumulators                       Mon::accum_bytes(ti)
+//
+// Symmetric K·v. When the leaf is k(X, X) — the same point view on both sides (same data, extent
+// and strides), so k(x_i, x_j) = k(x_j, x_i) for every formula here — and the reduction is a
+// weighted sum with one column (K·v, row sums), each pair is evaluated once: row block I folds
+// its own square K_II row-wise only, and the columns to its right, j ≥ end of I, both ways —
+// out_i += k_ij·v_j into the row's sums and col_j += k_ij·v_i into the thread's column sums, in
+// the same registers (sum_kernel.inc, fsum_args::col). Rows left of I reach row i through the
+// column sums of earlier blocks. Half the kernel evaluations (n(n + ti)/2 instead of n²) for one
+// FMA per pair more. Row blocks go to threads in a fixed serpentine order (0, 1, …, P−1, P−1, …, 0,
+// …: the blocks' work falls with I) and out_i = scale·Σ_t col_t[i] in thread order, so the result
+// is deterministic for a given thread count. Extra bytes per thread: the column sums (n + W
+// doubles) and the row block's right-hand values (ti + 4 doubles); the planner takes this form
+// only when they fit the budget with the plain form's tiles (else the plain form, whose minimum
+// is the call's minimum). MEMSAFE_SYMMETRIC=off turns it off (core/env.hpp).
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -34,6 +48,7 @@
 #include "simd.hpp"
 #include "sums.hpp"
 #include "../../core/accounting.hpp"
+#include "../../core/env.hpp"
 #include "../../expr/formulas.hpp"
 #include "../../expr/lazy.hpp"
 #include "../../plan/plan.hpp"
@@ -112,6 +127,21 @@ bool fsum_fits(const Mon& mon) {
   else {
     const std::size_t c = fsum_monoid<Mon>::cols(mon);
     return c >= 1 && c <= fsum_max_cols;
+  }
+}
+
+/// Whether the fused sum of `e` with `mon` may take the symmetric form (see the file comment):
+/// a weighted sum of one column over k(X, X) with the same view on both sides.
+template <class E, class Mon>
+bool fsum_symmetric(const E& e, const Mon& mon) {
+  if constexpr (fsum_monoid<Mon>::mode != fsum_mode::weighted) {
+    return false;
+  } else {
+    if (fsum_monoid<Mon>::cols(mon) != 1) return false;
+    if (const auto v = env::symmetric(); v && (*v == "off" || *v == "0")) return false;
+    const auto& pw = fsum_leaf<E>::pw(e);
+    return pw.x.data() == pw.y.data() && pw.x.rows() == pw.y.rows() && pw.x.cols() == pw.y.cols() &&
+           pw.x.row_stride() == pw.y.row_stride() && pw.x.col_stride() == pw.y.col_stride();
   }
 }
 
@@ -279,9 +309,57 @@ struct fsum_worker {
       }
     }
   }
+  /// The symmetric form: fold the started row block against columns [jb, je) in tiles of tj;
+  /// with `col` (the thread's column sums, n + W entries) also down the columns, with `xr` the
+  /// block's right-hand values (padded with zeros to a multiple of the kernel's rows).
+  void fold_range(std::size_t ni, std::size_t jb, std::size_t je, double* col, const double* xr) {
+    if constexpr (M == fsum_mode::weighted) {
+      const std::size_t R = static_cast<std::size_t>(kernels.rows);
+      for (std::size_t j0 = jb; j0 < je; j0 += tj) {
+        const std::size_t nj = std::min(tj, je - j0);
+        host::pack_panels(pw.y, pw.params, j0, nj, pack, static_cast<T*>(nullptr));
+        pack_rhs(j0, nj);
+        fsum_args<T> a;
+        a.d = d;
+        a.pack = pack;
+        a.np = host::panels<T>(nj);
+        a.nj = nj;
+        a.rhs = rhsp;
+        a.c = c;
+        a.params = &pw.params;
+        a.op = L::op(e);
+        a.lanes = lanes;
+        a.col = col ? col + j0 : nullptr;
+        const std::size_t full = ni - tail_rows;
+        for (std::size_t r = 0; r < full; r += R) {
+          a.xs = xs + r * d;
+          a.acc = acc_of(r);
+          a.xr = xr + r;
+          a.col_rows = static_cast<int>(R);
+          kernels.group(a);
+        }
+        if (tail_rows) {
+          a.xs = tail_xs;
+          std::fill(tail_acc, tail_acc + R * c, 0.0);
+          std::copy(acc_of(full), acc_of(full) + tail_rows * c, tail_acc);
+          a.acc = tail_acc;
+          a.xr = xr + full;
+          a.col_rows = static_cast<int>(tail_rows);
+          kernels.group(a);
+          std::copy(tail_acc, tail_acc + tail_rows * c, acc_of(full));
+        }
+      }
+    }
+  }
   void merge_from(const fsum_worker& o, std::size_t ni) { mon.merge_from(o.mon, ni); }
   void finish(std::size_t i0, std::size_t ni) const { mon.finish(i0, ni, *out); }
 };
+
+/// Extra bytes per thread of the symmetric form on an n×n product with row tiles of ti.
+template <class T>
+std::size_t fsum_symmetric_bytes(std::size_t n, std::size_t ti) {
+  return host::align64((n + host::lanes<T>) * sizeof(double)) + host::align64((ti + 4) * sizeof(double));
+}
 
 /// Bytes per thread of the fused sum on ti × tj tiles.
 template <class E, class Mon>
@@ -313,7 +391,77 @@ tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget, std::size_t 
   p.isa = isa_name(choose_isa(isa_compiled));
   p.reduction = std::string(Mon::name) + " over j, fused: formula evaluated in registers (" + p.isa +
                 "), accumulated in double; no kernel tile";
+  if (fsum_symmetric(e, mon)) {  // k(X, X)·v: each pair once, when its extra bytes fit
+    const std::size_t n = e.rows();
+    const auto cost = [&](std::size_t ti, std::size_t tj) {
+      return fsum_bytes(e, mon, ti, tj) + fsum_symmetric_bytes<T>(n, ti);
+    };
+    if (cost(1, 1) <= budget) {
+      auto q = plan::tiles_2d(n, n, budget, threads, cost, what,
+                              plan::candidates(n, {256, 128, 64, 32, 16, 8, 4, 2, 1}), tjs);
+      if (!q.split_columns && q.tile_rows >= 4) {
+        q.symmetric = true;
+        q.min_bytes = p.min_bytes;  // below the symmetric form's bytes the plain form runs
+        q.isa = p.isa;
+        q.reduction = p.reduction + "; symmetric: K = k(X, X), each pair once, folded into its row and its column";
+        return q;
+      }
+    }
+  }
   return p;
+}
+
+/// The symmetric form of run_fsum (see the file comment).
+template <class E, class Mon>
+void run_fsum_symmetric(const E& e, const Mon& mon, const out_spec<typename E::value_type>& out, const tile_plan& p,
+                        accountant& acc, isa i) {
+  using T = typename E::value_type;
+  using Wk = fsum_worker<E, Mon>;
+  const std::size_t n = e.rows(), ti = p.tile_rows, P = p.threads, nrb = (n + ti - 1) / ti;
+  const std::size_t R = Wk::Rk;
+  const std::size_t extra = fsum_symmetric_bytes<T>(n, ti);
+  std::vector<temp_buffer<std::byte>> ws;
+  ws.reserve(P);
+  for (std::size_t t = 0; t < P; ++t) ws.emplace_back(acc, p.per_thread_bytes);
+  std::vector<Wk> workers;
+  workers.reserve(P);
+  std::vector<double*> cols(P), xrs(P);
+  for (std::size_t t = 0; t < P; ++t) {
+    workers.emplace_back(e, mon, ws[t].data() + extra, ti, p.tile_cols, out, i);
+    std::byte* cur = ws[t].data();
+    cols[t] = carve<double>(cur, n + host::lanes<T>);
+    xrs[t] = carve<double>(cur, ti + R);
+  }
+  // The row block's right-hand values v_i (row sums: 1), as the kernels fold them down the columns.
+  const auto row_rhs = [&](std::size_t i0, std::size_t ni, double* xr) {
+    if constexpr (std::is_same_v<Mon, sum_monoid<T>>) {
+      std::fill(xr, xr + ni, 1.0);
+    } else {
+      const matrix_view<const T> V = fsum_monoid<Mon>::rhs(mon);
+      for (std::size_t r = 0; r < ni; ++r) xr[r] = static_cast<double>(V.data()[(i0 + r) * V.row_stride()]);
+    }
+    std::fill(xr + ni, xr + ti + R, 0.0);
+  };
+  parallel(P, [&](std::size_t t) {
+    Wk& w = workers[t];
+    double* col = cols[t];
+    std::fill(col, col + n + host::lanes<T>, 0.0);
+    for (std::size_t b = 0; b < nrb; ++b) {
+      const std::size_t round = b / P, pos = b % P;
+      if ((round % 2 == 0 ? pos : P - 1 - pos) != t) continue;  // serpentine: block b is this thread's
+      const std::size_t i0 = b * ti, ni = std::min(ti, n - i0);
+      w.start(i0, ni);
+      row_rhs(i0, ni, xrs[t]);
+      w.fold_range(ni, i0, i0 + ni, nullptr, xrs[t]);   // K_II: row-wise only
+      w.fold_range(ni, i0 + ni, n, col, xrs[t]);         // j right of I: row-wise and column-wise
+      for (std::size_t r = 0; r < ni; ++r) col[i0 + r] += w.acc_of(r)[0];
+    }
+  });
+  for (std::size_t r = 0; r < n; ++r) {
+    double s = 0;
+    for (std::size_t t = 0; t < P; ++t) s += cols[t][r];
+    out.v(r, 0) = static_cast<T>(mon.scale * s);
+  }
 }
 
 /// Run the fused sum of every row of `e` into `out` (same outputs as run_rows with `mon`), with the
@@ -322,6 +470,12 @@ template <class E, class Mon>
 void run_fsum(const E& e, const Mon& mon, const out_spec<typename E::value_type>& out, const tile_plan& p,
               accountant& acc) {
   const isa i = parse_isa(p.isa).value_or(isa::portable);
+  if (p.symmetric) {
+    if constexpr (fsum_monoid<Mon>::mode == fsum_mode::weighted) {
+      run_fsum_symmetric(e, mon, out, p, acc, i);
+      return;
+    }
+  }
   run_row_blocks(e.rows(), e.cols(), mon, out, p, acc, [&](std::byte* ws) {
     return fsum_worker<E, Mon>(e, mon, ws, p.tile_rows, p.tile_cols, out, i);
   });
