@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
       .option("max-test", "0", "use only the first N test points (0: all)")
       .option("var-points", "0", "predictive variances (and NLPD) for the first N test points (one CG solve per 16)")
       .option("check-n", "1000", "--check: training points of the dense comparison")
+      .flag("no-cache", "recompute every kernel value in every product (no kernel cache in the budget's free part)")
       .flag("check", "compare alpha and predictions with a dense Cholesky solve on the first --check-n points");
   mx::add_eval_options(args);
   args.parse(argc, argv);
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
   o.max_iterations = args.get_uint("max-iters");
   o.min_iterations = args.get_uint("min-iters");
   o.preconditioner_rank = args.get_uint("rank");
+  o.cache = !args.get_flag("no-cache");
   const std::string dataset = args.get_string("dataset");
   const std::size_t split = args.get_uint("split");
 
@@ -294,6 +296,10 @@ int main(int argc, char** argv) {
         .add("seconds_solve", seconds_solve)
         .add("seconds_per_iteration", r.iterations ? r.stats.seconds_cg / static_cast<double>(r.iterations) : 0.0)
         .add("seconds_matvec", r.stats.seconds_matvec)
+        .add("cache_rows", r.stats.cache_rows)
+        .add("cache_bytes", r.stats.cache_bytes)
+        .add("cache_fraction", r.stats.cache_fraction)
+        .add("seconds_cache", r.stats.seconds_cache)
         .add("matvecs", r.stats.matvecs)
         .add("seconds_mean", seconds_mean)
         .add("cpu_seconds", cpu_seconds)

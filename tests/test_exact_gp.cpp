@@ -165,6 +165,49 @@ TEST_CASE("exact_solve: alpha matches a dense Cholesky solve for every kernel, s
   }
 }
 
+TEST_CASE("exact_solve: the kernel cache (K's first rows in the budget's free part) gives the same alpha") {
+  namespace dg = memsafe::detail::gp;
+  for (auto k : {gp::kernel::rbf, gp::kernel::matern32}) {
+    for (std::size_t c : {1, 2}) {
+      problem p(700, 4, c, k, 5);  // block rows of 256: 256, 256, 188
+      const vec want = p.alpha(p.factor());
+      gp::exact_options o;
+      o.tolerance = 1e-12;
+      o.preconditioner_rank = 10;
+      o.threads = 2;
+      o.cache = false;
+      o.budget = memsafe::unlimited;
+      const auto plain = gp::exact_solve(p.data(), p.B.data(), c, p.h, o);
+      CHECK(plain.stats.cache_rows == 0);
+      CHECK(plain.stats.cache_bytes == 0);
+      CHECK(col_rel(plain.alpha, want, c) < 1e-7);
+      o.cache = true;
+      const std::size_t base = plain.stats.solver_bytes + plain.stats.matvec_peak_bytes + 2 * p.n * c * sizeof(double);
+      const std::size_t one_block = dg::kernel_strip::bytes(p.n, 256), two_blocks = dg::kernel_strip::bytes(p.n, 512);
+      struct expect_rows {
+        std::size_t budget, lo, hi;
+      };
+      for (const auto& e : {expect_rows{plain.stats.minimum_bytes, 0, 0}, expect_rows{base + one_block + 64, 256, 256},
+                            expect_rows{base + two_blocks + 64, 512, 512}, expect_rows{memsafe::unlimited, 700, 700}}) {
+        CAPTURE(gp::kernel_name(k));
+        CAPTURE(c);
+        CAPTURE(e.budget);
+        o.budget = e.budget;
+        const auto r = gp::exact_solve(p.data(), p.B.data(), c, p.h, o);
+        CHECK(r.converged);
+        CHECK(r.stats.cache_rows >= e.lo);
+        CHECK(r.stats.cache_rows <= e.hi);
+        CHECK(r.stats.cache_bytes == dg::kernel_strip::bytes(p.n, r.stats.cache_rows));
+        CHECK(r.stats.peak_temp_bytes <= e.budget);
+        if (r.stats.cache_rows) CHECK(r.stats.peak_temp_bytes >= r.stats.solver_bytes + r.stats.cache_bytes);
+        CHECK(col_rel(r.alpha, want, c) < 1e-7);
+        CHECK(col_rel(r.alpha, plain.alpha, c) < 1e-8);  // only the order of the sums differs
+        for (std::size_t j = 0; j < c; ++j) CHECK(r.true_residual[j] < 1e-9);
+      }
+    }
+  }
+}
+
 TEST_CASE("exact_solve: one right-hand side (y) at GPyTorch's default tolerance, and predictions against dense ones") {
   for (auto k : {gp::kernel::rbf, gp::kernel::matern32}) {
     CAPTURE(gp::kernel_name(k));

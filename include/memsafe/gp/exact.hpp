@@ -63,6 +63,11 @@ struct exact_options {
   std::size_t preconditioner_rank = 100; ///< k of the pivoted-Cholesky preconditioner; 0: plain CG
   bool true_residual = true;             ///< one more product at the end: ‖b_j − (K + σ²I)α_j‖/‖b_j‖
   unsigned threads = 0;                  ///< threads; 0: MEMSAFE_NUM_THREADS, then all cores
+  /// Keep K's first rows (from the diagonal rightwards) in the part of the budget the solver and
+  /// one kernel product leave free, computed once at the first product and read by the later ones
+  /// (each pair of that strip once, folded into its row and its column). false: every product
+  /// recomputes every kernel value (peak ≈ the solver's bytes and one product's).
+  bool cache = true;
 };
 
 /// What a solve used.
@@ -73,6 +78,10 @@ struct exact_stats {
   std::size_t matvec_minimum_bytes = 0;
   std::size_t matvecs = 0;            ///< kernel products K·P (one per iteration, + 1 with true_residual)
   std::size_t threads = 1;
+  std::size_t cache_rows = 0;         ///< rows of K held in the cache (their blocks on and right of the diagonal)
+  std::size_t cache_bytes = 0;        ///< its bytes (within the budget, inside peak_temp_bytes)
+  double cache_fraction = 0;          ///< the share of the whole strip (all n rows) the cache holds
+  double seconds_cache = 0;           ///< computing the cache (inside the first product's time)
   std::size_t preconditioner_rank = 0;     ///< columns of L_k built (< the option when K's residual vanished)
   double preconditioner_trace_error = 0;   ///< tr(K − L_kL_kᵀ)/tr(K) after the build
   double seconds_preconditioner = 0, seconds_cg = 0, seconds_matvec = 0, seconds_total = 0;
@@ -264,6 +273,138 @@ inline std::size_t pivoted_cholesky(const data_view& D, const hyperparameters& h
   return r;
 }
 
+/// The kernel cache of exact_solve: K's first `rows` rows from the diagonal rightwards, in block
+/// rows of `block` (the last may be shorter when rows = n): block row I holds K[i0 : i0 + bi, i0 : n]
+/// row-major, i0 = I·block — each pair (i ≤ j) of the strip once.
+struct kernel_strip {
+  static constexpr std::size_t block = 256;
+  std::size_t n = 0, rows = 0;
+  double* values = nullptr;
+
+  /// Bytes of a strip of `rows` rows of an n×n K.
+  static std::size_t bytes(std::size_t n, std::size_t rows) {
+    std::size_t b = 0;
+    for (std::size_t i0 = 0; i0 < rows; i0 += block) b += std::min(block, rows - i0) * (n - i0);
+    return b * sizeof(double);
+  }
+  /// The most rows (whole blocks, or all n) whose strip fits `bytes`.
+  static std::size_t rows_fitting(std::size_t n, std::size_t bytes_) {
+    std::size_t r = 0, used = 0;
+    while (r < n) {
+      const std::size_t br = std::min(block, n - r), b = br * (n - r) * sizeof(double);
+      if (used + b > bytes_) break;
+      used += b;
+      r += br;
+    }
+    return r;
+  }
+  std::size_t offset(std::size_t i0) const { return bytes(n, i0) / sizeof(double); }
+};
+
+/// Fill the strip: one budgeted dense kernel block per block row (the library's tile path, under
+/// `o`); returns the largest peak of temporaries of those evaluations.
+inline std::size_t fill_strip(const data_view& D, const hyperparameters& h, const kernel_strip& S,
+                              const memsafe::options& o) {
+  const std::size_t n = D.n, d = D.d;
+  std::size_t peak = 0;
+  for (std::size_t i0 = 0; i0 < S.rows; i0 += kernel_strip::block) {
+    const std::size_t bi = std::min(kernel_strip::block, S.rows - i0);
+    peak = std::max(peak, with_lazy_kernel(h, D.X + i0 * d, bi, D.X + i0 * d, n - i0, d, [&](const auto& K) {
+      return memsafe::eval_into(memsafe::dense(K), S.values + S.offset(i0), nullptr, o).peak_temp_bytes;
+    }));
+  }
+  return peak;
+}
+
+/// c = 1: rows [r0, r0 + nr) (nr ≤ 4) of one block row (row length w, the diagonal block bi wide,
+/// rows contiguous at blk + r·w) against x = in[i0:], into y = col[i0:]: y_r += Σ_j k_rj·x_j over
+/// the whole row, and y_j += Σ_r k_rj·x_r right of the diagonal block — each entry read once, the
+/// column update shared by the 4 rows.
+inline void strip_rows_1(const double* __restrict blk0, std::size_t w, std::size_t bi, std::size_t nr,
+                         const double* __restrict x, double* __restrict y, std::size_t r0) {
+  const double* blk = blk0 - r0 * w;  // blk0 is row r0's start
+  constexpr std::size_t V = 8;
+  double acc[4][V] = {};
+  const double* rp[4];
+  double xr[4];
+  for (std::size_t q = 0; q < 4; ++q) {
+    rp[q] = blk + (r0 + std::min(q, nr - 1)) * w;  // a short group repeats its last row with weight 0
+    xr[q] = q < nr ? x[r0 + q] : 0.0;
+  }
+  std::size_t j = 0;
+  for (; j + V <= bi; j += V)  // the diagonal block: rows only
+    for (std::size_t q = 0; q < 4; ++q)
+      for (std::size_t u = 0; u < V; ++u) acc[q][u] += rp[q][j + u] * x[j + u];
+  for (; j < bi; ++j)
+    for (std::size_t q = 0; q < 4; ++q) acc[q][0] += rp[q][j] * x[j];
+  for (; j + V <= w; j += V)
+    for (std::size_t u = 0; u < V; ++u) {
+      const double k0 = rp[0][j + u], k1 = rp[1][j + u], k2 = rp[2][j + u], k3 = rp[3][j + u], xj = x[j + u];
+      acc[0][u] += k0 * xj;
+      acc[1][u] += k1 * xj;
+      acc[2][u] += k2 * xj;
+      acc[3][u] += k3 * xj;
+      y[j + u] += (k0 * xr[0] + k1 * xr[1]) + (k2 * xr[2] + k3 * xr[3]);
+    }
+  for (; j < w; ++j) {
+    const double k0 = rp[0][j], k1 = rp[1][j], k2 = rp[2][j], k3 = rp[3][j], xj = x[j];
+    acc[0][0] += k0 * xj;
+    acc[1][0] += k1 * xj;
+    acc[2][0] += k2 * xj;
+    acc[3][0] += k3 * xj;
+    y[j] += (k0 * xr[0] + k1 * xr[1]) + (k2 * xr[2] + k3 * xr[3]);
+  }
+  for (std::size_t q = 0; q < nr; ++q) {
+    double s = 0;
+    for (std::size_t u = 0; u < V; ++u) s += acc[q][u];
+    y[r0 + q] += s;
+  }
+}
+
+/// out[0, n) (n × c) = the strip's part of K·in: rows i < rows get Σ_{j ≥ their block} k_ij·in_j,
+/// and every column j right of a block gets Σ_i k_ij·in_i of that block's rows (what the strip
+/// holds, read once). out is overwritten. col: threads × n × c doubles of scratch.
+inline void apply_strip(const kernel_strip& S, const double* in, std::size_t c, double* out, double* col,
+                        std::size_t threads) {
+  const std::size_t n = S.n, nb = (S.rows + kernel_strip::block - 1) / kernel_strip::block;
+  const std::size_t P = std::max<std::size_t>(1, std::min(threads, nb));
+  memsafe::host::parallel(P, [&](std::size_t t) {
+    double* cl = col + t * n * c;
+    std::fill(cl, cl + n * c, 0.0);
+    for (std::size_t b = 0; b < nb; ++b) {
+      const std::size_t round = b / P, pos = b % P;
+      if ((round % 2 == 0 ? pos : P - 1 - pos) != t) continue;  // serpentine: the blocks' work falls with b
+      const std::size_t i0 = b * kernel_strip::block, bi = std::min(kernel_strip::block, S.rows - i0), w = n - i0;
+      const double* blk = S.values + S.offset(i0);
+      for (std::size_t r = 0; r < bi; ++r) {
+        const double* row = blk + r * w;  // K[i0 + r, i0 : n]
+        const std::size_t i = i0 + r;
+        if (c == 1) {
+          if (r % 4 != 0) continue;  // c = 1 takes the block's rows 4 at a time (below)
+          strip_rows_1(row, w, bi, std::min<std::size_t>(4, bi - r), in + i0, cl + i0, i - i0);
+        } else {
+          double* oi = cl + i * c;
+          const double* xi = in + i * c;
+          for (std::size_t j = 0; j < w; ++j) {
+            const double k = row[j];
+            const double* xj = in + (i0 + j) * c;
+            for (std::size_t q = 0; q < c; ++q) oi[q] += k * xj[q];
+            if (j >= bi) {
+              double* oj = cl + (i0 + j) * c;
+              for (std::size_t q = 0; q < c; ++q) oj[q] += k * xi[q];
+            }
+          }
+        }
+      }
+    }
+  });
+  for (std::size_t q = 0; q < n * c; ++q) {
+    double s = 0;
+    for (std::size_t t = 0; t < P; ++t) s += col[t * n * c + q];
+    out[q] = s;
+  }
+}
+
 /// (K + σ²I)·X = B by preconditioned CG into X (n × c, row-major; the caller's memory), filling R
 /// (everything but R.alpha). budget: the bytes this call may use.
 inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperparameters& h, const exact_options& o,
@@ -295,7 +436,32 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   double* res = small.data() + 3 * c;
   double* done = small.data() + 4 * c;  // 1: the column has stopped
   for (std::size_t q = 0; q < d; ++q) il2[q] = 1.0 / (h.lengthscales[q] * h.lengthscales[q]);
-  const memsafe::options mv_opts{budget - acc.current(), o.threads};
+  memsafe::options mv_opts{budget - acc.current(), o.threads};
+
+  // ---- the kernel cache: what the budget leaves after the solver's blocks, one product's plan
+  // and the strip's per-thread column sums holds K's first rows (whole blocks of 256) -----------
+  kernel_strip strip;
+  strip.n = n;
+  memsafe::detail::temp_buffer<double> strip_values, strip_cols;
+  if (o.cache && n > kernel_strip::block) {
+    const std::size_t avail = budget - acc.current();
+    const std::size_t prod = kernel_product_plan(h, D.X, n, D.X, n, d, D.X, c, mv_opts).planned_bytes;
+    const std::size_t cols = threads * n * c * sizeof(double);
+    if (avail > prod + cols) {
+      const std::size_t rows = kernel_strip::rows_fitting(n, avail - prod - cols);
+      if (rows >= kernel_strip::block) {
+        strip.rows = rows;
+        strip_values = memsafe::detail::temp_buffer<double>(acc, kernel_strip::bytes(n, rows) / sizeof(double));
+        strip_cols = memsafe::detail::temp_buffer<double>(acc, threads * n * c);
+        strip.values = strip_values.data();
+        mv_opts.budget = budget - acc.current();
+      }
+    }
+  }
+  R.stats.cache_rows = strip.rows;
+  R.stats.cache_bytes = kernel_strip::bytes(n, strip.rows);
+  R.stats.cache_fraction = static_cast<double>(R.stats.cache_bytes) / static_cast<double>(kernel_strip::bytes(n, n));
+  bool strip_filled = false;
 
   // ---- the preconditioner -------------------------------------------------------------------------
   std::size_t rank = 0;
@@ -335,9 +501,28 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   // out = (K + σ²I)·in
   const auto product = [&](const double* in, double* out) {
     const auto t0 = clock_type::now();
-    const auto st = kernel_product(h, D.X, n, D.X, n, d, in, c, out, mv_opts);
+    if (strip.rows == 0) {
+      const auto st = kernel_product(h, D.X, n, D.X, n, d, in, c, out, mv_opts);
+      R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
+    } else {
+      if (!strip_filled) {  // the first product computes the strip (under the product's budget)
+        const auto tf = clock_type::now();
+        R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, fill_strip(D, h, strip, mv_opts));
+        R.stats.seconds_cache = since(tf);
+        strip_filled = true;
+      }
+      // K = [K11 K12; K12ᵀ K22] with K11, K12 in the strip: the strip gives K11·in1 + K12·in2 and
+      // K12ᵀ·in1; K22·in2 is a budgeted product of its own (symmetric: the same points both sides).
+      apply_strip(strip, in, c, out, strip_cols.data(), threads);
+      const std::size_t r = strip.rows;
+      if (r < n) {
+        const auto st = kernel_product(h, D.X + r * d, n - r, D.X + r * d, n - r, d, in + r * c, c,
+                                       strip_cols.data(), mv_opts);
+        R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
+        for (std::size_t q = 0; q < (n - r) * c; ++q) out[r * c + q] += strip_cols[q];
+      }
+    }
     R.stats.seconds_matvec += since(t0);
-    R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
     ++R.stats.matvecs;
     for (std::size_t q = 0; q < n * c; ++q) out[q] += sig2 * in[q];
   };
