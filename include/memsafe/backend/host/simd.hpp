@@ -192,7 +192,7 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i) {
 
 
 /// The fused kernel-sum kernels of formula F (then `Op`, void for none) over T, mode M and C
-/// (1: one right-hand column, 0: a.c columns) for instruction set `i` (none for portable, or where
+/// (1: one right-hand column, 0: a.c columns, 2: one column, symmetric) for instruction set `i` (none for portable, or where
 /// the translation unit has no SIMD kernels).
 template <class F, class Op, class T, fsum_mode M, int C>
 fsum_kernels<T> fsum_kernels_for([[maybe_unused]] isa i) {

@@ -199,6 +199,7 @@ struct fsum_worker {
   std::size_t tail_rows = 0;
   const out_spec<T>* out;
   fsum_kernels<T> kernels;
+  fsum_kernels<T> sym_kernels;  // the symmetric form's (C = 2), when it runs
 
   static fsum_kernels<T> kernels_for(isa i, bool many_cols) {
     if constexpr (M == fsum_mode::lse) return host::fsum_kernels_for<F, Op, T, M, 1>(i);
@@ -208,10 +209,16 @@ struct fsum_worker {
   }
 
   fsum_worker(const E& ex, const Mon& proto, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
-              isa i)
+              isa i, bool symmetric = false)
       : e(ex), pw(L::pw(ex)), mon(proto), d(pw.dim()), c(rhs_cols(proto)), tj(tj_), m(ex.cols()), out(&o),
         kernels(kernels_for(i, many(proto))) {
     if (!kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " fused-sum kernels");
+    if constexpr (M == fsum_mode::weighted) {
+      if (symmetric) {
+        sym_kernels = host::fsum_kernels_for<F, Op, T, M, 2>(i);
+        if (!sym_kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " symmetric kernels");
+      }
+    }
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -315,6 +322,7 @@ struct fsum_worker {
   void fold_range(std::size_t ni, std::size_t jb, std::size_t je, double* col, const double* xr) {
     if constexpr (M == fsum_mode::weighted) {
       const std::size_t R = static_cast<std::size_t>(kernels.rows);
+      const auto group = col ? sym_kernels.group : kernels.group;
       for (std::size_t j0 = jb; j0 < je; j0 += tj) {
         const std::size_t nj = std::min(tj, je - j0);
         host::pack_panels(pw.y, pw.params, j0, nj, pack, static_cast<T*>(nullptr));
@@ -335,16 +343,15 @@ struct fsum_worker {
           a.xs = xs + r * d;
           a.acc = acc_of(r);
           a.xr = xr + r;
-          a.col_rows = static_cast<int>(R);
-          kernels.group(a);
+          group(a);
         }
-        if (tail_rows) {
+        if (tail_rows) {  // only the last row block has a partial group, and nothing right of it
+          if (col) throw error("memsafe: internal: a partial row group folded down the columns");
           a.xs = tail_xs;
           std::fill(tail_acc, tail_acc + R * c, 0.0);
           std::copy(acc_of(full), acc_of(full) + tail_rows * c, tail_acc);
           a.acc = tail_acc;
-          a.xr = xr + full;
-          a.col_rows = static_cast<int>(tail_rows);
+          a.col = nullptr;
           kernels.group(a);
           std::copy(tail_acc, tail_acc + tail_rows * c, acc_of(full));
         }
@@ -396,10 +403,12 @@ tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget, std::size_t 
     const auto cost = [&](std::size_t ti, std::size_t tj) {
       return fsum_bytes(e, mon, ti, tj) + fsum_symmetric_bytes<T>(n, ti);
     };
-    if (cost(1, 1) <= budget) {
-      auto q = plan::tiles_2d(n, n, budget, threads, cost, what,
-                              plan::candidates(n, {256, 128, 64, 32, 16, 8, 4, 2, 1}), tjs);
-      if (!q.split_columns && q.tile_rows >= 4) {
+    std::vector<std::size_t> tis;  // multiples of the kernels' 4 rows: only the last block has a partial group
+    for (std::size_t ti : {256, 128, 64, 32, 16, 8, 4})
+      if (ti <= n) tis.push_back(ti);
+    if (!tis.empty() && cost(tis.back(), 1) <= budget) {
+      auto q = plan::tiles_2d(n, n, budget, threads, cost, what, tis, tjs);
+      if (!q.split_columns && q.tile_rows % 4 == 0) {
         q.symmetric = true;
         q.min_bytes = p.min_bytes;  // below the symmetric form's bytes the plain form runs
         q.isa = p.isa;
@@ -427,7 +436,7 @@ void run_fsum_symmetric(const E& e, const Mon& mon, const out_spec<typename E::v
   workers.reserve(P);
   std::vector<double*> cols(P), xrs(P);
   for (std::size_t t = 0; t < P; ++t) {
-    workers.emplace_back(e, mon, ws[t].data() + extra, ti, p.tile_cols, out, i);
+    workers.emplace_back(e, mon, ws[t].data() + extra, ti, p.tile_cols, out, i, true);
     std::byte* cur = ws[t].data();
     cols[t] = carve<double>(cur, n + host::lanes<T>);
     xrs[t] = carve<double>(cur, ti + R);

@@ -31,12 +31,11 @@ struct fsum_args {
   double* acc = nullptr;     ///< R×c sums (weighted, softmax), added into
   lse_state* st = nullptr;   ///< R running (max, sum, flags) (lse, softmax)
   double* lanes = nullptr;   ///< R×c×W per-lane partial sums (c columns), zero between calls
-  /// Symmetric K·v (weighted, one column; sum_driver.hpp): when set, the same values are also
-  /// folded down the columns, col[pn·W + w] += Σ_r k_r,(pn·W+w)·xr[r] (np·W entries; padding lanes
-  /// add 0). xr: the R rows' own right-hand values.
+  /// Symmetric K·v (the C = 2 kernels; sum_driver.hpp): the same values are also folded down the
+  /// columns, col[pn·W + w] += Σ_r k_r,(pn·W+w)·xr[r] (np·W entries; padding lanes add 0). xr: the
+  /// R rows' own right-hand values. Only whole groups of real rows fold down.
   double* col = nullptr;
   const double* xr = nullptr;
-  int col_rows = 0;  ///< rows of the group that are real (a padded last group has fewer): only they fold down
 };
 
 /// One instantiation's kernel: a block of `rows` rows (a row block's last, partial group is run
