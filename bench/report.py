@@ -40,12 +40,14 @@ def row_key(r: dict) -> tuple:
                 r.get("mode"), r.get("threads"))
     if r.get("suite") == "exact_gp":  # one row per implementation, data set, split and CG setting
         return ("exact_gp", r.get("impl"), r.get("dataset"), r.get("split"), r.get("n"), r.get("threads"),
-                r.get("tolerance"), r.get("rank"), r.get("dtype"))
+                r.get("tolerance"), r.get("rank"), r.get("dtype"), r.get("budget_bytes"))
     key = (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
     if r.get("suite") == "isa":  # one row per build and forced instruction set
         key += (r.get("build"), r.get("isa_forced"))
+    if r.get("suite") == "sums":  # exp peaks per instruction set and type; matvec per variant
+        key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")))
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
         key += (r.get("task"), r.get("ranks"), r.get("threads_per_rank"))
     return key
@@ -509,7 +511,9 @@ def section_matvec3(rows) -> str:
     mv = [r for r in rows if r.get("suite") == "matvec3"]
     s = ["## Kernel matvec, d = 3, f32", "",
          "`python3 bench/run.py matvec3` — K(X,X)·v, RBF (ℓ = 1), n = 10⁵, d = 3, f32; memsafe with a 64 MiB budget, "
-         "KeOps `(-D_ij/2).exp() @ v`, naive dense.", ""]
+         "KeOps `(-D_ij/2).exp() @ v`, naive dense. K = k(X, X): memsafe's row takes the symmetric form (each "
+         "pair evaluated once, docs/design.md “Symmetric K·v”) when its `symmetric` field is true; pairs/s counts "
+         "all n² pairs for every implementation.", ""]
     if not mv:
         return "\n".join(s + [NM + ".", ""])
     body = []
@@ -522,6 +526,45 @@ def section_matvec3(rows) -> str:
                          fbytes(r.get("max_rss_bytes")) if r.get("max_rss_bytes") else "—"])
     return "\n".join(s + [table(["impl", "n", "d", "precision", "median", "min", "pairs/s", "peak temp", "max RSS"],
                                 body), ""])
+
+
+def section_sums(rows) -> str:
+    su = [r for r in rows if r.get("suite") == "sums"]
+    s = ["## Fused kernel sums and the exp throughput", "",
+         "`python3 bench/run.py sums` — first `exp_peak` (vector exp throughput per instruction set and type, all "
+         "threads), then RBF K(X, X)·v with a 64 MiB budget: f32 d = 3 n = 10⁵ and f64 d = 1 n = 3·10⁴, in three "
+         "variants alternating in every round — fused and symmetric (the default: each pair once), fused with "
+         "`MEMSAFE_SYMMETRIC=off` (every pair), and the tile path (`MEMSAFE_ISA=portable`). Pairs/s counts the n² "
+         "pairs of the product; evaluated pairs/s the pairs the kernels computed (n(n + tile rows)/2 for the "
+         "symmetric form), and its share of the exp throughput of the same instruction set and type (one exp per "
+         "pair). Min / median over the rounds.", ""]
+    if not su:
+        return "\n".join(s + [NM + ".", ""])
+    pk = [r for r in su if r.get("bench") == "exp_peak" and r.get("status") == "ok"]
+    if pk:
+        s += [table(["instruction set", "type", "threads", "exp/s"],
+                    [[r.get("isa"), r.get("type"), str(r.get("threads")), sig(r.get("gexp_per_s") * 1e9)]
+                     for r in sorted(pk, key=lambda r: (r.get("isa"), r.get("type")))]), ""]
+    body = []
+    mv = [r for r in su if r.get("bench") == "matvec"]
+
+    def variant(r):
+        if r.get("isa_forced") == "portable":
+            return "tile path"
+        return "fused, every pair" if r.get("symmetric_off") else ("fused, symmetric" if r.get("symmetric") else "fused")
+
+    for r in sorted(mv, key=lambda r: (r.get("precision"), r.get("n") or 0, variant(r))):
+        sp = r.get("speedup_vs_tile_path_median")
+        sp2 = r.get("speedup_vs_plain_fused_median")
+        body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}", variant(r), str(r.get("isa")),
+                     status_cell(r, f"{sig(r.get('min_s'))} / {sig(r.get('median_s'))} s"),
+                     sig(r.get("pairs_per_s")) if r.get("pairs_per_s") else NM,
+                     sig(r.get("evaluated_pairs_per_s")) if r.get("evaluated_pairs_per_s") else NM,
+                     f"{100 * r['share_of_exp_peak']:.0f} %" if r.get("share_of_exp_peak") else NM,
+                     (f"{sp2:.2f}× / " if sp2 else "") + (f"{sp:.2f}×" if sp else "") if (sp or sp2) else "—"])
+    s += [table(["workload", "variant", "isa", "min / median", "pairs/s", "evaluated pairs/s",
+                 "share of exp/s", "speed-up vs every pair / vs tile path (median)"], body), ""]
+    return "\n".join(s)
 
 
 def section_attention(rows) -> str:
@@ -630,7 +673,7 @@ def section_exact_gp(rows) -> str:
 
     body = []
     for r in sorted(eg, key=lambda q: (q.get("dataset") or "", q.get("n") or q.get("n_estimate") or 0,
-                                      q.get("impl") or "")):
+                                      q.get("impl") or "", q.get("budget_bytes") or 0)):
         it = r.get("iterations")
         secs = r.get("seconds") if r.get("status") == "ok" else None
         if r.get("impl") == "memsafe":
@@ -640,25 +683,33 @@ def section_exact_gp(rows) -> str:
         else:
             per_it = secs / it if secs and it else None
         n_shown = r.get("n") or r.get("n_estimate")
+        cache = "—"
+        if r.get("impl") == "memsafe" and r.get("status") == "ok" and r.get("cache_fraction") is not None:
+            cf = r["cache_fraction"]
+            cache = f"{100 * cf:.0f} %" if cf > 0 else "none"
+            if cf > 0 and it and r.get("seconds_cg") is not None and r.get("seconds_cache") is not None:
+                cache += f"; {fsec((r['seconds_cg'] - r['seconds_cache']) / it)} per it. after its fill ({fsec(r['seconds_cache'])})"
         body.append([str(r.get("dataset")), f"{n_shown:,}" if n_shown else "—", str(r.get("impl")) +
                      (f" ({r.get('dtype')})" if r.get("dtype") else ""),
                      status_cell(r, str(it) if it is not None else "—"), resid(r),
                      sig(r.get("rmse"), 7) if r.get("status") == "ok" else "—",
                      fsec(secs) if secs is not None else "—",
                      fsec(r.get("cpu_seconds")) if r.get("cpu_seconds") is not None else "—",
-                     fsec(per_it) if per_it else "—", mem(r),
+                     fsec(per_it) if per_it else "—", cache, mem(r),
                      fbytes(r.get("max_rss_bytes")) if r.get("max_rss_bytes") else "—",
                      f"{r.get('load_average'):.1f}" if r.get("load_average") is not None else "—"])
     s.append(table(["data", "n", "impl", "CG iterations", "residual", "test RMSE", "seconds", "CPU seconds",
-                    "s / iteration", "memory", "peak RSS", "load"], body))
+                    "s / iteration", "kernel cache", "memory", "peak RSS", "load"], body))
     s.append("")
     s += ["s / iteration: each one's CG time over its iterations (GPyTorch: the time inside `linear_cg`, on the "
           "kernel matrix it evaluated before; older rows without that time: its whole time over its iterations). "
-          "memsafe recomputes the kernel in every product; GPyTorch stores it. CPU seconds: the process's CPU time over the same span (memsafe: solve and "
+          "GPyTorch stores the kernel matrix; memsafe recomputes what its kernel cache does not hold (the cache: "
+          "K's first rows in the budget's free part, computed in the first product — the share of the whole "
+          "strip it holds, and the time per iteration without that first fill). CPU seconds: the process's CPU time over the same span (memsafe: solve and "
           "means, true-residual product included).", ""]
     pairs = []
     for d_, n_ in sorted({(r.get("dataset") or "", r.get("n")) for r in eg if r.get("n")}):
-        a = find(eg, impl="memsafe", dataset=d_, n=n_)
+        a = find(eg, impl="memsafe", dataset=d_, n=n_, budget_bytes=64 * MIB) or find(eg, impl="memsafe", dataset=d_, n=n_)
         b = find(eg, impl="gpytorch", dataset=d_, n=n_)
         if a and b and a.get("status") == b.get("status") == "ok" and a.get("rmse") and b.get("rmse"):
             pairs.append(f"{d_} n = {n_:,}: |RMSE(memsafe) − RMSE(GPyTorch)| / RMSE = "
@@ -1269,6 +1320,7 @@ def main(argv=None) -> int:
         section_mnist(rows, notes),
         section_sweep(rows, sweep_img),
         section_matvec3(rows),
+        section_sums(rows),
         section_attention(rows),
         section_exact_gp(rows),
         section_overhead(rows),

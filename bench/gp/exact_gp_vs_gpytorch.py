@@ -284,7 +284,7 @@ def main():
             for k in ("status", "error", "n", "n_test", "d", "iterations", "converged", "residual", "true_residual",
                       "rmse", "rank_built", "seconds_preconditioner", "seconds_cg", "seconds_per_iteration",
                       "seconds_mean", "cpu_seconds", "matvecs", "peak_temp_bytes", "budget_bytes", "minimum_bytes", "max_rss_bytes",
-                      "isa", "input_bytes"):
+                      "isa", "input_bytes", "cache_rows", "cache_bytes", "cache_fraction", "seconds_cache"):
                 if k in r:
                     row[k] = r[k]
             if r.get("status") == "ok":
