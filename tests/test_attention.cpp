@@ -8,9 +8,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memsafe/attention.hpp>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -435,3 +438,55 @@ TEST_CASE("attention: shape and argument errors") {
                   memsafe::shape_error);
 }
 }  // TEST_SUITE
+
+TEST_CASE("attention: the AVX-512 and AVX2 kernels give the same bits; the portable loop agrees to rounding") {
+  namespace host = memsafe::host;
+  const char* old = std::getenv("MEMSAFE_ISA");
+  const std::string saved = old ? old : "";
+  const auto restore = [&] {
+    if (old) ::setenv("MEMSAFE_ISA", saved.c_str(), 1);
+    else ::unsetenv("MEMSAFE_ISA");
+  };
+  // d = 40, dv = 24: 64-byte column blocks in odd numbers (the AVX-512 kernel's one-register tail).
+  att_problem<float> p(1, 2, 150, 150, 40, 24, 31, true, true, true);
+  struct out {
+    std::vector<float> O, l, dQ, dK, dV;
+  };
+  std::vector<std::pair<std::string, out>> runs;
+  for (host::isa i : {host::isa::avx512, host::isa::avx2, host::isa::portable}) {
+    if (i != host::isa::portable && !(host::isa_compiled & host::cpu_isas() & host::isa_bit(i))) {
+      MESSAGE("skipped: the " << std::string(host::isa_name(i)) << " attention kernel (not on this CPU / build)");
+      continue;
+    }
+    ::setenv("MEMSAFE_ISA", host::isa_name(i), 1);
+    out o;
+    run_forward(p, o.O, o.l, {memsafe::unlimited, 2});
+    const auto dO = upstream<float>(o.O.size(), 9);
+    run_backward(p, o.O, o.l, dO, o.dQ, o.dK, o.dV, {memsafe::unlimited, 2});
+    runs.emplace_back(host::isa_name(i), std::move(o));
+  }
+  restore();
+  REQUIRE(!runs.empty());
+  const out& ref = runs.back().second;  // portable
+  for (const auto& [name, o] : runs) {
+    CAPTURE(name);
+    const auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+      REQUIRE(a.size() == b.size());
+      for (std::size_t q = 0; q < a.size(); ++q)
+        if (std::isfinite(b[q])) CHECK(std::fabs(a[q] - b[q]) <= 2e-5f * (1 + std::fabs(b[q])));
+        else CHECK(a[q] == b[q]);
+    };
+    close(o.O, ref.O);
+    close(o.l, ref.l);
+    close(o.dQ, ref.dQ);
+    close(o.dK, ref.dK);
+    close(o.dV, ref.dV);
+  }
+  if (runs.size() == 3) {  // avx512 and avx2: every product one FMA in the same order
+    CHECK(runs[0].second.O == runs[1].second.O);
+    CHECK(runs[0].second.l == runs[1].second.l);
+    CHECK(runs[0].second.dQ == runs[1].second.dQ);
+    CHECK(runs[0].second.dK == runs[1].second.dK);
+    CHECK(runs[0].second.dV == runs[1].second.dV);
+  }
+}

@@ -3,8 +3,9 @@
 //
 // Tiles: a block of Br query rows (Br chosen by the planner from the budget, ≤ 64) against
 // blocks of BC = 64 keys, products by a register-blocked micro-kernel (6 rows × 2 SIMD registers
-// of accumulators, AVX2+FMA intrinsics compiled for that target in every x86-64 translation unit
-// and chosen at run time by host::choose_isa — the CPU, MEMSAFE_ISA; a plain loop otherwise). Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
+// of accumulators, AVX-512 or AVX2+FMA intrinsics compiled for those targets in every x86-64
+// translation unit and chosen at run time by host::choose_isa — the CPU, MEMSAFE_ISA; a plain
+// loop otherwise; the two vector kernels give the same bits). Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
 // K's rows feed the kernel in place (packed only when their elements are strided), Qᵀ is packed
 // once per row block, and the softmax runs down the key axis with the query rows as SIMD lanes
 // (running max m, sum l, output accumulator rescaled by exp(m_old − m_new)); then O += P·V with
@@ -151,22 +152,90 @@ MEMSAFE_ATTENTION_MM(mm_avx2, mm_rows_avx2)
 #else
 #pragma GCC pop_options
 #endif
+
+// The AVX-512 kernel: the same loop on 64-byte registers (6 rows × 2 zmm of accumulators, one zmm
+// for a last odd 64-byte column block); every product still one FMA in k order, so its results
+// are the AVX2 kernel's bit for bit.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((min_vector_width(512))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#endif
+inline __m512 vld5(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512d vld5(const double* p) { return _mm512_loadu_pd(p); }
+inline void vst5(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void vst5(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
+inline __m512 vbc5(float a) { return _mm512_set1_ps(a); }
+inline __m512d vbc5(double a) { return _mm512_set1_pd(a); }
+inline __m512 vfma5(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512d vfma5(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+
+template <int MR, class T>
+inline void mm_rows_avx512(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
+                           std::size_t ldb, T* C, std::size_t ldc) {
+  constexpr std::size_t W = 64 / sizeof(T);
+  using V = decltype(vld5(static_cast<const T*>(nullptr)));
+  std::size_t c0 = 0;
+  for (; c0 + 2 * W <= n; c0 += 2 * W) {
+    V acc0[MR], acc1[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      acc0[r] = vld5(C + r * ldc + c0);
+      acc1[r] = vld5(C + r * ldc + c0 + W);
+    }
+    const T* b = B + c0;
+    for (std::size_t kk = 0; kk < k; ++kk, b += ldb) {
+      const V b0 = vld5(b), b1 = vld5(b + W);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const V a = vbc5(A[r * ars + kk * acs]);
+        acc0[r] = vfma5(a, b0, acc0[r]);
+        acc1[r] = vfma5(a, b1, acc1[r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      vst5(C + r * ldc + c0, acc0[r]);
+      vst5(C + r * ldc + c0 + W, acc1[r]);
+    }
+  }
+  if (c0 < n) {  // n is a multiple of W: one register left
+    V acc0[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc0[r] = vld5(C + r * ldc + c0);
+    const T* b = B + c0;
+    for (std::size_t kk = 0; kk < k; ++kk, b += ldb) {
+      const V b0 = vld5(b);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc0[r] = vfma5(vbc5(A[r * ars + kk * acs]), b0, acc0[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) vst5(C + r * ldc + c0, acc0[r]);
+  }
+}
+MEMSAFE_ATTENTION_MM(mm_avx512, mm_rows_avx512)
+#if defined(__clang__)
+#pragma clang attribute pop
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 #endif
 #undef MEMSAFE_ATTENTION_MM
 
-/// The kernel of one evaluation: AVX2 + FMA when the CPU and the translation unit have it and
-/// MEMSAFE_ISA / MEMSAFE_KERNELS do not say otherwise; the portable loop else.
+/// The kernel of one evaluation: AVX-512 or AVX2 + FMA when the CPU and the translation unit have
+/// it and MEMSAFE_ISA / MEMSAFE_KERNELS do not say otherwise; the portable loop else.
 struct kernel {
-  bool avx2 = false;
-  static kernel choose() {
-    const memsafe::host::isa i = memsafe::host::choose_isa(memsafe::host::isa_compiled);
-    return {i != memsafe::host::isa::portable};
-  }
+  memsafe::host::isa i = memsafe::host::isa::portable;
+  static kernel choose() { return {memsafe::host::choose_isa(memsafe::host::isa_compiled)}; }
   template <class T>
   void operator()(std::size_t m, std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs,
                   const T* B, std::size_t ldb, T* C, std::size_t ldc) const {
 #if defined(MEMSAFE_SIMD_DISPATCH)
-    if (avx2) return mm_avx2(m, n, k, A, ars, acs, B, ldb, C, ldc);
+    if (i == memsafe::host::isa::avx512) return mm_avx512(m, n, k, A, ars, acs, B, ldb, C, ldc);
+    if (i == memsafe::host::isa::avx2) return mm_avx2(m, n, k, A, ars, acs, B, ldb, C, ldc);
 #endif
     mm_portable(m, n, k, A, ars, acs, B, ldb, C, ldc);
   }
