@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Attention benchmark: memsafe (examples/attention) against PyTorch's scaled_dot_product_attention
-and a naive dense PyTorch implementation on the CPU, same threads, B = 1, H = 8, d = 64, f32.
+and a naive dense PyTorch implementation on the CPU, same threads, B = 1 (--B: the paper's
+transformer is B = 64, d_model = 512 = 8 heads × 64), H = 8, d = 64, f32.
 
-  python3 bench/attention.py [--T 256,1024,4096] [--T-memsafe 16384] [--threads 2] [--repeat 3]
+  python3 bench/attention.py [--B 1] [--T 256,1024,4096] [--T-memsafe 16384] [--threads 2] [--repeat 3]
                              [--budget 64MiB] [--torch-python bench/.cache/venv-torch/bin/python]
                              [--out bench/results/attention.jsonl]
 
@@ -47,6 +48,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--T", default="256,1024,4096")
     ap.add_argument("--T-memsafe", default="16384")
+    ap.add_argument("--B", type=int, default=1, help="batch (the paper's transformer: B = 64, H = 8, d = 64)")
     ap.add_argument("--H", type=int, default=8)
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -72,14 +74,14 @@ def main():
     out = open(a.out, "a")
 
     def emit(row):
-        row.update(suite="attention", bench="attention", timestamp=stamp, git_rev=rev, precision="f32", B=1,
+        row.update(suite="attention", bench="attention", timestamp=stamp, git_rev=rev, precision="f32", B=a.B,
                    H=a.H, d=a.d, threads=a.threads)
         out.write(json.dumps(row) + "\n")
         out.flush()
         print(json.dumps(row))
 
     def memsafe(T, causal, mode, repeat=None):
-        cmd = [a.bin, "--B", "1", "--H", str(a.H), "--T", str(T), "--d", str(a.d), "--threads", str(a.threads),
+        cmd = [a.bin, "--B", str(a.B), "--H", str(a.H), "--T", str(T), "--d", str(a.d), "--threads", str(a.threads),
                "--repeat", str(repeat or a.repeat), "--budget", a.budget, "--precision", "f32"]
         if causal:
             cmd.append("--causal")
@@ -102,7 +104,7 @@ def main():
         emit(row)
 
     def torch_peer(impl, T, causal, mode):
-        cmd = [a.torch_python, peer, "--impl", impl, "--B", "1", "--H", str(a.H), "--T", str(T), "--d", str(a.d),
+        cmd = [a.torch_python, peer, "--impl", impl, "--B", str(a.B), "--H", str(a.H), "--T", str(T), "--d", str(a.d),
                "--mode", mode, "--threads", str(a.threads), "--repeat", str(a.repeat),
                "--mem-limit-gib", str(a.mem_limit_gib)]
         if causal:

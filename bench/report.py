@@ -602,34 +602,34 @@ def section_attention(rows) -> str:
         return r.get("seconds_min") if r is not None and r.get("status") == "ok" else None
 
     body = []
-    keys = sorted({(r.get("T"), bool(r.get("causal")), r.get("mode")) for r in at})
-    for T, causal, mode in keys:
-        m = find(at, impl="memsafe", T=T, causal=causal, mode=mode)
-        sd = find(at, impl="torch_sdpa", T=T, causal=causal, mode=mode)
-        nv = find(at, impl="torch_naive", T=T, causal=causal, mode=mode)
-        body.append([f"{T:,}", "yes" if causal else "no", "forward" if mode == "fwd" else "forward + backward",
+    keys = sorted({(r.get("B", 1), r.get("T"), bool(r.get("causal")), r.get("mode")) for r in at})
+    for B, T, causal, mode in keys:
+        m = find(at, impl="memsafe", B=B, T=T, causal=causal, mode=mode)
+        sd = find(at, impl="torch_sdpa", B=B, T=T, causal=causal, mode=mode)
+        nv = find(at, impl="torch_naive", B=B, T=T, causal=causal, mode=mode)
+        body.append([str(B), f"{T:,}", "yes" if causal else "no", "forward" if mode == "fwd" else "forward + backward",
                      cell(m), cell(sd), cell(nv), ratio_cell(t(sd), t(m)), mem(m), mem(sd), mem(nv)])
-    s.append(table(["T", "causal", "pass", "memsafe min / median", "SDPA min / median", "naive min / median",
+    s.append(table(["B", "T", "causal", "pass", "memsafe min / median", "SDPA min / median", "naive min / median",
                     "SDPA / memsafe (min)", "memsafe peak temp", "SDPA peak RSS above inputs",
                     "naive peak RSS above inputs"], body))
     s.append("")
     # causal over non-causal, memsafe
     cr = []
-    for T in sorted({r.get("T") for r in at}):
+    for B, T in sorted({(r.get("B", 1), r.get("T")) for r in at}):
         for mode in ("fwd", "fwdbwd"):
-            a = find(at, impl="memsafe", T=T, causal=True, mode=mode)
-            b = find(at, impl="memsafe", T=T, causal=False, mode=mode)
+            a = find(at, impl="memsafe", B=B, T=T, causal=True, mode=mode)
+            b = find(at, impl="memsafe", B=B, T=T, causal=False, mode=mode)
             if ok(a) and ok(b):
-                cr.append([f"{T:,}", "forward" if mode == "fwd" else "forward + backward",
+                cr.append([str(B), f"{T:,}", "forward" if mode == "fwd" else "forward + backward",
                            ratio_cell(t(a), t(b))])
     if cr:
         s += ["memsafe, causal time over non-causal time (min):", "",
-              table(["T", "pass", "causal / non-causal"], cr), ""]
-    big = sorted((r for r in at if r.get("impl") == "memsafe" and r.get("status") == "ok"),
+              table(["B", "T", "pass", "causal / non-causal"], cr), ""]
+    big = sorted((r for r in at if r.get("impl") == "memsafe" and r.get("status") == "ok" and r.get("B", 1) == 1),
                  key=lambda r: r.get("T") or 0)
     if big:
         r = big[-1]
-        s += [f"Largest memsafe run: T = {r['T']:,}, H = {r.get('H')}, {'causal' if r.get('causal') else 'non-causal'} "
+        s += [f"Largest memsafe run: B = 1, T = {r['T']:,}, H = {r.get('H')}, {'causal' if r.get('causal') else 'non-causal'} "
               f"{'forward' if r.get('mode') == 'fwd' else 'forward + backward'}: {sig(r.get('seconds_min'))} s with "
               f"{fbytes(r.get('peak_temp_bytes'))} of temporaries (its dense scores would be "
               f"{fbytes(r.get('B', 1) * r.get('H', 8) * r['T'] ** 2 * 4)}).", ""]
