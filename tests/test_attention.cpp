@@ -439,7 +439,7 @@ TEST_CASE("attention: shape and argument errors") {
 }
 }  // TEST_SUITE
 
-TEST_CASE("attention: the AVX-512 and AVX2 kernels give the same bits; the portable loop agrees to rounding") {
+TEST_CASE("attention: the AVX-512 and AVX2 kernels give the same bits, the portable loop agrees to rounding") {
   namespace host = memsafe::host;
   const char* old = std::getenv("MEMSAFE_ISA");
   const std::string saved = old ? old : "";
