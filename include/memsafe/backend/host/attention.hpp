@@ -99,14 +99,16 @@ inline void mm_rows_portable(std::size_t n, std::size_t k, const T* A, std::size
 MEMSAFE_ATTENTION_MM(mm_portable, mm_rows_portable)
 
 #if defined(MEMSAFE_SIMD_DISPATCH)
-// The AVX2 + FMA kernel, compiled for that target whatever the translation unit's -march (as
-// simd.hpp's kernels) and chosen at run time (host::choose_isa: the CPU, MEMSAFE_ISA).
+// The AVX2 + FMA and AVX-512 kernels (attention_kernel.inc, written once), each compiled for its
+// target whatever the translation unit's -march (as simd.hpp's kernels) and chosen at run time
+// (host::choose_isa: the CPU, MEMSAFE_ISA).
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #endif
+namespace avx2 {
 inline __m256 vld(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256d vld(const double* p) { return _mm256_loadu_pd(p); }
 inline void vst(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
@@ -115,47 +117,15 @@ inline __m256 vbc(float a) { return _mm256_set1_ps(a); }
 inline __m256d vbc(double a) { return _mm256_set1_pd(a); }
 inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline __m256d vfma(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
-
-/// mm_rows_portable with 6 × 2 registers of accumulators (FMA: rounds once per product).
-template <int MR, class T>
-inline void mm_rows_avx2(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
-                         std::size_t ldb, T* C, std::size_t ldc) {
-  constexpr std::size_t W = 32 / sizeof(T);
-  using V = decltype(vld(static_cast<const T*>(nullptr)));
-  for (std::size_t c0 = 0; c0 < n; c0 += 2 * W) {
-    V acc0[MR], acc1[MR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      acc0[r] = vld(C + r * ldc + c0);
-      acc1[r] = vld(C + r * ldc + c0 + W);
-    }
-    const T* b = B + c0;
-    for (std::size_t kk = 0; kk < k; ++kk, b += ldb) {
-      const V b0 = vld(b), b1 = vld(b + W);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const V a = vbc(A[r * ars + kk * acs]);
-        acc0[r] = vfma(a, b0, acc0[r]);
-        acc1[r] = vfma(a, b1, acc1[r]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      vst(C + r * ldc + c0, acc0[r]);
-      vst(C + r * ldc + c0 + W, acc1[r]);
-    }
-  }
-}
-MEMSAFE_ATTENTION_MM(mm_avx2, mm_rows_avx2)
+#include "attention_kernel.inc"
+}  // namespace avx2
+MEMSAFE_ATTENTION_MM(mm_avx2, avx2::mm_rows)
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
 #endif
 
-// The AVX-512 kernel: the same loop on 64-byte registers (6 rows × 2 zmm of accumulators, one zmm
-// for a last odd 64-byte column block); every product still one FMA in k order, so its results
-// are the AVX2 kernel's bit for bit.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx2,fma"))), apply_to = function)
 #pragma clang attribute push(__attribute__((min_vector_width(512))), apply_to = function)
@@ -163,59 +133,18 @@ MEMSAFE_ATTENTION_MM(mm_avx2, mm_rows_avx2)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 #endif
-inline __m512 vld5(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512d vld5(const double* p) { return _mm512_loadu_pd(p); }
-inline void vst5(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void vst5(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
-inline __m512 vbc5(float a) { return _mm512_set1_ps(a); }
-inline __m512d vbc5(double a) { return _mm512_set1_pd(a); }
-inline __m512 vfma5(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-inline __m512d vfma5(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
-
-template <int MR, class T>
-inline void mm_rows_avx512(std::size_t n, std::size_t k, const T* A, std::size_t ars, std::size_t acs, const T* B,
-                           std::size_t ldb, T* C, std::size_t ldc) {
-  constexpr std::size_t W = 64 / sizeof(T);
-  using V = decltype(vld5(static_cast<const T*>(nullptr)));
-  std::size_t c0 = 0;
-  for (; c0 + 2 * W <= n; c0 += 2 * W) {
-    V acc0[MR], acc1[MR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      acc0[r] = vld5(C + r * ldc + c0);
-      acc1[r] = vld5(C + r * ldc + c0 + W);
-    }
-    const T* b = B + c0;
-    for (std::size_t kk = 0; kk < k; ++kk, b += ldb) {
-      const V b0 = vld5(b), b1 = vld5(b + W);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const V a = vbc5(A[r * ars + kk * acs]);
-        acc0[r] = vfma5(a, b0, acc0[r]);
-        acc1[r] = vfma5(a, b1, acc1[r]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      vst5(C + r * ldc + c0, acc0[r]);
-      vst5(C + r * ldc + c0 + W, acc1[r]);
-    }
-  }
-  if (c0 < n) {  // n is a multiple of W: one register left
-    V acc0[MR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) acc0[r] = vld5(C + r * ldc + c0);
-    const T* b = B + c0;
-    for (std::size_t kk = 0; kk < k; ++kk, b += ldb) {
-      const V b0 = vld5(b);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) acc0[r] = vfma5(vbc5(A[r * ars + kk * acs]), b0, acc0[r]);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) vst5(C + r * ldc + c0, acc0[r]);
-  }
-}
-MEMSAFE_ATTENTION_MM(mm_avx512, mm_rows_avx512)
+namespace avx512 {
+inline __m512 vld(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512d vld(const double* p) { return _mm512_loadu_pd(p); }
+inline void vst(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void vst(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
+inline __m512 vbc(float a) { return _mm512_set1_ps(a); }
+inline __m512d vbc(double a) { return _mm512_set1_pd(a); }
+inline __m512 vfma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512d vfma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+#include "attention_kernel.inc"
+}  // namespace avx512
+MEMSAFE_ATTENTION_MM(mm_avx512, avx512::mm_rows)
 #if defined(__clang__)
 #pragma clang attribute pop
 #pragma clang attribute pop

@@ -276,9 +276,16 @@ struct fsum_worker {
   }
 
   void fold(std::size_t, std::size_t ni, std::size_t cb0, std::size_t cb1) {
+    fold_range(ni, cb0 * tj, std::min(m, cb1 * tj), nullptr, nullptr);
+  }
+  /// Fold the started row block against columns [jb, je) in tiles of tj. The symmetric form
+  /// (weighted sums only) passes `col`, the thread's column sums (n + W entries), to fold down the
+  /// columns too, with `xr` the block's right-hand values (only whole groups of rows do).
+  void fold_range(std::size_t ni, std::size_t jb, std::size_t je, double* col, const double* xr) {
     const std::size_t R = static_cast<std::size_t>(kernels.rows);
-    for (std::size_t cb = cb0; cb < cb1; ++cb) {
-      const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0);
+    const auto group = col ? sym_kernels.group : kernels.group;
+    for (std::size_t j0 = jb; j0 < je; j0 += tj) {
+      const std::size_t nj = std::min(tj, je - j0);
       host::pack_panels(pw.y, pw.params, j0, nj, pack, static_cast<T*>(nullptr));
       pack_rhs(j0, nj);
       fsum_args<T> a;
@@ -291,14 +298,17 @@ struct fsum_worker {
       a.params = &pw.params;
       a.op = L::op(e);
       a.lanes = lanes;
+      a.col = col ? col + j0 : nullptr;
       const std::size_t full = ni - tail_rows;
       for (std::size_t r = 0; r < full; r += R) {
         a.xs = xs + r * d;
         a.acc = acc_of(r);
         a.st = st_of(r);
-        kernels.group(a);
+        if (col) a.xr = xr + r;
+        group(a);
       }
       if (tail_rows) {  // the last rows, on padded copies of their rows and state
+        if (col) throw error("memsafe: internal: a partial row group folded down the columns");
         a.xs = tail_xs;
         if constexpr (M != fsum_mode::lse) {
           std::fill(tail_acc, tail_acc + R * c, 0.0);
@@ -313,48 +323,6 @@ struct fsum_worker {
         kernels.group(a);
         if constexpr (M != fsum_mode::lse) std::copy(tail_acc, tail_acc + tail_rows * c, acc_of(full));
         if constexpr (M != fsum_mode::weighted) std::copy(tail_st, tail_st + tail_rows, st_of(full));
-      }
-    }
-  }
-  /// The symmetric form: fold the started row block against columns [jb, je) in tiles of tj;
-  /// with `col` (the thread's column sums, n + W entries) also down the columns, with `xr` the
-  /// block's right-hand values (padded with zeros to a multiple of the kernel's rows).
-  void fold_range(std::size_t ni, std::size_t jb, std::size_t je, double* col, const double* xr) {
-    if constexpr (M == fsum_mode::weighted) {
-      const std::size_t R = static_cast<std::size_t>(kernels.rows);
-      const auto group = col ? sym_kernels.group : kernels.group;
-      for (std::size_t j0 = jb; j0 < je; j0 += tj) {
-        const std::size_t nj = std::min(tj, je - j0);
-        host::pack_panels(pw.y, pw.params, j0, nj, pack, static_cast<T*>(nullptr));
-        pack_rhs(j0, nj);
-        fsum_args<T> a;
-        a.d = d;
-        a.pack = pack;
-        a.np = host::panels<T>(nj);
-        a.nj = nj;
-        a.rhs = rhsp;
-        a.c = c;
-        a.params = &pw.params;
-        a.op = L::op(e);
-        a.lanes = lanes;
-        a.col = col ? col + j0 : nullptr;
-        const std::size_t full = ni - tail_rows;
-        for (std::size_t r = 0; r < full; r += R) {
-          a.xs = xs + r * d;
-          a.acc = acc_of(r);
-          a.xr = xr + r;
-          group(a);
-        }
-        if (tail_rows) {  // only the last row block has a partial group, and nothing right of it
-          if (col) throw error("memsafe: internal: a partial row group folded down the columns");
-          a.xs = tail_xs;
-          std::fill(tail_acc, tail_acc + R * c, 0.0);
-          std::copy(acc_of(full), acc_of(full) + tail_rows * c, tail_acc);
-          a.acc = tail_acc;
-          a.col = nullptr;
-          kernels.group(a);
-          std::copy(tail_acc, tail_acc + tail_rows * c, acc_of(full));
-        }
       }
     }
   }
