@@ -764,7 +764,8 @@ def suite_sums(R: Runner) -> None:
     the tile path of the same run. K(X, X)·v takes the symmetric form (each pair once) when it runs
     fused; a third variant, fused with MEMSAFE_SYMMETRIC=off, evaluates every pair. pairs_per_s
     counts the n² pairs of the product; evaluated_pairs_per_s (and the share of the exp peak) the
-    pairs the kernels evaluated: n(n + tile_rows)/2 for the symmetric form."""
+    pairs the kernels evaluated: n(n + tile_rows)/2 for the symmetric form. With keops among
+    --impls, KeOps runs each workload once after memsafe's rounds (speedup_vs_keops_*)."""
     a = R.a
     if not R.wants("memsafe"):
         return
@@ -813,6 +814,16 @@ def suite_sums(R: Runner) -> None:
                 log(f"[sums] matvec {w['precision']} d={w['d']} n={w['n']}: fused {f['pairs_per_s'] / 1e9:.3f} G pairs/s, "
                     f"{f['speedup_vs_tile_path_median']:.2f}x the tile path (median), "
                     f"{100 * f.get('share_of_exp_peak', float('nan')):.0f} % of the exp peak")
+        if R.wants("keops"):  # the peer of the issue's goal, once per workload after memsafe's rounds
+            kreq = {**req0, "impl": "keops", "reps": a.reps, "timeout": max(a.timeout, 1200)}
+            kreq.pop("budget", None)
+            k = R.measure("sums", kreq)
+            f = rows.get(None)
+            if f and f.get("median_s") and k.get("status") == "ok" and k.get("median_s"):
+                f["speedup_vs_keops_median"] = k["median_s"] / f["median_s"]
+                f["speedup_vs_keops_min"] = k["min_s"] / f["min_s"]
+            k.pop("_dump", None)
+            out.append(k)
         for agg in rows.values():
             agg.pop("_dump", None)
             out.append(agg)
