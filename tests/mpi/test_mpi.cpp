@@ -191,6 +191,10 @@ TEST_CASE("results do not depend on the budget; small budgets chunk the communic
   CHECK(ex.find("distributed over " + std::to_string(ranks()) + " rank(s)") != std::string::npos);
   CHECK(ex.find("k-way merge") != std::string::npos);
   CHECK(ex.find("communication:") != std::string::npos);
+  // The local plan appears once (memsafe::explain of the shard), not again after the distribution.
+  const auto first = ex.find("temporaries:");
+  REQUIRE(first != std::string::npos);
+  CHECK(ex.find("temporaries:", first + 1) == std::string::npos);
 }
 
 TEST_CASE("rows sharded: each rank gets its own rows, equal to one process's") {

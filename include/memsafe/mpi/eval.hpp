@@ -94,7 +94,8 @@ struct plan {
   std::size_t bytes_received = 0;     ///< ring: what this rank receives
   tile_plan local;              ///< the local evaluation's plan (empty for an empty shard)
   bool local_empty = false;
-  std::string describe() const {
+  /// The distribution and its communication, then (with_local) the local evaluation's plan.
+  std::string describe(bool with_local = true) const {
     std::ostringstream s;
     s << "distributed over " << ranks << " rank(s), this is rank " << rank << " (" << layout << ")\n";
     if (layout == "shard_reduced") {
@@ -120,7 +121,7 @@ struct plan {
     } else {
       s << "  this rank's rows: " << rows << "; no communication beyond the agreement\n";
     }
-    if (!local_empty) s << local.describe();
+    if (with_local && !local_empty) s << local.describe();
     return s.str();
   }
 };
@@ -482,8 +483,8 @@ std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
   std::string out = p.describe();
   if constexpr (std::is_same_v<Shard, shard_both_t>)
     out = "as written:   " + x.str() + "\n" + out;  // describe() ends with the plan of one chunk
-  else if (!p.local_empty)
-    out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + out;
+  else if (!p.local_empty)  // the local explain already holds the local plan: print it once
+    out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + p.describe(false);
   return out;
 }
 
