@@ -95,7 +95,7 @@ TEST_CASE_TEMPLATE("k nearest, argmin/argmax and min/max over a sharded database
     const span s = shard_of(m, layout, rank(), ranks());
     const auto Y = memsafe::points(y.data() + s.b * d, s.size(), d);
     INFO("layout " << layout << ", rank " << rank() << " holds [" << s.b << ", " << s.e << ")");
-    for (std::size_t k : {std::size_t(1), std::size_t(7), std::size_t(40)}) {
+    for (std::size_t k : {std::size_t(1), std::size_t(7), std::size_t(40), std::size_t(100)}) {  // 100: past the merge's old 64-entry stack scratch
       const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, Yall), k), unlimited_opts);
       const auto got = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), k), MPI_COMM_WORLD,
                                           memsafe::mpi::shard_reduced, memsafe::options{std::size_t(64) << 10, 1});

@@ -61,22 +61,26 @@ struct select_rule {
         out[r * k + q] = x;
       }
   }
-  /// dst ← merge(dst, src), row by row (both sorted best first).
+  /// dst ← merge(dst, src), row by row (both sorted best first), in place and without scratch
+  /// (nothing allocated outside the budget): a counting pass finds how many of the k best come
+  /// from each list (prefixes of both), then they are merged from the back into dst, whose
+  /// discarded tail is overwritten. Ties keep the forward order (src's entry first).
   void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
     rec* d = reinterpret_cast<rec*>(dst);
     const rec* s = reinterpret_cast<const rec*>(src);
-    rec tmp[64];
-    rec* heap = nullptr;
-    if (k > 64) heap = new rec[k];
-    rec* c = heap ? heap : tmp;
     for (std::size_t r = 0; r < nr; ++r) {
       rec* a = d + r * k;
       const rec* b = s + r * k;
       std::size_t ia = 0, ib = 0;
-      for (std::size_t q = 0; q < k; ++q) c[q] = (ib >= k || (ia < k && ranks_before<Max>(a[ia], b[ib]))) ? a[ia++] : b[ib++];
-      std::copy(c, c + k, a);
+      for (std::size_t q = 0; q < k; ++q)
+        if (ib >= k || (ia < k && ranks_before<Max>(a[ia], b[ib]))) ++ia;
+        else ++ib;
+      std::size_t p = k;
+      while (ib > 0) {  // a[0, ia) stays where it is once b's part is placed
+        if (ia > 0 && !ranks_before<Max>(a[ia - 1], b[ib - 1])) a[--p] = a[--ia];
+        else a[--p] = b[--ib];
+      }
     }
-    delete[] heap;
   }
   void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
     const rec* in = reinterpret_cast<const rec*>(buf);
