@@ -365,6 +365,12 @@ void symmetric_sums(std::size_t n, std::size_t d) {
       for (std::size_t i = 0; i < n; ++i) kd.want[i] += 0.25 * vs[i], kd.scale[i] += 0.25 * std::fabs(vs[i]);
       check_fused((K + 0.25 * memsafe::identity(n)) * memsafe::vec(v.data(), n), kd.want, kd.scale,
                   "symmetric (K + σ²I)·v " + fc.name + tag);
+      // v·K is the row job of the transposed leaf, k(X, X) again: symmetric too.
+      const auto uk = times(ref::transpose(Kd, n, n), n, n, vs, 1);
+      check_fused(memsafe::vec(v.data(), n) * K, uk.want, uk.scale, "symmetric v·K " + fc.name + tag);
+      if (n >= 8)
+        CHECK(symmetric_sum(memsafe::plan_for(memsafe::vec(v.data(), n) * K, memsafe::options{memsafe::unlimited, 2})) ==
+              simd);
     }
   });
 }
@@ -389,7 +395,7 @@ TEST_CASE("fused sums: the symmetric form needs the same view on both sides and 
   auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), n, d);
   const memsafe::options o{memsafe::unlimited, 2};
   CHECK(symmetric_sum(memsafe::plan_for(memsafe::rbf(X, X) * memsafe::vec(v.data(), n), o)));
-  // Equal values in another buffer, a prefix view of the same buffer, two columns, v·K: the plain form.
+  // Equal values in another buffer, a prefix view of the same buffer, two columns, logsumexp: the plain form.
   CHECK_FALSE(memsafe::plan_for(memsafe::rbf(X, Y) * memsafe::vec(v.data(), n), o).symmetric);
   auto Xp = memsafe::points(x.data(), n - 1, d);
   CHECK_FALSE(memsafe::plan_for(memsafe::rbf(Xp, X) * memsafe::vec(v.data(), n), o).symmetric);
