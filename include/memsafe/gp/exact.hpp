@@ -316,13 +316,12 @@ inline std::size_t fill_strip(const data_view& D, const hyperparameters& h, cons
   return peak;
 }
 
-/// c = 1: rows [r0, r0 + nr) (nr ≤ 4) of one block row (row length w, the diagonal block bi wide,
-/// rows contiguous at blk + r·w) against x = in[i0:], into y = col[i0:]: y_r += Σ_j k_rj·x_j over
-/// the whole row, and y_j += Σ_r k_rj·x_r right of the diagonal block — each entry read once, the
+/// c = 1: rows [r0, r0 + nr) (nr ≤ 4) of one block row (rows of length w at blk + r·w, the
+/// diagonal block bi wide) against x = in[i0:], into y = col[i0:]: y_r += Σ_j k_rj·x_j over the
+/// whole row, and y_j += Σ_r k_rj·x_r right of the diagonal block — each entry read once, the
 /// column update shared by the 4 rows.
-inline void strip_rows_1(const double* __restrict blk0, std::size_t w, std::size_t bi, std::size_t nr,
-                         const double* __restrict x, double* __restrict y, std::size_t r0) {
-  const double* blk = blk0 - r0 * w;  // blk0 is row r0's start
+inline void strip_rows_1(const double* __restrict blk, std::size_t w, std::size_t bi, std::size_t r0,
+                         std::size_t nr, const double* __restrict x, double* __restrict y) {
   constexpr std::size_t V = 8;
   double acc[4][V] = {};
   const double* rp[4];
@@ -372,27 +371,26 @@ inline void apply_strip(const kernel_strip& S, const double* in, std::size_t c, 
     double* cl = col + t * n * c;
     std::fill(cl, cl + n * c, 0.0);
     for (std::size_t b = 0; b < nb; ++b) {
-      const std::size_t round = b / P, pos = b % P;
-      if ((round % 2 == 0 ? pos : P - 1 - pos) != t) continue;  // serpentine: the blocks' work falls with b
+      if (memsafe::host::serpentine_thread(b, P) != t) continue;  // the blocks' work falls with b
       const std::size_t i0 = b * kernel_strip::block, bi = std::min(kernel_strip::block, S.rows - i0), w = n - i0;
       const double* blk = S.values + S.offset(i0);
+      if (c == 1) {  // 4 rows at a time
+        for (std::size_t r = 0; r < bi; r += 4)
+          strip_rows_1(blk, w, bi, r, std::min<std::size_t>(4, bi - r), in + i0, cl + i0);
+        continue;
+      }
       for (std::size_t r = 0; r < bi; ++r) {
         const double* row = blk + r * w;  // K[i0 + r, i0 : n]
         const std::size_t i = i0 + r;
-        if (c == 1) {
-          if (r % 4 != 0) continue;  // c = 1 takes the block's rows 4 at a time (below)
-          strip_rows_1(row, w, bi, std::min<std::size_t>(4, bi - r), in + i0, cl + i0, i - i0);
-        } else {
-          double* oi = cl + i * c;
-          const double* xi = in + i * c;
-          for (std::size_t j = 0; j < w; ++j) {
-            const double k = row[j];
-            const double* xj = in + (i0 + j) * c;
-            for (std::size_t q = 0; q < c; ++q) oi[q] += k * xj[q];
-            if (j >= bi) {
-              double* oj = cl + (i0 + j) * c;
-              for (std::size_t q = 0; q < c; ++q) oj[q] += k * xi[q];
-            }
+        double* oi = cl + i * c;
+        const double* xi = in + i * c;
+        for (std::size_t j = 0; j < w; ++j) {
+          const double k = row[j];
+          const double* xj = in + (i0 + j) * c;
+          for (std::size_t q = 0; q < c; ++q) oi[q] += k * xj[q];
+          if (j >= bi) {
+            double* oj = cl + (i0 + j) * c;
+            for (std::size_t q = 0; q < c; ++q) oj[q] += k * xi[q];
           }
         }
       }

@@ -25,6 +25,14 @@ namespace memsafe::host {
 // The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
 using namespace memsafe::detail;
 
+/// The thread of `P` that owns block `b` when blocks whose work falls with their index are dealt
+/// in serpentine order (0, 1, …, P−1, P−1, …, 0, 0, 1, …): fixed for a given P, so results that
+/// depend on which thread summed what are deterministic, and the threads' loads even out.
+inline std::size_t serpentine_thread(std::size_t b, std::size_t P) {
+  const std::size_t round = b / P, pos = b % P;
+  return round % 2 == 0 ? pos : P - 1 - pos;
+}
+
 /// Run `body(t)` for every t in [0, n): t = 0 on the caller, the others on new threads; rethrow the
 /// first exception once every started thread has been joined. When the system refuses a thread
 /// (std::system_error from std::thread, e.g. no address space left for its stack) the bodies it

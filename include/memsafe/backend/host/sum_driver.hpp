@@ -30,7 +30,7 @@
 // FMA per pair more. Row blocks go to threads in a fixed serpentine order (0, 1, …, P−1, P−1, …, 0,
 // …: the blocks' work falls with I) and out_i = scale·Σ_t col_t[i] in thread order, so the result
 // is deterministic for a given thread count. Extra bytes per thread: the column sums (n + W
-// doubles) and the row block's right-hand values (ti + 4 doubles); the planner takes this form
+// doubles) and the row block's right-hand values (ti doubles); the planner takes this form
 // only when they fit the budget with the plain form's tiles (else the plain form, whose minimum
 // is the call's minimum). MEMSAFE_SYMMETRIC=off turns it off (core/env.hpp).
 #pragma once
@@ -333,7 +333,7 @@ struct fsum_worker {
 /// Extra bytes per thread of the symmetric form on an n×n product with row tiles of ti.
 template <class T>
 std::size_t fsum_symmetric_bytes(std::size_t n, std::size_t ti) {
-  return host::align64((n + host::lanes<T>) * sizeof(double)) + host::align64((ti + 4) * sizeof(double));
+  return host::align64((n + host::lanes<T>) * sizeof(double)) + host::align64(ti * sizeof(double));
 }
 
 /// Bytes per thread of the fused sum on ti × tj tiles.
@@ -395,7 +395,6 @@ void run_fsum_symmetric(const E& e, const Mon& mon, const out_spec<typename E::v
   using T = typename E::value_type;
   using Wk = fsum_worker<E, Mon>;
   const std::size_t n = e.rows(), ti = p.tile_rows, P = p.threads, nrb = (n + ti - 1) / ti;
-  const std::size_t R = Wk::Rk;
   const std::size_t extra = fsum_symmetric_bytes<T>(n, ti);
   std::vector<temp_buffer<std::byte>> ws;
   ws.reserve(P);
@@ -407,7 +406,7 @@ void run_fsum_symmetric(const E& e, const Mon& mon, const out_spec<typename E::v
     workers.emplace_back(e, mon, ws[t].data() + extra, ti, p.tile_cols, out, i, true);
     std::byte* cur = ws[t].data();
     cols[t] = carve<double>(cur, n + host::lanes<T>);
-    xrs[t] = carve<double>(cur, ti + R);
+    xrs[t] = carve<double>(cur, ti);
   }
   // The row block's right-hand values v_i (row sums: 1), as the kernels fold them down the columns.
   const auto row_rhs = [&](std::size_t i0, std::size_t ni, double* xr) {
@@ -417,19 +416,17 @@ void run_fsum_symmetric(const E& e, const Mon& mon, const out_spec<typename E::v
       const matrix_view<const T> V = fsum_monoid<Mon>::rhs(mon);
       for (std::size_t r = 0; r < ni; ++r) xr[r] = static_cast<double>(V.data()[(i0 + r) * V.row_stride()]);
     }
-    std::fill(xr + ni, xr + ti + R, 0.0);
   };
   parallel(P, [&](std::size_t t) {
     Wk& w = workers[t];
     double* col = cols[t];
     std::fill(col, col + n + host::lanes<T>, 0.0);
     for (std::size_t b = 0; b < nrb; ++b) {
-      const std::size_t round = b / P, pos = b % P;
-      if ((round % 2 == 0 ? pos : P - 1 - pos) != t) continue;  // serpentine: block b is this thread's
+      if (serpentine_thread(b, P) != t) continue;
       const std::size_t i0 = b * ti, ni = std::min(ti, n - i0);
       w.start(i0, ni);
       row_rhs(i0, ni, xrs[t]);
-      w.fold_range(ni, i0, i0 + ni, nullptr, xrs[t]);   // K_II: row-wise only
+      w.fold_range(ni, i0, i0 + ni, nullptr, nullptr);  // K_II: row-wise only
       w.fold_range(ni, i0 + ni, n, col, xrs[t]);         // j right of I: row-wise and column-wise
       for (std::size_t r = 0; r < ni; ++r) col[i0 + r] += w.acc_of(r)[0];
     }
