@@ -529,12 +529,15 @@ def knn_workloads(quick: bool) -> list[dict]:
 
 
 def wanted(R: Runner, w: dict) -> bool:
-    """--only KEY=VALUE,...: run just the workloads whose fields match (e.g. n=1000000,d=100,metric=l2)."""
-    for cond in filter(None, (R.a.only or "").split(",")):
-        key, _, val = cond.partition("=")
-        if str(w.get(key.strip())) != val.strip():
-            return False
-    return True
+    """--only KEY=VALUE,...[|KEY=VALUE,...]: run just the workloads whose fields all match one of the
+    '|'-separated alternatives (e.g. n=1000000,d=100,metric=l2 or "d=3,n=1000000|d=100,n=1000000")."""
+    def match(alt: str) -> bool:
+        for cond in filter(None, alt.split(",")):
+            key, _, val = cond.partition("=")
+            if str(w.get(key.strip())) != val.strip():
+                return False
+        return True
+    return any(match(alt) for alt in (R.a.only or "").split("|"))
 
 
 def suite_knn(R: Runner) -> None:
@@ -851,7 +854,7 @@ def main(argv=None) -> int:
     p.add_argument("--python", default=sys.executable, help="interpreter for the KeOps peer")
     p.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--only", default="", help="knn: only the workloads matching KEY=VALUE[,KEY=VALUE...]")
+    p.add_argument("--only", default="", help="knn: only the workloads matching KEY=VALUE[,KEY=VALUE...][|...] (any alternative)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement (then status timeout)")
     p.add_argument("--mem-limit", default="20GiB", help="address-space limit of naive runs (RLIMIT_AS)")
     p.add_argument("--fig2-max-s", type=float, default=60,

@@ -15,7 +15,15 @@
 #   mkdir -p .carry/doctest/doctest && cp /usr/include/doctest/doctest.h .carry/doctest/doctest/
 # and carried), else from the system. Python peers for the benchmarks come as wheels in .whl/ (see
 # bench/gpu/run_gpu.sh). Environment: CUDA_ARCH (default 90), JOBS (default nproc), SANITIZE_CASES
-# (doctest -tc filter of the cases run under compute-sanitizer), STEP_TIMEOUT (seconds per step).
+# (doctest -tc filter of the cases run under compute-sanitizer), STEP_TIMEOUT (seconds per step),
+# CASE_TIMEOUT (seconds per test case), BENCH_TIMEOUT (seconds for the whole bench phase), SANITIZE_TOOLS (default memcheck racecheck synccheck initcheck),
+# PREBUILT (a folder with memsafe_gpu_tests, memsafe_bench_cuda and fma_peak_cuda built on another
+# machine for this GPU, e.g. .carry/bin: used when they start here, else everything is built here),
+# BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000").
+#
+# Every test case runs in its own process (doctest --order-by=name --first=i --last=i), so that a
+# crash or a sticky CUDA error in one case cannot hide the others; gpu_tests.log lists each case's
+# outcome and time.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 phase=${1:-all}
@@ -36,7 +44,11 @@ step() {
   local name=$1; shift
   local t0=$SECONDS rc
   say "start $name"
-  timeout "$step_timeout" "$@" >>"$log" 2>&1
+  if declare -F "$1" >/dev/null; then
+    "$@" >>"$log" 2>&1  # a function here: it bounds its own commands (timeout cannot run a function)
+  else
+    timeout "$step_timeout" "$@" >>"$log" 2>&1
+  fi
   rc=$?
   say "end $name: exit $rc in $((SECONDS - t0)) s"
   ((rc == 0)) || status=1
@@ -57,6 +69,17 @@ inc=(-Iinclude -Itests)
 [[ -f $doctest_dir/doctest/doctest.h ]] && inc+=(-I"$doctest_dir")
 nv=(nvcc -std=c++20 -O2 -arch=sm_"$arch" -DMEMSAFE_TEST_DEVICE=1 -Xcompiler=-fno-math-errno "${inc[@]}")
 
+prebuilt=${PREBUILT:-}
+if [[ -n $prebuilt ]]; then
+  if "$prebuilt/memsafe_gpu_tests" --list-test-cases >/dev/null 2>>"$log"; then
+    cp "$prebuilt"/memsafe_gpu_tests "$prebuilt"/memsafe_bench_cuda "$prebuilt"/fma_peak_cuda "$build"/ 2>>"$log"
+    say "using the binaries prebuilt in $prebuilt"
+  else
+    say "the binaries in $prebuilt do not start here: building them"
+    prebuilt=
+  fi
+fi
+
 if [[ $phase == test || $phase == all ]]; then
   # The GPU test executable as tests/gpu/CMakeLists.txt builds it: the shared reference cases
   # compiled as CUDA with MEMSAFE_TEST_DEVICE, the GPU-only cases, doctest's main. One nvcc per file,
@@ -72,23 +95,38 @@ if [[ $phase == test || $phase == all ]]; then
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
     ((rc == 0)) && nvcc -arch=sm_"$arch" "$build"/*.o -o "$build/memsafe_gpu_tests" -lcublas
   }
-  if step build_tests build_tests; then
-    step gpu_tests bash -c "'$build/memsafe_gpu_tests' --reporters=junit --out='$out/gpu_tests.xml' >/dev/null 2>&1; \
-      '$build/memsafe_gpu_tests' --duration=true 2>&1 | tee '$out/gpu_tests.log' | tail -40; exit \${PIPESTATUS[0]}"
+  run_cases() {
+    local t=$build/memsafe_gpu_tests n i rc=0 c t0 name
+    n=$("$t" --count 2>/dev/null | sed -n 's/.*test cases passing the current filters: *\([0-9]*\).*/\1/p')
+    [[ -n $n ]] || { echo "cannot count the test cases"; return 1; }
+    : > "$out/gpu_tests.log"
+    for ((i = 1; i <= n; i++)); do
+      t0=$SECONDS
+      timeout "${CASE_TIMEOUT:-60}" "$t" --order-by=name --first=$i --last=$i --duration=true > "$build/case.log" 2>&1
+      c=$?
+      name=$("$t" --list-test-cases --order-by=name --first=$i --last=$i 2>/dev/null | grep -v '^\[doctest\]\|^====' | head -1)
+      printf '%-4s %3d s  case %d: %s\n' "$([[ $c == 0 ]] && echo ok || echo FAIL:$c)" $((SECONDS - t0)) $i "$name" >> "$out/gpu_tests.log"
+      if [[ $c != 0 ]]; then rc=1; sed 's/^/    /' "$build/case.log" | tail -60 >> "$out/gpu_tests.log"; fi
+    done
+    grep -c '^ok' "$out/gpu_tests.log" | sed 's/$/ cases passed/'; grep '^FAIL' "$out/gpu_tests.log"
+    return $rc
+  }
+  if [[ -n $prebuilt ]] || step build_tests build_tests; then
+    step gpu_tests run_cases
     # The distributed GPU tests (two ranks sharing the GPU) where MPI is installed; NCCL's where found.
     if command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
       mpi_tests() {
         local flags=($(mpicxx --showme:compile)) links=($(mpicxx --showme:link | sed 's/-Wl,/-Xlinker /g; s/-pthread//g')) rc=0
         "${nv[@]}" "${flags[@]}" -x cu tests/gpu/test_mpi_cuda.cu -o "$build/memsafe_gpu_mpi_tests" -lcublas "${links[@]}" || return 1
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
-          "$build/memsafe_gpu_mpi_tests" || rc=1
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$step_timeout" mpirun --allow-run-as-root \
+          --oversubscribe -np 2 "$build/memsafe_gpu_mpi_tests" || rc=1
         local nccl_inc
         nccl_inc=$(dirname "$(find / -name nccl.h -path '*include*' 2>/dev/null | head -1)" 2>/dev/null)
         if [[ -n $nccl_inc && -f $nccl_inc/nccl.h ]]; then
           "${nv[@]}" "${flags[@]}" -I"$nccl_inc" -x cu tests/gpu/test_mpi_nccl.cu -o "$build/memsafe_gpu_nccl_tests" \
             -lcublas -lnccl "${links[@]}" || return 1
-          OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root --oversubscribe -np 2 \
-            "$build/memsafe_gpu_nccl_tests" || rc=1
+          OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$step_timeout" mpirun --allow-run-as-root \
+            --oversubscribe -np 2 "$build/memsafe_gpu_nccl_tests" || rc=1
         fi
         return $rc
       }
@@ -97,7 +135,7 @@ if [[ $phase == test || $phase == all ]]; then
       say "no MPI here: the distributed GPU tests are skipped"
     fi
     cases=${SANITIZE_CASES:-*cuBLAS only screens*,*block sort*,*streamed through the budget*,*default stream*,*pending*,*handles are reused*,*symmetric_product*}
-    for tool in memcheck racecheck synccheck initcheck; do
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
       extra=()
       [[ $tool == memcheck ]] && extra=(--leak-check full)
       step "sanitizer_$tool" bash -c "echo '== compute-sanitizer --tool $tool' >> '$out/sanitizer.log'; \
@@ -108,7 +146,9 @@ if [[ $phase == test || $phase == all ]]; then
 fi
 
 if [[ $phase == bench || $phase == all ]]; then
-  step gpu_bench env BUILD_DIR=build/gpu_bench CUDA_ARCH="$arch" bash bench/gpu/run_gpu.sh
+  bin_env=()
+  [[ -n $prebuilt ]] && bin_env=(BIN_DIR="$build")
+  step_timeout=${BENCH_TIMEOUT:-3600} step gpu_bench env "${bin_env[@]}" BUILD_DIR=build/gpu_bench CUDA_ARCH="$arch" bash bench/gpu/run_gpu.sh ${BENCH_ARGS:-}
   cat bench/results/gpu_*.jsonl > "$out/gpu_results.jsonl" 2>/dev/null
   cp docs/benchmarks.md "$out/benchmarks.md" 2>/dev/null
 fi

@@ -312,7 +312,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", type=int, default=0, help="CUDA device index")
     p.add_argument("--tf32", action="store_true", help="allow TF32 for float32 products (every implementation)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--only", default="", help="only the workloads matching KEY=VALUE[,KEY=VALUE...]")
+    p.add_argument("--only", default="", help="only the workloads matching KEY=VALUE[,KEY=VALUE...][|...] (any alternative)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement (then status timeout)")
     p.add_argument("--share-max", default="16GiB",
                    help="largest inputs memsafe-cuda writes for the peers (larger: no answer check)")

@@ -4,7 +4,8 @@
 #   bash bench/gpu/run_gpu.sh                 # results appended to bench/results/gpu_*.jsonl, then docs/benchmarks.md
 #   bash bench/gpu/run_gpu.sh --quick         # smoke test: tiny sizes, bench/results/quick/, report in /tmp
 #   bash bench/gpu/run_gpu.sh --impls memsafe-cuda,keops --reps 5    # any run_gpu.py option
-# Environment: BUILD_DIR (default build), CUDA_ARCH (e.g. 90; default: the project's), PYTHON (python3).
+# Environment: BUILD_DIR (default build), BIN_DIR (memsafe_bench_cuda and fma_peak_cuda built
+# elsewhere for this GPU: copied, nothing built), CUDA_ARCH (e.g. 90; default: the project's), PYTHON (python3).
 # Python peers: torch, jax (jax[cuda12]) and pykeops must be importable; wheels in .whl/ are installed
 # first into /tmp/site (no network needed), so KeOps can come from there.
 set -euo pipefail
@@ -34,7 +35,11 @@ fi
 # machine), compile the two self-contained programs with nvcc directly.
 arch_flag=()
 [[ -n "${CUDA_ARCH:-}" ]] && arch_flag=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
-if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMEMSAFE_CUDA=ON "${arch_flag[@]}"; then
+if [[ -n "${BIN_DIR:-}" && -x "$BIN_DIR/memsafe_bench_cuda" && -x "$BIN_DIR/fma_peak_cuda" ]]; then
+  echo "run_gpu.sh: using the programs in $BIN_DIR (BIN_DIR), nothing built" >&2
+  mkdir -p "$build/bench"
+  cp "$BIN_DIR/memsafe_bench_cuda" "$BIN_DIR/fma_peak_cuda" "$build/bench/"
+elif cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMEMSAFE_CUDA=ON "${arch_flag[@]}"; then
   cmake --build "$build" -j"$(nproc)" --target memsafe_bench_cuda fma_peak_cuda
 else
   echo "run_gpu.sh: CMake configuration failed; compiling with nvcc directly" >&2
