@@ -5,7 +5,6 @@
 // K·M, softmax_sum, dense tiles) — and the diagonal terms applied on the host. run_job decides
 // nothing: the path, the layout and where the data live come from the plan.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <algorithm>
 #include <cstddef>
@@ -159,21 +158,6 @@ void allocate(const P& r, tile_buffers<typename P::T>& b) {
   }
 }
 
-/// Once per device (per instantiation): raise the top-k kernel's dynamic shared-memory limit. The
-/// attribute belongs to the current device, so each device ordinal is configured the first time it
-/// runs the kernel; concurrent first calls may both set it (the same value), which is harmless.
-template <bool Max, class T, class Src>
-void configure_topk() {
-  static std::atomic<std::uint64_t> configured{0};  // bit d: device d (ordinals >= 64: set every time)
-  int dev = 0;
-  MEMSAFE_CUDA_CHECK(cudaGetDevice(&dev));
-  const std::uint64_t bit = dev < 64 ? std::uint64_t(1) << dev : 0;
-  if (bit && (configured.load(std::memory_order_acquire) & bit)) return;
-  MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernels::topk_tile_kernel<Max, T, Src>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(kernels::topk_smem_bytes)));
-  configured.fetch_or(bit, std::memory_order_release);
-}
-
 template <class P>
 inline constexpr bool topk_max = std::is_same_v<typename P::job_type::reduction, red::argkmax>;
 
@@ -229,10 +213,16 @@ void tile_chunk(const P& r, tile_buffers<typename P::T>& b, const dev_points<typ
   if (s.path == kernel_path::tile_topk) {
     r.with_entries(screen, Xb, Yc, [&](const auto& src) {
       using Src = std::remove_cvref_t<decltype(src)>;
-      configure_topk<topk_max<P>, T, Src>();
-      kernels::topk_tile_kernel<topk_max<P>, T, Src>
-          <<<unsigned(ni), kernels::topk_threads, kernels::topk_smem_bytes, st>>>(
-              src, dst, ld, std::int64_t(nj), std::int64_t(j0), b.lists.data(), int(s.k));
+      // The dynamic shared-memory limit is raised right here, before each launch, on the kernel this
+      // function launches: nvcc gives a kernel template's host stub internal linkage, one copy per
+      // translation unit, so a separate configure function (one merged copy) or a "done" flag
+      // configured another unit's copy and every launch from this one failed with
+      // cudaErrorInvalidValue (seen on an H200). The attribute write is host-side, no synchronisation.
+      const auto kernel = kernels::topk_tile_kernel<topk_max<P>, T, Src>;
+      MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(kernels::topk_smem_bytes)));
+      kernel<<<unsigned(ni), kernels::topk_threads, kernels::topk_smem_bytes, st>>>(
+          src, dst, ld, std::int64_t(nj), std::int64_t(j0), b.lists.data(), int(s.k));
       MEMSAFE_CUDA_LAUNCHED("topk_tile_kernel");
     });
   } else if (s.path == kernel_path::tile_matmul) {

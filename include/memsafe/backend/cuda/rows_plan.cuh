@@ -76,6 +76,11 @@ inline std::size_t layout_bytes(const job_shape& s, std::size_t ti, std::size_t 
   return b;
 }
 
+/// The smallest layout's bytes: one row, the smallest column chunk, one split.
+inline std::size_t min_layout_bytes(const job_shape& s) {
+  return layout_bytes(s, 1, std::min<std::size_t>(std::max<std::size_t>(s.m, 1), 64), 1);
+}
+
 /// Column splits: enough thread blocks to fill the GPU (4 per SM), no more than the column tiles.
 inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
   if (s.path != kernel_path::fused && s.path != kernel_path::tile_fold) return 1;
@@ -207,7 +212,7 @@ tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const
   p.num_tiles = p.row_blocks * p.col_blocks;
   p.per_thread_bytes = L.bytes;
   p.planned_bytes = L.bytes;
-  p.min_bytes = layout_bytes(s, 1, std::min<std::size_t>(std::max<std::size_t>(s.m, 1), 64), 1);
+  p.min_bytes = min_layout_bytes(s);
   p.budget = budget;
   return p;
 }
@@ -231,8 +236,16 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
   rows_plan P;
   P.s = rows_shape(b.job, out_host, where, dev.sms);
   check_shape(P.s, column_operand<R, T>(b.job.red));
+  // cuBLAS tiles are a speed-up the semiring tile can do without (its values are exact; the GEMM
+  // form's are a screen or dot/cosine values): a budget too small for cuBLAS's workspace takes it.
+  const bool blas_needed = P.s.path == kernel_path::tile_matmul || P.s.path == kernel_path::tile_softmax;
+  job_shape plain = P.s;
+  plain.gemm = plain.screen = false;
+  const bool optional_blas = P.s.gemm && !blas_needed;
+  if (optional_blas && budget < min_layout_bytes(P.s)) P.s = plain;
   P.L = plan_layout(P.s, budget, what);
   P.plan = describe(b.job, P.s, P.L, budget);
+  if (optional_blas) P.plan.min_bytes = std::min(P.plan.min_bytes, min_layout_bytes(plain));
   return P;
 }
 
