@@ -26,6 +26,7 @@
 #else
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,7 @@ class nccl_comm {
   explicit nccl_comm(MPI_Comm comm) : mpi_(comm) {
     detail::check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
     detail::check_mpi(MPI_Comm_size(comm, &ranks_), "MPI_Comm_size");
+    require_own_gpus(comm);
     ncclUniqueId id{};
     if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     detail::check_mpi(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, comm), "MPI_Bcast");
@@ -57,6 +59,29 @@ class nccl_comm {
   ncclComm_t get() const { return c_; }
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
+
+  /// NCCL runs one rank per GPU: two ranks on the same device make ncclCommInitRank fail with a bare
+  /// "invalid usage" (seen with two ranks on one H200). Every rank's current device is compared by
+  /// UUID first, and the clash is an argument_error on every rank, naming the ranks and the remedy.
+  void require_own_gpus(MPI_Comm comm) const {
+    int dev = 0;
+    MEMSAFE_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    MEMSAFE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    std::vector<char> all(std::size_t(ranks_) * sizeof prop.uuid.bytes);
+    detail::check_mpi(MPI_Allgather(prop.uuid.bytes, int(sizeof prop.uuid.bytes), MPI_BYTE, all.data(),
+                                    int(sizeof prop.uuid.bytes), MPI_BYTE, comm),
+                      "MPI_Allgather");
+    const std::size_t u = sizeof prop.uuid.bytes;
+    for (int a = 0; a < ranks_; ++a)
+      for (int b = a + 1; b < ranks_; ++b)
+        if (std::equal(all.begin() + a * u, all.begin() + (a + 1) * u, all.begin() + b * u))
+          throw argument_error("memsafe::mpi::nccl_comm: NCCL needs one GPU per rank, but ranks " + std::to_string(a) +
+                               " and " + std::to_string(b) +
+                               " both use the same device; select each rank's GPU (cudaSetDevice(local rank % "
+                               "device count)) before making the communicator, or merge on the host "
+                               "(mpi::eval without nccl_comm)");
+  }
 
   /// memsafe::error naming the NCCL call and NCCL's reason.
   static void check(ncclResult_t r, const char* call) {

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -225,12 +226,14 @@ class pinned_buffer {
   T* p_ = nullptr;
 };
 
-/// cuBLAS handles, kept per device and reused: creating one costs device memory and destroying one
-/// synchronises the whole device, so an evaluation takes a handle from its device's pool and gives it
-/// back. A handle is used by one evaluation (one thread) at a time; the pool grows to the number of
-/// evaluations that ever ran at once on that device. The pool is never destroyed: its handles live
-/// until the process ends (destroying them from a static destructor could run after the CUDA
-/// runtime has shut down).
+/// cuBLAS handles, kept per device and reused: creating one costs device memory (cuBLAS's own
+/// workspace pool, 64 MiB under CUDA 13 on an H200, outside any evaluation's budget, once per
+/// device) and destroying one synchronises the whole device, so an evaluation takes a handle from its
+/// device's pool and gives it back. A handle is used by one evaluation (one thread) at a time; the
+/// pool grows to the number of evaluations that ever ran at once on that device. The pool object is
+/// never deleted (a static destructor could run after the CUDA runtime has shut down); its idle
+/// handles are destroyed by an exit handler registered at the first creation, after the runtime
+/// initialised, so it runs before the runtime's own teardown (exit handlers run in reverse order).
 class blas_pool {
  public:
   static blas_pool& instance() {
@@ -249,7 +252,21 @@ class blas_pool {
     }
     cublasHandle_t h = nullptr;
     MEMSAFE_CUDA_CHECK(cublasCreate(&h));
+    static const bool registered = (std::atexit(+[] { instance().destroy_idle(); }), true);
+    (void)registered;
     return h;
+  }
+  /// Destroys the handles not in use (at exit; each on its own device).
+  void destroy_idle() noexcept {
+    const std::lock_guard<std::mutex> lock(mu_);
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    for (auto& [device, handles] : free_) {
+      if (cudaSetDevice(device) != cudaSuccess) continue;
+      for (cublasHandle_t h : handles) cublasDestroy(h);
+      handles.clear();
+    }
+    cudaSetDevice(current);
   }
   void release(int device, cublasHandle_t h) noexcept {
     try {
