@@ -56,6 +56,9 @@ struct dmon_matvec {
   MEMSAFE_HD void fold(state& s, T v, std::int64_t, std::int64_t jl) const {
     s += static_cast<double>(v) * static_cast<double>(w[jl * ws]);
   }
+  /// The fused kernel's tile partial sums (kernels_pairwise.cuh, tile_partial_sums).
+  MEMSAFE_HD T weight(std::int64_t jl) const { return w[jl * ws]; }
+  MEMSAFE_HD void add_partial(state& s, T part) const { s += static_cast<double>(part); }
   MEMSAFE_HD void merge(state& s, const state& o) const { s += o; }
   MEMSAFE_HD void write(const state& s, const dev_out<T>& out, std::int64_t i) const {
     out.put(i, 0, static_cast<T>(s));
@@ -70,6 +73,8 @@ struct dmon_best {
   MEMSAFE_HD void init(state& s) const { s = empty_key(); }
   /// Whether an entry whose key is `c` would change the state (screening: c is a best case).
   MEMSAFE_HD bool admits(const state& s, const rank_key& c) const { return c < s; }
+  /// The key an entry must rank before to change the state.
+  MEMSAFE_HD rank_key worst_kept(const state& s) const { return s; }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const {
     const rank_key k = make_key<Max>(v, jg);
     if (k < s) s = k;
@@ -95,6 +100,8 @@ struct dmon_topk {
   static constexpr bool max_first = Max;
   /// Whether an entry whose key is `c` would enter the list (screening: c is a best case).
   MEMSAFE_HD bool admits(const state& s, const rank_key& c) const { return c < s.k[K - 1]; }
+  /// The key an entry must rank before to enter the list.
+  MEMSAFE_HD rank_key worst_kept(const state& s) const { return s.k[K - 1]; }
   MEMSAFE_HD void init(state& s) const {
 MEMSAFE_UNROLL
     for (int q = 0; q < K; ++q) s.k[q] = empty_key();

@@ -40,6 +40,15 @@ __global__ void tile_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t l
   const std::int64_t s = blockIdx.y;
   typename Mon::state st;
   mon.init(st);
+  // A selection's entries must also rank before the row's worst kept key from the earlier chunks
+  // (the gate): an entry that does not cannot be among the final best, and, for a screened tile,
+  // is then never re-evaluated (each lane starts every chunk empty, so without the gate it
+  // re-evaluated its first k entries and more of every chunk: a tenth of all entries at d = 100,
+  // m = 10⁶). One key, not the state: a top-k state is 16 keys of registers.
+  rank_key gate = empty_key();
+  if constexpr (requires { Mon::max_first; }) {
+    if (!first) gate = mon.worst_kept(part[s * ni + i]);
+  }
   const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
   const T* row = tile + i * ld;
   // Four coalesced 128-byte loads in flight per warp before they are folded (the fold of a top-k
@@ -50,9 +59,9 @@ __global__ void tile_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t l
 #pragma unroll
     for (int u = 0; u < 4; ++u) e[u] = row[j + 32 * u];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) src.fold(mon, st, e[u], i, j + 32 * u, j_base + j + 32 * u);
+    for (int u = 0; u < 4; ++u) src.fold(mon, st, gate, e[u], i, j + 32 * u, j_base + j + 32 * u);
   }
-  for (; j < je; j += 32) src.fold(mon, st, row[j], i, j, j_base + j);
+  for (; j < je; j += 32) src.fold(mon, st, gate, row[j], i, j, j_base + j);
   for (int o = 16; o > 0; o /= 2) {
     const auto other = shfl_down_state(st, o);
     mon.merge(st, other);

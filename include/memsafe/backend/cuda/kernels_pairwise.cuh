@@ -42,6 +42,15 @@ __device__ __forceinline__ T cosine_value(T dot, T xinv, T yinv) {
 
 // ---- fused map-reduce ---------------------------------------------------------------------------
 
+/// A weighted-sum monoid (K·v) whose tile of weights the fused kernel stages in shared memory, and
+/// whose per-pair products it sums in T over one tile (≤ 128 terms) before adding the partial to
+/// the state once: no per-pair global load, widening or double FMA (the state stays a double).
+template <class Mon>
+concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
+  m.weight(std::int64_t(0));
+  m.add_partial(s, m.weight(std::int64_t(0)));
+};
+
 /// Threads own rows; each block walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ
 /// points staged in shared memory (zero-padded to DB coordinates, so the d-loop is unrolled).
 template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T>
@@ -51,8 +60,10 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
                                                         typename Mon::state* part, std::int64_t ni, bool first) {
   // Points per shared-memory tile: TJ, fewer when their coordinates would pass 32 KiB.
   constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+  constexpr bool partials = tile_partial_sums<Mon>;
   __shared__ T ys[TP * DB];
   __shared__ T yinv[TP];
+  __shared__ T wts[partials ? TP : 1];  // the tile's weights (K·v's v), for tile partial sums
   const int t = threadIdx.x;
   const std::int64_t s = blockIdx.y;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * TJ * R;
@@ -82,6 +93,9 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
       const std::int64_t j = jt + jj;
       ys[idx] = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
     }
+    if constexpr (partials) {
+      for (int q = t; q < TP; q += TJ) wts[q] = jt + q < je ? mon.weight(jt + q) : T(0);
+    }
     __syncthreads();
     if constexpr (B == base_kind::cosine) {
       if (t < TP) {
@@ -93,6 +107,9 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
       __syncthreads();
     }
     const int nt = je - jt < TP ? int(je - jt) : TP;
+    T part[R];  // tile partial sums (partials only): in T, added to the state once per tile
+#pragma unroll
+    for (int r = 0; r < R; ++r) part[r] = T(0);
     for (int jj = 0; jj < nt; ++jj) {
       const T* y = ys + jj * DB;
       T acc[R];
@@ -108,8 +125,13 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
       for (int r = 0; r < R; ++r) {
         T v = acc[r];
         if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
-        mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
+        if constexpr (partials) part[r] = ::fma(map(v), wts[jj], part[r]);
+        else mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
       }
+    }
+    if constexpr (partials) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) mon.add_partial(st[r], part[r]);
     }
   }
 #pragma unroll

@@ -40,12 +40,13 @@ double screen_margin(std::size_t d, bool tf32) {
 
 namespace kernels {
 
-/// The tile holds the expression's values: entry e = tile(i, j) is folded as it is.
+/// The tile holds the expression's values: entry e = tile(i, j) is folded as it is. `gate` (the
+/// row's worst kept key from earlier chunks, tile_rows_kernel) only matters to a screened tile.
 template <class T>
 struct tile_values {
   template <class Mon>
-  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, T e, std::int64_t, std::int64_t j,
-                                       std::int64_t jg) const {
+  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, const rank_key&, T e, std::int64_t,
+                                       std::int64_t j, std::int64_t jg) const {
     mon.fold(st, e, jg, j);
   }
   /// Top-k: the entry's key, and whether it ranks before `thr`.
@@ -71,6 +72,7 @@ struct screened_sqdist {
   /// map(Σ (x_k − y_k)²): the direct kernels' arithmetic, coordinate by coordinate.
   __device__ T exact(std::int64_t i, std::int64_t j) const {
     T acc = 0;
+#pragma unroll 4
     for (std::int64_t k = 0; k < X.d; ++k) acc = base_step<base_kind::sqeuclid>(X.at(i, k), ysign * Y.at(j, k), acc);
     return map(acc);
   }
@@ -86,10 +88,13 @@ struct screened_sqdist {
     k.v = k.v > 8 ? k.v - 8 : 0;
     return k;
   }
+  /// Re-evaluated only when its best key could enter the lane's state and ranks before `gate`, the
+  /// row's worst kept key from the earlier chunks (tile_rows_kernel).
   template <class Mon>
-  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, T e, std::int64_t i, std::int64_t j,
-                                       std::int64_t jg) const {
-    if (mon.admits(st, best_key<Mon::max_first>(e, i, j, jg))) mon.fold(st, exact(i, j), jg, j);
+  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, const rank_key& gate, T e,
+                                       std::int64_t i, std::int64_t j, std::int64_t jg) const {
+    const rank_key b = best_key<Mon::max_first>(e, i, j, jg);
+    if (b < gate && mon.admits(st, b)) mon.fold(st, exact(i, j), jg, j);
   }
   template <bool Max>
   __device__ __forceinline__ bool candidate(T e, std::int64_t i, std::int64_t j, std::int64_t jg, const rank_key& thr,
