@@ -1049,6 +1049,8 @@ def gpu_workloads(rows, suite, expected, keys) -> list[dict]:
 
 def gpu_mark(r, ref, notes: Notes) -> str:
     mark = ""
+    if r is not None and r.get("note"):
+        mark += notes.mark(r["note"])
     if r is not None and r.get("tf32"):
         mark += notes.mark("TF32 tensor cores allowed for float32 products (--tf32)")
     if r is not None and ref is not None and r is not ref and r.get("run_id") and ref.get("run_id") and \
@@ -1102,6 +1104,8 @@ def gpu_peak(rows) -> tuple[float | None, str]:
         parts = (r.get("sm_count"), r.get("fp32_lanes_per_sm"), r.get("clock_mhz"))
         how = (f"{parts[0]} SMs × {parts[1]} FP32 lanes × 2 × {parts[2]:.0f} MHz (peak clock) = " if all(parts) else "")
         text += f"; from the device's attributes {how}{r['theoretical_fp32_gflops']:,.0f} GFLOP/s"
+    if r.get("note"):
+        text += f" ({r['note']})"
     return r["fp32_gflops"], text
 
 

@@ -99,6 +99,10 @@ def host_info() -> dict:
 
 
 def git_rev() -> str | None:
+    """The checkout's revision (-dirty when code differs from it); MEMSAFE_GIT_REV overrides it, for a
+    copy of the tree whose .git is not the code's (a remote machine handed a snapshot)."""
+    if os.environ.get("MEMSAFE_GIT_REV"):
+        return os.environ["MEMSAFE_GIT_REV"]
     try:
         rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()
@@ -155,6 +159,7 @@ def run_program(cmd: list[str], timeout: float, **popen) -> tuple[str, str, int,
     Returns (stdout, stderr, exit status, timed out, wall seconds)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, **popen)
+    _kill_on_term(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
         timed_out = False
@@ -162,7 +167,32 @@ def run_program(cmd: list[str], timeout: float, **popen) -> tuple[str, str, int,
         os.killpg(proc.pid, signal.SIGKILL)  # the whole group: a compiler child (KeOps' g++) too
         out, err = proc.communicate()
         timed_out = True
+    finally:
+        _kill_on_term(None)
     return out, err, proc.returncode, timed_out, time.perf_counter() - t0
+
+
+_running: subprocess.Popen | None = None
+
+
+def _kill_on_term(proc: subprocess.Popen | None) -> None:
+    """While a measurement runs, SIGTERM (e.g. an outer `timeout`) kills its process group before this
+    driver exits: the child has its own session, so it would otherwise outlive the driver and go on
+    using the machine under the next measurements (seen on a GPU: a peer left running slowed every
+    later row)."""
+    global _running
+    _running = proc
+    if proc is not None and signal.getsignal(signal.SIGTERM) is not _on_term:
+        signal.signal(signal.SIGTERM, _on_term)
+
+
+def _on_term(signum, frame) -> None:
+    if _running is not None and _running.poll() is None:
+        try:
+            os.killpg(_running.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    raise SystemExit(128 + signum)
 
 
 def last_json_line(out: str) -> dict | None:

@@ -19,7 +19,8 @@
 # CASE_TIMEOUT (seconds per test case), BENCH_TIMEOUT (seconds for the whole bench phase), SANITIZE_TOOLS (default memcheck racecheck synccheck initcheck),
 # PREBUILT (a folder with memsafe_gpu_tests, memsafe_bench_cuda and fma_peak_cuda built on another
 # machine for this GPU, e.g. .carry/bin: used when they start here, else everything is built here),
-# BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000").
+# BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000"),
+# MEMSAFE_GIT_REV (the revision the results rows record, where the copy's .git is not the code's).
 #
 # Every test case runs in its own process (doctest --order-by=name --first=i --last=i), so that a
 # crash or a sticky CUDA error in one case cannot hide the others; gpu_tests.log lists each case's
