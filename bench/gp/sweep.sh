@@ -5,11 +5,14 @@
 #
 #   bash bench/gp/sweep.sh                      # the full grid below: HOURS on 2 cores
 #   DATASETS="kin40k" SPLITS="0" MS="500" ITERS=50 bash bench/gp/sweep.sh    # one run
+#   IMPLS="memsafe gpflow" ...                  # GPflow's SGPR too, from the same start (gpflow_train.py)
 #
 # Environment: BIN (default build/examples/sgpr_train), DATASETS (kin40k protein elevators bike),
 # SPLITS (0 1 2), MS (500 1000 2000 5000 10000), ITERS (100), KERNEL (matern32), BUDGET (64MiB),
 # THREADS (2), OUT (bench/results/gp_sgpr.jsonl), TIMEOUT seconds per run (36000; a run that passes
-# it is recorded as {"status": "timeout"}).
+# it is recorded as {"status": "timeout"}), IMPLS (memsafe; add gpflow for the peer), GPFLOW_PY (the
+# venv's python, bench/.cache/venv-gpflow/bin/python). Each run's row also records the machine's
+# 1-minute load average at its start (load_1m): the machine may be shared.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 BIN=${BIN:-build/examples/sgpr_train}
@@ -24,17 +27,31 @@ OUT=${OUT:-bench/results/gp_sgpr.jsonl}
 TIMEOUT=${TIMEOUT:-36000}
 [[ -x $BIN ]] || { echo "sweep.sh: $BIN not built (cmake --build build --target sgpr_train; needs liblbfgs-dev)" >&2; exit 1; }
 mkdir -p "$(dirname "$OUT")"
+IMPLS=${IMPLS:-memsafe}
+GPFLOW_PY=${GPFLOW_PY:-bench/.cache/venv-gpflow/bin/python}
 for ds in $DATASETS; do
   for s in $SPLITS; do
     for m in $MS; do
-      cmd=("$BIN" --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS" --kernel "$KERNEL" --budget "$BUDGET" --threads "$THREADS")
-      echo "sweep.sh: ${cmd[*]}" >&2
-      line=$(OPENBLAS_NUM_THREADS=$THREADS timeout "$TIMEOUT" "${cmd[@]}" 2>>"${OUT%.jsonl}.log" | tail -n 1)
-      rc=$?
-      if [[ $rc -eq 124 ]]; then line="{\"status\": \"timeout\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"; fi
-      [[ -n $line ]] || line="{\"status\": \"no output (exit $rc)\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"
-      python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cmd"]=sys.argv[2]; r["impl"]="memsafe"; print(json.dumps(r))' \
-        "$line" "${cmd[*]}" >> "$OUT"
+      for impl in $IMPLS; do
+        if [[ $impl == gpflow ]]; then
+          cmd=("$GPFLOW_PY" bench/gp/gpflow_train.py --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS"
+               --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN")
+        else
+          cmd=("$BIN" --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS" --kernel "$KERNEL" --budget "$BUDGET"
+               --threads "$THREADS")
+        fi
+        echo "sweep.sh: ${cmd[*]}" >&2
+        load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo null)
+        line=$(OPENBLAS_NUM_THREADS=$THREADS timeout "$TIMEOUT" "${cmd[@]}" 2>>"${OUT%.jsonl}.log" | tail -n 1)
+        rc=$?
+        if [[ $rc -eq 124 ]]; then line="{\"status\": \"timeout\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"; fi
+        [[ -n $line ]] || line="{\"status\": \"no output (exit $rc)\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"
+        python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cmd"]=sys.argv[2]; r["impl"]=sys.argv[3]
+r["load_1m"]=float(sys.argv[4]) if sys.argv[4] != "null" else None; r.setdefault("iters_max", int(sys.argv[5]))
+r["suite"]="sgpr_train"; import datetime; r["timestamp"]=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+r.setdefault("status", "ok" if r.get("rmse") is not None else "error"); print(json.dumps(r))' \
+          "$line" "${cmd[*]}" "$impl" "$load" "$ITERS" >> "$OUT"
+      done
     done
   done
 done

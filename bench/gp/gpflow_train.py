@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""GPflow's SGPR trained as sgpr_train trains memsafe's: the peer of bench/gp/sweep.sh (issue 14 item 5).
+
+    bench/gp/gpflow_train.py --dataset kin40k --split 0 --m 500 --iters 100 [--kernel matern32]
+                             [--lengthscale 1 --variance 1 --noise 0.1] [--threads 2]
+                             [--sgpr-train build/examples/sgpr_train]
+
+The same start: the UCI split standardised the same way (training split's mean and population standard
+deviation), the same initial σ_f², ARD ℓ, σ² and the same initial inducing points — memsafe's k-means++
+seeding, read from `sgpr_train --dump-gradient` (nothing trained there) — GPflow's default jitter
+(1e-6, which memsafe adds too) and softplus transforms (memsafe's parameterisation), Z trained as
+memsafe trains it. Then `gpflow.optimizers.Scipy` (scipy's L-BFGS-B) on the training loss for at most
+--iters iterations, as sgpr_train runs liblbfgs for at most --iters: the same iteration budget, not
+the same steps. Test RMSE and NLPD in the original units (as sgpr_train: predictive variance + σ²).
+
+Prints one JSON line: impl "gpflow", the trained hyperparameters, bound, rmse, nlpd, iterations,
+evaluations, seconds_train, seconds_per_evaluation, max_rss_bytes (the process's peak RSS: data,
+TensorFlow and the n×m matrices it forms), or status "oom"/"error" with the message. GPflow lives in
+a venv (bench/.cache/venv-gpflow, git-ignored):
+    python3 -m venv bench/.cache/venv-gpflow && bench/.cache/venv-gpflow/bin/pip install gpflow tensorflow-cpu
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from gpflow_check import load_split  # noqa: E402  (the same loading and standardisation)
+
+
+def load_test(data_dir, name, split):
+    """The split's test rows, standardised by the training split's statistics, and those statistics."""
+    import gzip
+    with gzip.open(os.path.join(data_dir, name, "data.csv.gz"), "rt") as f:
+        data = np.loadtxt(f, delimiter=",", ndmin=2)
+    with gzip.open(os.path.join(data_dir, name, "test_mask.csv.gz"), "rt") as f:
+        mask = np.loadtxt(f, delimiter=",", ndmin=2)
+    train = mask[:, split] == 0
+    Xtr, ytr = data[train, :-1], data[train, -1]
+    xm, xs = Xtr.mean(0), Xtr.std(0)
+    xs[xs == 0] = 1.0
+    ym, ys = ytr.mean(), ytr.std()
+    ys = ys if ys > 0 else 1.0
+    Xte, yte = data[~train, :-1], data[~train, -1]
+    return (Xte - xm) / xs, yte, ym, ys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=os.environ.get("MEMSAFE_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")) + "/uci")
+    ap.add_argument("--dataset", default="kin40k")
+    ap.add_argument("--split", type=int, default=0)
+    ap.add_argument("--m", type=int, default=500)
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--kernel", default="matern32", choices=["rbf", "matern12", "matern32", "matern52"])
+    ap.add_argument("--lengthscale", type=float, default=1.0)
+    ap.add_argument("--variance", type=float, default=1.0)
+    ap.add_argument("--noise", type=float, default=0.1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sgpr-train", default=os.path.join(ROOT, "build", "examples", "sgpr_train"))
+    a = ap.parse_args()
+    row = {"impl": "gpflow", "dataset": a.dataset, "split": a.split, "m": a.m, "kernel": a.kernel,
+           "iters_max": a.iters, "threads": a.threads}
+    try:
+        cmd = [a.sgpr_train, "--data-dir", a.data_dir, "--dataset", a.dataset, "--split", str(a.split), "--m",
+               str(a.m), "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
+               "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"]
+        ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        X, y = load_split(a.data_dir, a.dataset, a.split)
+        Xte, yte, ym, ys = load_test(a.data_dir, a.dataset, a.split)
+        n, d = X.shape
+        Z = np.asarray(ms["Z_init"], float).reshape(a.m, d)
+
+        import tensorflow as tf
+        tf.config.threading.set_intra_op_parallelism_threads(a.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+        import gpflow
+        gpflow.config.set_default_float(np.float64)
+        kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,
+                "matern32": gpflow.kernels.Matern32, "matern52": gpflow.kernels.Matern52}[a.kernel]
+        k = kern(variance=a.variance, lengthscales=np.full(d, a.lengthscale))
+        model = gpflow.models.SGPR((X, y[:, None]), kernel=k, inducing_variable=Z.copy(), noise_variance=a.noise)
+        t0 = time.perf_counter()
+        res = gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables, method="L-BFGS-B",
+                                                 options={"maxiter": a.iters}, compile=True)
+        seconds_train = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        bound = float(model.elbo().numpy())
+        mean, var = model.predict_f(Xte)
+        mu = mean.numpy().ravel() * ys + ym
+        v = (var.numpy().ravel() + float(model.likelihood.variance.numpy())) * ys * ys
+        rmse = float(np.sqrt(np.mean((yte - mu) ** 2)))
+        nlpd = float(np.mean(0.5 * np.log(2 * np.pi * v) + 0.5 * (yte - mu) ** 2 / v))
+        row.update({
+            "status": "ok", "n_train": n, "n_test": len(yte), "d": d,
+            "variance": float(k.variance.numpy()), "lengthscales": [float(q) for q in k.lengthscales.numpy()],
+            "noise": float(model.likelihood.variance.numpy()), "bound": bound, "bound_per_point": bound / n,
+            "rmse": rmse, "nlpd": nlpd, "iterations": int(res.nit), "evaluations": int(res.nfev),
+            "lbfgs_message": str(res.message), "seconds_train": seconds_train,
+            "seconds_per_evaluation": seconds_train / max(int(res.nfev), 1),
+            "seconds_final": time.perf_counter() - t1,
+            "gpflow_version": gpflow.__version__, "tensorflow_version": tf.__version__,
+            "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        })
+    except Exception as e:  # noqa: BLE001 — one JSON line whatever happens
+        text = f"{type(e).__name__}: {e}"
+        row.update({"status": "oom" if ("ResourceExhausted" in text or "MemoryError" in text) else "error",
+                    "message": text[-800:]})
+    print(json.dumps(row))
+    return 0 if row["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
