@@ -27,7 +27,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def load_split(data_dir, name, split):
+def load_split(data_dir, name, split, with_test=False):
+    """The training split standardised by its own mean and population standard deviation; with_test:
+    also the test inputs standardised the same way, the raw test targets and the target's mean and scale."""
     with gzip.open(os.path.join(data_dir, name, "data.csv.gz"), "rt") as f:
         data = np.loadtxt(f, delimiter=",", ndmin=2)
     with gzip.open(os.path.join(data_dir, name, "test_mask.csv.gz"), "rt") as f:
@@ -37,7 +39,10 @@ def load_split(data_dir, name, split):
     xm, xs = X.mean(0), X.std(0)
     xs[xs == 0] = 1.0
     ym, ys = y.mean(), y.std()
-    return (X - xm) / xs, (y - ym) / (ys if ys > 0 else 1.0)
+    ys = ys if ys > 0 else 1.0
+    if not with_test:
+        return (X - xm) / xs, (y - ym) / ys
+    return (X - xm) / xs, (y - ym) / ys, (data[~train, :-1] - xm) / xs, data[~train, -1], ym, ys
 
 
 def rel(a, b):

@@ -35,23 +35,6 @@ sys.path.insert(0, HERE)
 from gpflow_check import load_split  # noqa: E402  (the same loading and standardisation)
 
 
-def load_test(data_dir, name, split):
-    """The split's test rows, standardised by the training split's statistics, and those statistics."""
-    import gzip
-    with gzip.open(os.path.join(data_dir, name, "data.csv.gz"), "rt") as f:
-        data = np.loadtxt(f, delimiter=",", ndmin=2)
-    with gzip.open(os.path.join(data_dir, name, "test_mask.csv.gz"), "rt") as f:
-        mask = np.loadtxt(f, delimiter=",", ndmin=2)
-    train = mask[:, split] == 0
-    Xtr, ytr = data[train, :-1], data[train, -1]
-    xm, xs = Xtr.mean(0), Xtr.std(0)
-    xs[xs == 0] = 1.0
-    ym, ys = ytr.mean(), ytr.std()
-    ys = ys if ys > 0 else 1.0
-    Xte, yte = data[~train, :-1], data[~train, -1]
-    return (Xte - xm) / xs, yte, ym, ys
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=os.environ.get("MEMSAFE_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")) + "/uci")
@@ -73,8 +56,7 @@ def main():
                str(a.m), "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
                "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"]
         ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        X, y = load_split(a.data_dir, a.dataset, a.split)
-        Xte, yte, ym, ys = load_test(a.data_dir, a.dataset, a.split)
+        X, y, Xte, yte, ym, ys = load_split(a.data_dir, a.dataset, a.split, with_test=True)
         n, d = X.shape
         Z = np.asarray(ms["Z_init"], float).reshape(a.m, d)
 
