@@ -45,6 +45,32 @@ def load_split(data_dir, name, split, with_test=False):
     return (X - xm) / xs, (y - ym) / ys, (data[~train, :-1] - xm) / xs, data[~train, -1], ym, ys
 
 
+def same_start(a, with_test=False):
+    """memsafe's starting point and GPflow's SGPR built on it: `sgpr_train --dump-gradient` (its bound and
+    gradient there, and the initial inducing points Z), the split (and its test rows with with_test), and
+    gpflow.models.SGPR with a's kernel, initial σ_f², ℓ, σ², Z, in f64 on a.threads threads.
+    Returns (memsafe's JSON, the model, its kernel, the split's arrays)."""
+    cmd = [a.sgpr_train, "--data-dir", a.data_dir, "--dataset", a.dataset, "--split", str(a.split), "--m", str(a.m),
+           "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
+           "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"] + \
+        (["--whitened"] if getattr(a, "whitened", False) else [])
+    ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    arrays = load_split(a.data_dir, a.dataset, a.split, with_test=with_test)
+    X, y = arrays[0], arrays[1]
+    Z = np.asarray(ms["Z_init"], float).reshape(a.m, X.shape[1])
+
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(a.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+    import gpflow
+    gpflow.config.set_default_float(np.float64)
+    kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,
+            "matern32": gpflow.kernels.Matern32, "matern52": gpflow.kernels.Matern52}[a.kernel]
+    k = kern(variance=a.variance, lengthscales=np.full(X.shape[1], a.lengthscale))
+    model = gpflow.models.SGPR((X, y[:, None]), kernel=k, inducing_variable=Z.copy(), noise_variance=a.noise)
+    return ms, model, k, arrays
+
+
 def rel(a, b):
     a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
     s = np.max(np.abs(b))
@@ -67,23 +93,10 @@ def main():
     ap.add_argument("--sgpr-train", default=os.path.join(ROOT, "build", "examples", "sgpr_train"))
     a = ap.parse_args()
 
-    cmd = [a.sgpr_train, "--data-dir", a.data_dir, "--dataset", a.dataset, "--split", str(a.split), "--m", str(a.m),
-           "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
-           "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"] + (["--whitened"] if a.whitened else [])
-    ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    X, y = load_split(a.data_dir, a.dataset, a.split)
+    ms, model, k, (X, y) = same_start(a)
     n, d = X.shape
-    Z = np.asarray(ms["Z_init"], float).reshape(a.m, d)
-
     import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(a.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     import gpflow
-    gpflow.config.set_default_float(np.float64)
-    kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,
-            "matern32": gpflow.kernels.Matern32, "matern52": gpflow.kernels.Matern52}[a.kernel]
-    k = kern(variance=a.variance, lengthscales=np.full(d, a.lengthscale))
-    model = gpflow.models.SGPR((X, y[:, None]), kernel=k, inducing_variable=Z.copy(), noise_variance=a.noise)
     params = [k.variance, k.lengthscales, model.likelihood.variance]
     Zp = model.inducing_variable.Z
     with tf.GradientTape() as tape:

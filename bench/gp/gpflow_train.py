@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
@@ -32,7 +31,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from gpflow_check import load_split  # noqa: E402  (the same loading and standardisation)
+from gpflow_check import same_start  # noqa: E402  (the same data, start and model as the gradient check)
 
 
 def main():
@@ -52,23 +51,10 @@ def main():
     row = {"impl": "gpflow", "dataset": a.dataset, "split": a.split, "m": a.m, "kernel": a.kernel,
            "iters_max": a.iters, "threads": a.threads}
     try:
-        cmd = [a.sgpr_train, "--data-dir", a.data_dir, "--dataset", a.dataset, "--split", str(a.split), "--m",
-               str(a.m), "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
-               "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"]
-        ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        X, y, Xte, yte, ym, ys = load_split(a.data_dir, a.dataset, a.split, with_test=True)
+        _, model, k, (X, y, Xte, yte, ym, ys) = same_start(a, with_test=True)
         n, d = X.shape
-        Z = np.asarray(ms["Z_init"], float).reshape(a.m, d)
-
         import tensorflow as tf
-        tf.config.threading.set_intra_op_parallelism_threads(a.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(a.threads)
         import gpflow
-        gpflow.config.set_default_float(np.float64)
-        kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,
-                "matern32": gpflow.kernels.Matern32, "matern52": gpflow.kernels.Matern52}[a.kernel]
-        k = kern(variance=a.variance, lengthscales=np.full(d, a.lengthscale))
-        model = gpflow.models.SGPR((X, y[:, None]), kernel=k, inducing_variable=Z.copy(), noise_variance=a.noise)
         t0 = time.perf_counter()
         res = gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables, method="L-BFGS-B",
                                                  options={"maxiter": a.iters}, compile=True)
