@@ -45,6 +45,21 @@ def load_split(data_dir, name, split, with_test=False):
     return (X - xm) / xs, (y - ym) / ys, (data[~train, :-1] - xm) / xs, data[~train, -1], ym, ys
 
 
+def start_args(ap, m, lengthscale, variance, noise):
+    """The options that fix the starting point (data, split, m, kernel, initial hyperparameters), the
+    threads and the sgpr_train program; the defaults of m and the hyperparameters are the caller's."""
+    ap.add_argument("--data-dir", default=os.environ.get("MEMSAFE_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")) + "/uci")
+    ap.add_argument("--dataset", default="kin40k")
+    ap.add_argument("--split", type=int, default=0)
+    ap.add_argument("--m", type=int, default=m)
+    ap.add_argument("--kernel", default="matern32", choices=["rbf", "matern12", "matern32", "matern52"])
+    ap.add_argument("--lengthscale", type=float, default=lengthscale)
+    ap.add_argument("--variance", type=float, default=variance)
+    ap.add_argument("--noise", type=float, default=noise)
+    ap.add_argument("--threads", type=int, default=2, help="TensorFlow intra/inter-op threads")
+    ap.add_argument("--sgpr-train", default=os.path.join(ROOT, "build", "examples", "sgpr_train"))
+
+
 def same_start(a, with_test=False):
     """memsafe's starting point and GPflow's SGPR built on it: `sgpr_train --dump-gradient` (its bound and
     gradient there, and the initial inducing points Z), the split (and its test rows with with_test), and
@@ -79,18 +94,9 @@ def rel(a, b):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=os.environ.get("MEMSAFE_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")) + "/uci")
-    ap.add_argument("--dataset", default="kin40k")
-    ap.add_argument("--split", type=int, default=0)
-    ap.add_argument("--m", type=int, default=200)
-    ap.add_argument("--kernel", default="matern32", choices=["rbf", "matern12", "matern32", "matern52"])
-    ap.add_argument("--lengthscale", type=float, default=0.7)
-    ap.add_argument("--variance", type=float, default=1.3)
-    ap.add_argument("--noise", type=float, default=0.05)
+    start_args(ap, m=200, lengthscale=0.7, variance=1.3, noise=0.05)
     ap.add_argument("--whitened", action="store_true")
     ap.add_argument("--time", type=int, default=0, help="also time R GPflow elbo+gradient evaluations (wall and CPU seconds)")
-    ap.add_argument("--threads", type=int, default=2, help="TensorFlow intra/inter-op threads for --time")
-    ap.add_argument("--sgpr-train", default=os.path.join(ROOT, "build", "examples", "sgpr_train"))
     a = ap.parse_args()
 
     ms, model, k, (X, y) = same_start(a)

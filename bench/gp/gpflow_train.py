@@ -29,24 +29,14 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from gpflow_check import same_start  # noqa: E402  (the same data, start and model as the gradient check)
+from gpflow_check import same_start, start_args  # noqa: E402  (the same data, start and model as the gradient check)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=os.environ.get("MEMSAFE_DATA_DIR", os.path.join(ROOT, "..", "shared", "data")) + "/uci")
-    ap.add_argument("--dataset", default="kin40k")
-    ap.add_argument("--split", type=int, default=0)
-    ap.add_argument("--m", type=int, default=500)
+    start_args(ap, m=500, lengthscale=1.0, variance=1.0, noise=0.1)  # sgpr_train's defaults
     ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--kernel", default="matern32", choices=["rbf", "matern12", "matern32", "matern52"])
-    ap.add_argument("--lengthscale", type=float, default=1.0)
-    ap.add_argument("--variance", type=float, default=1.0)
-    ap.add_argument("--noise", type=float, default=0.1)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--sgpr-train", default=os.path.join(ROOT, "build", "examples", "sgpr_train"))
     a = ap.parse_args()
     row = {"impl": "gpflow", "dataset": a.dataset, "split": a.split, "m": a.m, "kernel": a.kernel,
            "iters_max": a.iters, "threads": a.threads}
