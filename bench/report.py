@@ -668,7 +668,7 @@ def plot_sgpr(rows, path, mach) -> bool:
     if plt is None:
         return False
     sets = sorted({r["dataset"] for r in sg})
-    fig, axes = plt.subplots(2, len(sets), figsize=(4.6 * len(sets), 6.4), squeeze=False)
+    fig, axes = plt.subplots(2, len(sets), figsize=(max(6.4, 4.6 * len(sets)), 6.8), squeeze=False)
     for col, ds in enumerate(sets):
         for row, (key, label) in enumerate((("rmse", "test RMSE"), ("nlpd", "test NLPD"))):
             ax = axes[row][col]
@@ -691,7 +691,7 @@ def plot_sgpr(rows, path, mach) -> bool:
             ax.grid(True, which="both", alpha=0.3)
             if row == 0 and col == 0:
                 ax.legend(fontsize=8)
-    fig.suptitle("SGPR trained (Matérn 3/2, ARD, inducing points trained): memsafe vs GPflow, same start, "
+    fig.suptitle("SGPR trained (Matérn 3/2, ARD, inducing points trained):\nmemsafe vs GPflow, same start, "
                  "same L-BFGS iteration budget", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
