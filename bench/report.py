@@ -718,26 +718,23 @@ def section_sgpr(rows, img) -> str:
     groups = sorted({(r.get("dataset"), r.get("m"), r.get("iters_max")) for r in sg}, key=lambda g: (g[0], g[1], g[2] or 0))
     for ds, m, it in groups:
         cells = [ds, f"{m:,}", str(it)]
-        per = {}
+        per_eval = {}  # mean seconds per evaluation of each implementation's good runs
         for impl in SGPR_IMPLS:
             rs = [r for r in sg if r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
                   and r.get("iters_max") == it]
-            per[impl] = rs
             good = [r for r in rs if r.get("status") == "ok"]
             bad = [r for r in rs if r.get("status") != "ok"]
             splits = ",".join(str(r.get("split")) for r in sorted(good, key=lambda r: r.get("split", 0)))
             if good:
+                per_eval[impl] = sum(r["seconds_per_evaluation"] for r in good) / len(good)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
-                          sig(sum(r["seconds_per_evaluation"] for r in good) / len(good)),
-                          "/".join(str(r.get("iterations")) for r in good),
+                          sig(per_eval[impl]), "/".join(str(r.get("iterations")) for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
             else:
                 why = ", ".join(sorted({str(r.get("status")) for r in bad})) or NM
                 cells += [why, "—", "—", "—", "—", "—"]
-        ms, gf = per["memsafe"], per["gpflow"]
-        tm = [r["seconds_per_evaluation"] for r in ms if r.get("status") == "ok"]
-        tg = [r["seconds_per_evaluation"] for r in gf if r.get("status") == "ok"]
-        cells.append(f"{(sum(tg) / len(tg)) / (sum(tm) / len(tm)):.2f}×" if tm and tg else "—")
+        both = "memsafe" in per_eval and "gpflow" in per_eval
+        cells.append(f"{per_eval['gpflow'] / per_eval['memsafe']:.2f}×" if both else "—")
         body.append(cells)
     head = ["data set", "m", "iterations (max)"]
     for impl in SGPR_IMPLS:

@@ -8,8 +8,8 @@
 #   bash scripts/gpu_session.sh all   [OUT]   # both
 #
 # OUT (default $OUT, else gpu_out/) receives at most eight files: session.log (device, toolchain,
-# build, every step's outcome and time), gpu_tests.xml (doctest JUnit), gpu_tests.log, sanitizer.log,
-# gpu_results.jsonl and benchmarks.md. Nothing needs a network: the tests are compiled by nvcc
+# build, every step's outcome and time), gpu_tests.log (each case's outcome and time, the output
+# of the failing ones), sanitizer.log, gpu_results.jsonl and benchmarks.md. Nothing needs a network: the tests are compiled by nvcc
 # directly (no CMake package lookup); doctest's single header is taken from DOCTEST_DIR (default
 # .carry/doctest, prepared on a machine with doctest by
 #   mkdir -p .carry/doctest/doctest && cp /usr/include/doctest/doctest.h .carry/doctest/doctest/
@@ -71,8 +71,10 @@ inc=(-Iinclude -Itests)
 nv=(nvcc -std=c++20 -O2 -arch=sm_"$arch" -DMEMSAFE_TEST_DEVICE=1 -Xcompiler=-fno-math-errno "${inc[@]}")
 
 prebuilt=${PREBUILT:-}
+# A prebuilt program is used when it is there and every library it needs resolves here.
+usable() { [[ -n $prebuilt && -x $prebuilt/$1 ]] && ! ldd "$prebuilt/$1" | grep -q 'not found'; }
 if [[ -n $prebuilt ]]; then
-  if "$prebuilt/memsafe_gpu_tests" --list-test-cases >/dev/null 2>>"$log"; then
+  if usable memsafe_gpu_tests && "$prebuilt/memsafe_gpu_tests" --list-test-cases >/dev/null 2>>"$log"; then
     cp "$prebuilt"/memsafe_gpu_tests "$prebuilt"/memsafe_bench_cuda "$prebuilt"/fma_peak_cuda "$build"/ 2>>"$log"
     say "using the binaries prebuilt in $prebuilt"
   else
@@ -97,16 +99,17 @@ if [[ $phase == test || $phase == all ]]; then
     ((rc == 0)) && nvcc -arch=sm_"$arch" "$build"/*.o -o "$build/memsafe_gpu_tests" -lcublas
   }
   run_cases() {
-    local t=$build/memsafe_gpu_tests n i rc=0 c t0 name
-    n=$("$t" --count 2>/dev/null | sed -n 's/.*test cases passing the current filters: *\([0-9]*\).*/\1/p')
-    [[ -n $n ]] || { echo "cannot count the test cases"; return 1; }
+    local t=$build/memsafe_gpu_tests n i rc=0 c t0 names
+    # The names once, in the order --first/--last count them.
+    mapfile -t names < <("$t" --list-test-cases --order-by=name 2>/dev/null | grep -v '^\[doctest\]\|^====')
+    n=${#names[@]}
+    ((n > 0)) || { echo "cannot list the test cases"; return 1; }
     : > "$out/gpu_tests.log"
     for ((i = 1; i <= n; i++)); do
       t0=$SECONDS
       timeout "${CASE_TIMEOUT:-60}" "$t" --order-by=name --first=$i --last=$i --duration=true > "$build/case.log" 2>&1
       c=$?
-      name=$("$t" --list-test-cases --order-by=name --first=$i --last=$i 2>/dev/null | grep -v '^\[doctest\]\|^====' | head -1)
-      printf '%-4s %3d s  case %d: %s\n' "$([[ $c == 0 ]] && echo ok || echo FAIL:$c)" $((SECONDS - t0)) $i "$name" >> "$out/gpu_tests.log"
+      printf '%-4s %3d s  case %d: %s\n' "$([[ $c == 0 ]] && echo ok || echo FAIL:$c)" $((SECONDS - t0)) $i "${names[i - 1]}" >> "$out/gpu_tests.log"
       if [[ $c != 0 ]]; then rc=1; sed 's/^/    /' "$build/case.log" | tail -60 >> "$out/gpu_tests.log"; fi
     done
     grep -c '^ok' "$out/gpu_tests.log" | sed 's/$/ cases passed/'; grep '^FAIL' "$out/gpu_tests.log"
@@ -120,8 +123,7 @@ if [[ $phase == test || $phase == all ]]; then
         local flags=($(mpicxx --showme:compile)) links=($(mpicxx --showme:link | sed 's/-Wl,/-Xlinker /g; s/-pthread//g')) rc=0
         local run=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$step_timeout" mpirun
                    --allow-run-as-root --oversubscribe -np 2)
-        # A prebuilt program is used when every library it needs resolves here (same MPI), else built.
-        usable() { [[ -n $prebuilt && -x $prebuilt/$1 ]] && ! ldd "$prebuilt/$1" | grep -q 'not found'; }
+        # Prebuilt MPI programs only where they resolve against this machine's MPI, else built here.
         if usable memsafe_gpu_mpi_tests; then cp "$prebuilt/memsafe_gpu_mpi_tests" "$build/"
         else "${nv[@]}" "${flags[@]}" -x cu tests/gpu/test_mpi_cuda.cu -o "$build/memsafe_gpu_mpi_tests" -lcublas "${links[@]}" || return 1
         fi
