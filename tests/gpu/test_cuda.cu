@@ -146,6 +146,49 @@ TEST_CASE("d = 100 far from the origin: cuBLAS only screens, values and ranks ar
   expect_close(r.values, want, scale, "matern12 K*v at d = 100");
 }
 
+TEST_CASE("warp-list selections at d = 100: tied duplicates go to the lowest indices, screened or not, at every budget") {
+  // 16 distinct database points, each repeated across m = 20,000 columns (column j is point j % 16):
+  // every value ties with ~1250 others, so the k kept are exactly the lowest columns of the nearest
+  // point(s), and the lane filters' tie rule (a later column never displaces an equal value) and
+  // the shift-by-one-lane insertion are both exercised, across column chunks and splits. Integer
+  // coordinates: every distance is exact in FP32, so the values equal the host's bit for bit.
+  const std::size_t n = 40, m = 20000, d = 100, distinct = 16;
+  auto x = data(n, d, 71, true), base = data(distinct, d, 72, true);
+  std::vector<double> y(m * d);
+  for (std::size_t j = 0; j < m; ++j)
+    for (std::size_t c = 0; c < d; ++c) y[j * d + c] = base[(j % distinct) * d + c];
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf), Y(yf);
+  const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, m, d);
+  const auto Xh = memsafe::points(xf.data(), n, d), Yh = memsafe::points(yf.data(), m, d);
+  const memsafe::options host{memsafe::unlimited, 1};
+  const auto same = [&](const memsafe::result<float>& g, const memsafe::result<float>& h, const char* what,
+                        std::size_t b) {
+    INFO(what << ", budget " << b << ", plan: " << g.stats.plan.reduction);
+    CHECK(g.indices == h.indices);
+    CHECK(g.values == h.values);
+    CHECK(g.stats.peak_temp_bytes <= b);
+  };
+  for (std::size_t b : {std::size_t(1) << 20, std::size_t(6) << 20, std::size_t(64) << 20}) {
+    for (std::size_t k : {1u, 4u, 10u, 16u}) {
+      same(mc::eval(memsafe::argkmin(memsafe::sqdist(Xd, Yd), k), mc::options{b}),
+           memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xh, Yh), k), host), "argkmin sqdist", b);
+      same(mc::eval(memsafe::argkmin(memsafe::l1(Xd, Yd), k), mc::options{b}),
+           memsafe::eval(memsafe::argkmin(memsafe::l1(Xh, Yh), k), host), "argkmin l1", b);
+    }
+    // A decreasing map (the RBF kernel of the squared distance), the largest first: the device's
+    // expf and the host's exp may differ in the last place, so the values within 1e-6.
+    const auto kg = mc::eval(memsafe::argkmax(memsafe::rbf(Xd, Yd, 30.0, 1.0), 10), mc::options{b});
+    const auto kh = memsafe::eval(memsafe::argkmax(memsafe::rbf(Xh, Yh, 30.0, 1.0), 10), host);
+    CHECK(kg.indices == kh.indices);
+    for (std::size_t q = 0; q < kh.values.size(); ++q) CHECK(std::fabs(kg.values[q] - kh.values[q]) <= 1e-6f);
+    const auto am = mc::eval(memsafe::argmin(memsafe::sqdist(Xd, Yd)), mc::options{b});
+    const auto amh = memsafe::eval(memsafe::argmin(memsafe::sqdist(Xh, Yh)), host);
+    same(am, amh, "argmin sqdist", b);
+    if (b > (std::size_t(4) << 20)) CHECK(am.stats.plan.reduction.find("screen") != std::string::npos);
+  }
+}
+
 TEST_CASE("top-k by block sort: k = 17, 300 and 2048 equal the reference") {
   const std::size_t n = 40, m = 5000, d = 4;
   auto x = data(n, d, 31, true), y = data(m, d, 32, true);

@@ -71,10 +71,15 @@ struct dmon_best {
   using state = rank_key;
   static constexpr bool max_first = Max;
   MEMSAFE_HD void init(state& s) const { s = empty_key(); }
-  /// Whether an entry whose key is `c` would change the state (screening: c is a best case).
-  MEMSAFE_HD bool admits(const state& s, const rank_key& c) const { return c < s; }
-  /// The key an entry must rank before to change the state.
-  MEMSAFE_HD rank_key worst_kept(const state& s) const { return s; }
+  /// The selection protocol (kernels_fold.cuh, select_rows_kernel): the state is `capacity` keys,
+  /// the last kept() of them the best ones in order; keys(s) points at the first.
+  static constexpr int capacity = 1;
+  MEMSAFE_HD int kept() const { return 1; }
+  MEMSAFE_HD static rank_key* keys(state& s) { return &s; }
+  /// The value an entry must not rank after to change the state (NaN while it is empty): the fused
+  /// kernel skips an entry beyond it without building its key.
+  MEMSAFE_HD T threshold(const state& s) const { return key_value<Max, T>(s); }
+  MEMSAFE_HD static bool beyond(T v, T thr) { return Max ? v < thr : v > thr; }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const {
     const rank_key k = make_key<Max>(v, jg);
     if (k < s) s = k;
@@ -89,22 +94,29 @@ struct dmon_best {
   }
 };
 
-/// The k best of a row, k ≤ K, kept sorted in registers (K is a compile-time capacity).
+/// A key that ranks before every entry's key (no value's ordered form is 0, NaN's is all ones).
+MEMSAFE_HD inline rank_key pad_key() { return {0, 0}; }
+MEMSAFE_HD inline bool is_pad(const rank_key& k) { return k.v == 0 && k.i == 0; }
+
+/// The k best of a row, k ≤ K, kept sorted in registers (K is a compile-time capacity). The list
+/// starts with K − k pad keys that rank before everything, so its last slot is the k-th best: an
+/// entry is compared with the k-th, not the K-th, and the slots stay constant-indexed (registers).
 template <class T, bool Max, int K>
 struct dmon_topk {
   static constexpr const char* name = Max ? "argkmax" : "argkmin";
   struct state {
     rank_key k[K];
   };
-  int k = K;  ///< how many are reported
+  int k = K;  ///< how many are kept and reported (1 ≤ k ≤ K)
   static constexpr bool max_first = Max;
-  /// Whether an entry whose key is `c` would enter the list (screening: c is a best case).
-  MEMSAFE_HD bool admits(const state& s, const rank_key& c) const { return c < s.k[K - 1]; }
-  /// The key an entry must rank before to enter the list.
-  MEMSAFE_HD rank_key worst_kept(const state& s) const { return s.k[K - 1]; }
+  static constexpr int capacity = K;
+  MEMSAFE_HD int kept() const { return k; }
+  MEMSAFE_HD static rank_key* keys(state& s) { return s.k; }
+  MEMSAFE_HD T threshold(const state& s) const { return key_value<Max, T>(s.k[K - 1]); }
+  MEMSAFE_HD static bool beyond(T v, T thr) { return Max ? v < thr : v > thr; }
   MEMSAFE_HD void init(state& s) const {
 MEMSAFE_UNROLL
-    for (int q = 0; q < K; ++q) s.k[q] = empty_key();
+    for (int q = 0; q < K; ++q) s.k[q] = q < K - k ? pad_key() : empty_key();
   }
   MEMSAFE_HD static void insert(state& s, rank_key c) {
     if (!(c < s.k[K - 1])) return;
@@ -126,12 +138,16 @@ MEMSAFE_UNROLL
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const { insert(s, make_key<Max>(v, jg)); }
   MEMSAFE_HD void merge(state& s, const state& o) const {
 MEMSAFE_UNROLL
-    for (int q = 0; q < K; ++q) insert(s, o.k[q]);
+    for (int q = 0; q < K; ++q)
+      if (!is_pad(o.k[q])) insert(s, o.k[q]);
   }
   MEMSAFE_HD void write(const state& s, const dev_out<T>& out, std::int64_t i) const {
-    for (int q = 0; q < k && q < K; ++q) {
-      out.put(i, q, key_value<Max, T>(s.k[q]));
-      out.put_index(i, q, s.k[q].i == ~0ull ? index_t(-1) : index_t(s.k[q].i));
+MEMSAFE_UNROLL
+    for (int q = 0; q < K; ++q) {
+      if (q < K - k) continue;
+      const int c = q - (K - k);
+      out.put(i, c, key_value<Max, T>(s.k[q]));
+      out.put_index(i, c, s.k[q].i == ~0ull ? index_t(-1) : index_t(s.k[q].i));
     }
   }
 };

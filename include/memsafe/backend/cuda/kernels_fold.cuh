@@ -28,9 +28,8 @@ __device__ __forceinline__ S shfl_down_state(const S& v, int offset) {
 }
 
 /// One warp per tile row: the lanes fold interleaved columns (coalesced reads), then the 32 lane
-/// states are merged by shuffles into the row's partial state for split blockIdx.y. Src reads the
-/// entries (kernels_screen.cuh): the tile's values as they are, or screening values re-evaluated
-/// exactly where they may enter.
+/// states are merged by shuffles into the row's partial state for split blockIdx.y (sums,
+/// logsumexp, K·v; the selections go to select_rows_kernel).
 template <class Mon, class T, class Src>
 __global__ void tile_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
                                  std::int64_t j_base, std::int64_t cps, typename Mon::state* part, bool first) {
@@ -40,28 +39,18 @@ __global__ void tile_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t l
   const std::int64_t s = blockIdx.y;
   typename Mon::state st;
   mon.init(st);
-  // A selection's entries must also rank before the row's worst kept key from the earlier chunks
-  // (the gate): an entry that does not cannot be among the final best, and, for a screened tile,
-  // is then never re-evaluated (each lane starts every chunk empty, so without the gate it
-  // re-evaluated its first k entries and more of every chunk: a tenth of all entries at d = 100,
-  // m = 10⁶). One key, not the state: a top-k state is 16 keys of registers.
-  rank_key gate = empty_key();
-  if constexpr (requires { Mon::max_first; }) {
-    if (!first) gate = mon.worst_kept(part[s * ni + i]);
-  }
   const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
   const T* row = tile + i * ld;
-  // Four coalesced 128-byte loads in flight per warp before they are folded (the fold of a top-k
-  // state is long and the kernel's occupancy low: one load at a time left the memory idle).
+  // Four coalesced 128-byte loads in flight per warp before they are folded.
   std::int64_t j = jb + lane;
   for (; j + 96 < je; j += 128) {
     T e[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) e[u] = row[j + 32 * u];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) src.fold(mon, st, gate, e[u], i, j + 32 * u, j_base + j + 32 * u);
+    for (int u = 0; u < 4; ++u) src.fold(mon, st, e[u], i, j + 32 * u, j_base + j + 32 * u);
   }
-  for (; j < je; j += 32) src.fold(mon, st, gate, row[j], i, j, j_base + j);
+  for (; j < je; j += 32) src.fold(mon, st, row[j], i, j, j_base + j);
   for (int o = 16; o > 0; o /= 2) {
     const auto other = shfl_down_state(st, o);
     mon.merge(st, other);
@@ -74,6 +63,79 @@ __global__ void tile_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t l
     }
     part[s * ni + i] = st;
   }
+}
+
+__device__ __forceinline__ rank_key shfl_key(const rank_key& k, int src) {
+  return {__shfl_sync(0xffffffffu, k.v, src), __shfl_sync(0xffffffffu, k.i, src)};
+}
+__device__ __forceinline__ rank_key shfl_up_key(const rank_key& k, int by) {
+  return {__shfl_up_sync(0xffffffffu, k.v, by), __shfl_up_sync(0xffffffffu, k.i, by)};
+}
+
+/// Selections (min, max, argmin, argmax, top-k with k ≤ 32): one warp per tile row, the row's list
+/// spread over the warp — lane q holds its q-th best key, so a lane's registers hold one key, not
+/// a list, and the SM runs many warps. Each lane reads its column (coalesced), skips an entry its
+/// filter (Src::lane_filter) or the list's k-th rules out, builds the key of the rest (a screen
+/// re-evaluates them exactly); the warp then inserts its candidates one at a time, in lane order
+/// (a shift by one lane), and every lane learns the new k-th. Entries are taken in increasing
+/// column order, so an entry that ties the k-th's value always loses the tie (kernels_screen.cuh).
+template <class Mon, class T, class Src>
+__global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
+                                   std::int64_t j_base, std::int64_t cps, typename Mon::state* part, bool first) {
+  constexpr bool Max = Mon::max_first;
+  constexpr int C = Mon::capacity;
+  static_assert(C <= 32, "memsafe::cuda: a warp list holds at most 32 keys");
+  const std::int64_t i = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= ni) return;  // whole warps leave together
+  const std::int64_t s = blockIdx.y;
+  const int k = mon.kept(), pad = C - k;
+  rank_key* const keys = Mon::keys(part[s * ni + i]);
+  rank_key mine = empty_key();
+  if (!first && lane < k) mine = keys[pad + lane];
+  rank_key thr = shfl_key(mine, k - 1);
+  auto f = src.filter(i);
+  src.template update<Max>(f, thr);
+  const auto offer = [&](bool cand, const rank_key& key) {
+    unsigned mask = __ballot_sync(0xffffffffu, cand);
+    if (mask == 0) return;
+    while (mask) {
+      const int from = __ffs(mask) - 1;
+      mask &= mask - 1;
+      const rank_key c = shfl_key(key, from);
+      if (!(c < thr)) continue;  // uniform: every lane holds the same c and thr
+      const rank_key prev = shfl_up_key(mine, 1);
+      if (lane < k && c < mine) mine = (lane > 0 && c < prev) ? prev : c;
+      thr = shfl_key(mine, k - 1);
+    }
+    src.template update<Max>(f, thr);
+  };
+  const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
+  const T* row = tile + i * ld;
+  // Warp-uniform bounds (the ballot needs every lane): whole steps of 4 × 32 columns, four
+  // coalesced loads in flight per lane, then steps of 32 with the lanes past the end idle.
+  std::int64_t jw = jb;
+  for (; jw + 128 <= je; jw += 128) {
+    T e[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) e[u] = row[jw + 32 * u + lane];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const std::int64_t jj = jw + 32 * u + lane;
+      rank_key key;
+      const bool cand = src.template select<Max>(f, thr, e[u], i, jj, j_base + jj, key);
+      offer(cand, key);
+    }
+  }
+  for (; jw < je; jw += 32) {
+    const std::int64_t jj = jw + lane;
+    rank_key key;
+    const bool cand = jj < je && src.template select<Max>(f, thr, row[jj], i, jj, j_base + jj, key);
+    offer(cand, key);
+  }
+  // Back to the state's layout: pad keys first, then the k best in order.
+  const rank_key shifted = shfl_key(mine, lane >= pad ? lane - pad : 0);
+  if (lane < C) keys[lane] = lane < pad ? pad_key() : shifted;
 }
 
 template <class Mon, class T>

@@ -8,6 +8,7 @@
 // k-chunks of 16 through shared memory). For dot-based formulas the tile may instead come from a
 // cuBLAS X·Yᵀ: norms_kernel and gemm_epilogue_kernel turn it into the formula's values in place.
 #pragma once
+#include <concepts>
 #include <cstdint>
 
 #include "device_expr.cuh"
@@ -51,6 +52,14 @@ concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
   m.add_partial(s, m.weight(std::int64_t(0)));
 };
 
+/// A selection monoid whose state has a threshold value (its k-th best): an entry beyond it cannot
+/// enter, so the fused kernel compares the entry's value with it before building a key.
+template <class Mon, class T>
+concept value_threshold = requires(const Mon& m, const typename Mon::state& s, T v) {
+  { m.threshold(s) } -> std::same_as<T>;
+  { Mon::beyond(v, v) } -> std::same_as<bool>;
+};
+
 /// Threads own rows; each block walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ
 /// points staged in shared memory (zero-padded to DB coordinates, so the d-loop is unrolled).
 template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T>
@@ -83,6 +92,12 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     xinv[r] = inv_norm(sq);
     if (i < ni && !first) st[r] = part[s * ni + i];
     else mon.init(st[r]);
+  }
+  constexpr bool thresholds = value_threshold<Mon, T>;
+  T thr[R];  // the rows' thresholds (selections only)
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if constexpr (thresholds) thr[r] = mon.threshold(st[r]);
   }
   const std::int64_t jb = s * cps;
   const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
@@ -125,8 +140,17 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
       for (int r = 0; r < R; ++r) {
         T v = acc[r];
         if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
-        if constexpr (partials) part[r] = ::fma(map(v), wts[jj], part[r]);
-        else mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
+        if constexpr (partials) {
+          part[r] = ::fma(map(v), wts[jj], part[r]);
+        } else if constexpr (thresholds) {
+          const T mv = map(v);
+          if (!Mon::beyond(mv, thr[r])) {  // NaN, ties and a list not yet full go to the keys
+            mon.fold(st[r], mv, j_base + jt + jj, jt + jj);
+            thr[r] = mon.threshold(st[r]);
+          }
+        } else {
+          mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
+        }
       }
     }
     if constexpr (partials) {

@@ -38,28 +38,53 @@ double screen_margin(std::size_t d, bool tf32) {
   return 8.0 * double(d + 4) * u + (tf32 && sizeof(T) == 4 ? 1.0 / 512.0 : 0.0);
 }
 
+/// The margin the kernels use, in T: δ + 16u. Computing N = ‖x‖² + ‖y‖², m = δN and ŝ ∓ m in T
+/// errs by at most u(|ŝ| + m) + 2uδN ≤ 3uN (|ŝ| ≤ 2.1N, δ ≤ 1/2), and the extra 16u·N (15u·N
+/// after the conversion's rounding) covers it: [lo, hi] computed in T contains [ŝ − δN, ŝ + δN].
+template <class T>
+T screen_bounds_margin(double delta) {
+  return static_cast<T>(delta + 16.0 * 0.5 * double(std::numeric_limits<T>::epsilon()));
+}
+
 namespace kernels {
 
-/// The tile holds the expression's values: entry e = tile(i, j) is folded as it is. `gate` (the
-/// row's worst kept key from earlier chunks, tile_rows_kernel) only matters to a screened tile.
+/// The tile holds the expression's values: entry e = tile(i, j) is folded as it is.
 template <class T>
 struct tile_values {
   template <class Mon>
-  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, const rank_key&, T e, std::int64_t,
-                                       std::int64_t j, std::int64_t jg) const {
+  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, T e, std::int64_t, std::int64_t j,
+                                       std::int64_t jg) const {
     mon.fold(st, e, jg, j);
   }
-  /// Top-k: the entry's key, and whether it ranks before `thr`.
+  /// Top-k by block sort: the entry's key, and whether it ranks before `thr`.
   template <bool Max>
   __device__ __forceinline__ bool candidate(T e, std::int64_t, std::int64_t, std::int64_t jg, const rank_key& thr,
                                             rank_key& key) const {
     key = make_key<Max>(e, jg);
     return key < thr;
   }
+  /// A lane's filter in select_rows_kernel: the threshold's value (NaN while the list is not full),
+  /// an entry beyond it skipped without building its key.
+  struct lane_filter {
+    T thr;
+  };
+  __device__ __forceinline__ lane_filter filter(std::int64_t) const { return {math::detail::nan_v<T>()}; }
+  template <bool Max>
+  __device__ __forceinline__ void update(lane_filter& f, const rank_key& thr) const {
+    f.thr = key_value<Max, T>(thr);
+  }
+  template <bool Max>
+  __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, std::int64_t, std::int64_t,
+                                         std::int64_t jg, rank_key& key) const {
+    if (Max ? e < f.thr : e > f.thr) return false;
+    key = make_key<Max>(e, jg);
+    return key < thr;
+  }
 };
 
-/// The tile holds screening values ŝ of a squared distance (cuBLAS form, unmapped); X and Y are the
-/// row block's and the column chunk's points, xn and yn their squared norms (the epilogue's).
+/// The tile holds cuBLAS's x_i·y_j of a squared distance's screen (the epilogue is not run: the
+/// screening value ŝ = max(‖x‖² + ‖y‖² − 2x·y, 0) is formed here with the epilogue's arithmetic);
+/// X and Y are the row block's and the column chunk's points, xn and yn their squared norms.
 template <class Map, class T>
 struct screened_sqdist {
   Map map;
@@ -67,8 +92,13 @@ struct screened_sqdist {
   const T* xn = nullptr;
   const T* yn = nullptr;
   T ysign = 1;
-  double delta = 0;
+  T delta = 0;  ///< δ + 16u (screen_bounds_margin): the margin with the rounding of its own computation in T
 
+  /// ŝ of entry (i, j) from the tile's x_i·y_j (gemm_epilogue_kernel's arithmetic).
+  __device__ __forceinline__ T screen_value(T e, std::int64_t i, std::int64_t j) const {
+    const T v = ::fma(T(-2), ysign * e, xn[i] + yn[j]);
+    return v < T(0) ? T(0) : v;
+  }
   /// map(Σ (x_k − y_k)²): the direct kernels' arithmetic, coordinate by coordinate.
   __device__ T exact(std::int64_t i, std::int64_t j) const {
     T acc = 0;
@@ -76,30 +106,62 @@ struct screened_sqdist {
     for (std::int64_t k = 0; k < X.d; ++k) acc = base_step<base_kind::sqeuclid>(X.at(i, k), ysign * Y.at(j, k), acc);
     return map(acc);
   }
-  /// The best key entry (i, j) can have, relaxed; the smallest key when it must be re-evaluated.
+  /// [lo, hi] ⊇ [ŝ − δN, ŝ + δN] (lower end clamped at 0), computed in T; false when the entry must
+  /// be re-evaluated whatever its bounds (NaN ŝ, N not finite in T).
+  __device__ __forceinline__ bool bounds(T s, std::int64_t i, std::int64_t j, T& lo, T& hi) const {
+    const T N = xn[i] + yn[j];
+    if (s != s || !(N < math::detail::inf_v<T>())) return false;
+    const T m = delta * N;
+    lo = s - m;
+    lo = lo > T(0) ? lo : T(0);
+    hi = s + m;
+    return true;
+  }
+  /// The best key a value in [lo, hi] can have, relaxed by 8 units in the last place (the map's
+  /// own rounding; the map is monotone, increasing or decreasing).
   template <bool Max>
-  __device__ rank_key best_key(T s, std::int64_t i, std::int64_t j, std::int64_t jg) const {
-    const double N = static_cast<double>(xn[i]) + static_cast<double>(yn[j]);
-    if (s != s || !(N <= DBL_MAX)) return {0, 0};
-    const double m = delta * N, c = static_cast<double>(s);
-    const T lo = static_cast<T>(c - m > 0 ? c - m : 0.0), hi = static_cast<T>(c + m);
+  __device__ __forceinline__ rank_key best_key(T lo, T hi, std::int64_t jg) const {
     const rank_key a = make_key<Max>(map(lo), jg), b = make_key<Max>(map(hi), jg);
     rank_key k = a < b ? a : b;
     k.v = k.v > 8 ? k.v - 8 : 0;
     return k;
   }
-  /// Re-evaluated only when its best key could enter the lane's state and ranks before `gate`, the
-  /// row's worst kept key from the earlier chunks (tile_rows_kernel).
-  template <class Mon>
-  __device__ __forceinline__ void fold(const Mon& mon, typename Mon::state& st, const rank_key& gate, T e,
-                                       std::int64_t i, std::int64_t j, std::int64_t jg) const {
-    const rank_key b = best_key<Mon::max_first>(e, i, j, jg);
-    if (b < gate && mon.admits(st, b)) mon.fold(st, exact(i, j), jg, j);
-  }
+  /// Top-k by block sort: re-evaluated only when its best key could rank before `thr`.
   template <bool Max>
   __device__ __forceinline__ bool candidate(T e, std::int64_t i, std::int64_t j, std::int64_t jg, const rank_key& thr,
                                             rank_key& key) const {
-    if (!(best_key<Max>(e, i, j, jg) < thr)) return false;
+    const T s = screen_value(e, i, j);
+    T lo, hi;
+    if (bounds(s, i, j, lo, hi) && !(best_key<Max>(lo, hi, jg) < thr)) return false;
+    key = make_key<Max>(exact(i, j), jg);
+    return key < thr;
+  }
+  /// A lane's filter in select_rows_kernel: the hull [rlo, rhi] of the bounds it has rejected. The
+  /// values whose keys cannot rank before the list's k-th form a ray (the map is monotone; an equal
+  /// value loses the tie, every later entry having a higher index than every kept one), the k-th
+  /// only improves, so an entry whose bounds lie in the hull cannot enter: skipped with two
+  /// comparisons, no map and no key.
+  struct lane_filter {
+    T rlo, rhi;
+  };
+  __device__ __forceinline__ lane_filter filter(std::int64_t) const {
+    return {math::detail::inf_v<T>(), -math::detail::inf_v<T>()};
+  }
+  template <bool Max>
+  __device__ __forceinline__ void update(lane_filter&, const rank_key&) const {}
+  template <bool Max>
+  __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, std::int64_t i, std::int64_t j,
+                                         std::int64_t jg, rank_key& key) const {
+    const T s = screen_value(e, i, j);
+    T lo, hi;
+    if (bounds(s, i, j, lo, hi)) {
+      if (lo >= f.rlo && hi <= f.rhi) return false;
+      if (!(best_key<Max>(lo, hi, jg) < thr)) {
+        f.rlo = lo < f.rlo ? lo : f.rlo;
+        f.rhi = hi > f.rhi ? hi : f.rhi;
+        return false;
+      }
+    }
     key = make_key<Max>(exact(i, j), jg);
     return key < thr;
   }

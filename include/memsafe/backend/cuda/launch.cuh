@@ -57,6 +57,7 @@ void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, con
         kernels::norms_kernel<B><<<unsigned(cdiv(Yc.n, 256)), 256, 0, s>>>(Yc, yn);
         MEMSAFE_CUDA_LAUNCHED("norms_kernel");
       }
+      if (screen) return;  // the selection kernels form the screening values from x·y (kernels_screen.cuh)
       const std::int64_t total = Xb.n * Yc.n;
       const unsigned blocks = unsigned(std::min<std::int64_t>(cdiv(total, 256), 65535));
       kernels::gemm_epilogue_kernel<Map, B><<<blocks, 256, 0, s>>>(map, tile, ld, Xb.n, Yc.n, xn, yn, ysign, screen);

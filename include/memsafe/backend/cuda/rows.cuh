@@ -59,7 +59,8 @@ struct row_pass {
   void with_entries(bool screen, const dev_points<T>& Xb, const dev_points<T>& Yc, Fn&& f) const {
     if constexpr (screen_capable<std::remove_cvref_t<decltype(Job::e)>>) {
       if (screen) {
-        f(kernels::screened_sqdist<Map, T>{map, Xb, Yc, xn.data(), yn.data(), T(leaf.params.y_sign), screen_delta});
+        f(kernels::screened_sqdist<Map, T>{map, Xb, Yc, xn.data(), yn.data(), T(leaf.params.y_sign),
+                                           screen_bounds_margin<T>(screen_delta)});
         return;
       }
     }
@@ -94,15 +95,20 @@ void fold_chunk(const P& r, const DM& dm, const dev_points<typename P::T>& Xb, s
                   r.yn.data(), st, screen);
     const std::int64_t cpsz = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::size_t>(nj, 1), L.splits)));
     const dim3 grid(blocks_for(std::int64_t(ni) * 32), unsigned(L.splits));
-    const auto launch = [&](const auto& src) {
-      using Src = std::remove_cvref_t<decltype(src)>;
-      kernels::tile_rows_kernel<DM, T, Src><<<grid, 256, 0, st>>>(mon, src, r.tile.data(), std::int64_t(L.tj),
-                                                                  std::int64_t(ni), std::int64_t(nj), std::int64_t(j0),
-                                                                  cpsz, part, c == 0);
+    if constexpr (requires { DM::max_first; }) {
+      r.with_entries(screen, Xb, Yc, [&](const auto& src) {
+        using Src = std::remove_cvref_t<decltype(src)>;
+        kernels::select_rows_kernel<DM, T, Src><<<grid, 256, 0, st>>>(mon, src, r.tile.data(), std::int64_t(L.tj),
+                                                                      std::int64_t(ni), std::int64_t(nj),
+                                                                      std::int64_t(j0), cpsz, part, c == 0);
+        MEMSAFE_CUDA_LAUNCHED("select_rows_kernel");
+      });
+    } else {
+      kernels::tile_rows_kernel<DM, T, kernels::tile_values<T>><<<grid, 256, 0, st>>>(
+          mon, kernels::tile_values<T>{}, r.tile.data(), std::int64_t(L.tj), std::int64_t(ni), std::int64_t(nj),
+          std::int64_t(j0), cpsz, part, c == 0);
       MEMSAFE_CUDA_LAUNCHED("tile_rows_kernel");
-    };
-    if constexpr (requires { DM::max_first; }) r.with_entries(screen, Xb, Yc, launch);
-    else launch(kernels::tile_values<T>{});
+    }
   }
   r.yf.release(slot);
   r.rf.release(slot);
@@ -316,8 +322,11 @@ void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const optio
   feeder<T> yf(matrix_view<const T>(leaf.y), s.y_host, 2, L.tj, acc, cps);
   feeder<T> rf(column_operand<R, T>(job.red), s.rhs_host, 2, L.tj, acc, cps);
   std::unique_ptr<blas> bl;
+  // A screen's GEMM may use TF32 (options.screen_tf32): its margin covers it and the values
+  // folded are re-evaluated exactly; in a screened job cuBLAS computes nothing else.
+  const bool tf32 = o.allow_tf32 || (s.screen && o.screen_tf32);
   if (s.gemm || s.path == kernel_path::tile_matmul || s.path == kernel_path::tile_softmax)
-    bl = std::make_unique<blas>(acc, o.allow_tf32);
+    bl = std::make_unique<blas>(acc, tf32);
   const bool tile_path = s.path != kernel_path::fused;
   device_buffer<T> tile, xn, yn;
   if (tile_path && !(s.path == kernel_path::tile_dense && !s.out_host)) tile = device_buffer<T>(acc, L.ti * L.tj);
@@ -327,7 +336,7 @@ void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const optio
   }
   using Leaf = std::remove_cvref_t<decltype(leaf)>;
   using Map = std::remove_cvref_t<decltype(map)>;
-  const double delta = screen_margin<T>(s.d, o.allow_tf32);
+  const double delta = screen_margin<T>(s.d, tf32);
   const row_pass<J, Map, Leaf> r{s, L, job, map, leaf, ds.scale, xf, yf, rf, bl.get(), tile, xn, yn, b.out, acc, delta};
   if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) run_fold(r);
   else run_tiles(r);
