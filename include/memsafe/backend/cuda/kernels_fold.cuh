@@ -117,20 +117,24 @@ __global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t
   std::int64_t jw = jb;
   for (; jw + 128 <= je; jw += 128) {
     T e[4];
+    typename Src::column a[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) e[u] = row[jw + 32 * u + lane];
+    for (int u = 0; u < 4; ++u) {
+      e[u] = row[jw + 32 * u + lane];
+      a[u] = src.at(jw + 32 * u + lane);
+    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const std::int64_t jj = jw + 32 * u + lane;
       rank_key key;
-      const bool cand = src.template select<Max>(f, thr, e[u], i, jj, j_base + jj, key);
+      const bool cand = src.template select<Max>(f, thr, e[u], a[u], i, jj, j_base + jj, key);
       offer(cand, key);
     }
   }
   for (; jw < je; jw += 32) {
     const std::int64_t jj = jw + lane;
     rank_key key;
-    const bool cand = jj < je && src.template select<Max>(f, thr, row[jj], i, jj, j_base + jj, key);
+    const bool cand = jj < je && src.template select<Max>(f, thr, row[jj], src.at(jj), i, jj, j_base + jj, key);
     offer(cand, key);
   }
   // Back to the state's layout: pad keys first, then the k best in order.

@@ -68,13 +68,16 @@ struct tile_values {
   struct lane_filter {
     T thr;
   };
+  /// What select needs of column j besides the entry, loaded with it (nothing here).
+  struct column {};
+  __device__ __forceinline__ column at(std::int64_t) const { return {}; }
   __device__ __forceinline__ lane_filter filter(std::int64_t) const { return {math::detail::nan_v<T>()}; }
   template <bool Max>
   __device__ __forceinline__ void update(lane_filter& f, const rank_key& thr) const {
     f.thr = key_value<Max, T>(thr);
   }
   template <bool Max>
-  __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, std::int64_t, std::int64_t,
+  __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, column, std::int64_t, std::int64_t,
                                          std::int64_t jg, rank_key& key) const {
     if (Max ? e < f.thr : e > f.thr) return false;
     key = make_key<Max>(e, jg);
@@ -94,9 +97,9 @@ struct screened_sqdist {
   T ysign = 1;
   T delta = 0;  ///< δ + 16u (screen_bounds_margin): the margin with the rounding of its own computation in T
 
-  /// ŝ of entry (i, j) from the tile's x_i·y_j (gemm_epilogue_kernel's arithmetic).
-  __device__ __forceinline__ T screen_value(T e, std::int64_t i, std::int64_t j) const {
-    const T v = ::fma(T(-2), ysign * e, xn[i] + yn[j]);
+  /// ŝ from the tile's x_i·y_j and N = ‖x_i‖² + ‖y_j‖² (gemm_epilogue_kernel's arithmetic).
+  __device__ __forceinline__ T screen_value(T e, T N) const {
+    const T v = ::fma(T(-2), ysign * e, N);
     return v < T(0) ? T(0) : v;
   }
   /// map(Σ (x_k − y_k)²): the direct kernels' arithmetic, coordinate by coordinate.
@@ -108,8 +111,7 @@ struct screened_sqdist {
   }
   /// [lo, hi] ⊇ [ŝ − δN, ŝ + δN] (lower end clamped at 0), computed in T; false when the entry must
   /// be re-evaluated whatever its bounds (NaN ŝ, N not finite in T).
-  __device__ __forceinline__ bool bounds(T s, std::int64_t i, std::int64_t j, T& lo, T& hi) const {
-    const T N = xn[i] + yn[j];
+  __device__ __forceinline__ bool bounds(T s, T N, T& lo, T& hi) const {
     if (s != s || !(N < math::detail::inf_v<T>())) return false;
     const T m = delta * N;
     lo = s - m;
@@ -130,9 +132,9 @@ struct screened_sqdist {
   template <bool Max>
   __device__ __forceinline__ bool candidate(T e, std::int64_t i, std::int64_t j, std::int64_t jg, const rank_key& thr,
                                             rank_key& key) const {
-    const T s = screen_value(e, i, j);
+    const T N = xn[i] + yn[j];
     T lo, hi;
-    if (bounds(s, i, j, lo, hi) && !(best_key<Max>(lo, hi, jg) < thr)) return false;
+    if (bounds(screen_value(e, N), N, lo, hi) && !(best_key<Max>(lo, hi, jg) < thr)) return false;
     key = make_key<Max>(exact(i, j), jg);
     return key < thr;
   }
@@ -143,18 +145,22 @@ struct screened_sqdist {
   /// comparisons, no map and no key.
   struct lane_filter {
     T rlo, rhi;
+    T xn;  ///< ‖x_i‖² of the warp's row
   };
-  __device__ __forceinline__ lane_filter filter(std::int64_t) const {
-    return {math::detail::inf_v<T>(), -math::detail::inf_v<T>()};
+  /// ‖y_j‖², loaded with the entry (one more coalesced load in flight, not a dependent one).
+  using column = T;
+  __device__ __forceinline__ column at(std::int64_t j) const { return yn[j]; }
+  __device__ __forceinline__ lane_filter filter(std::int64_t i) const {
+    return {math::detail::inf_v<T>(), -math::detail::inf_v<T>(), xn[i]};
   }
   template <bool Max>
   __device__ __forceinline__ void update(lane_filter&, const rank_key&) const {}
   template <bool Max>
-  __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, std::int64_t i, std::int64_t j,
-                                         std::int64_t jg, rank_key& key) const {
-    const T s = screen_value(e, i, j);
+  __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, column ynj, std::int64_t i,
+                                         std::int64_t j, std::int64_t jg, rank_key& key) const {
+    const T N = f.xn + ynj;
     T lo, hi;
-    if (bounds(s, i, j, lo, hi)) {
+    if (bounds(screen_value(e, N), N, lo, hi)) {
       if (lo >= f.rlo && hi <= f.rhi) return false;
       if (!(best_key<Max>(lo, hi, jg) < thr)) {
         f.rlo = lo < f.rlo ? lo : f.rlo;
