@@ -1237,7 +1237,9 @@ def section_gpu_knn(rows, notes, peak_gflops, gpus) -> str:
          "`LazyTensor.argKmin`; torch: `torch.cdist` + `torch.topk`; JAX: `jax.jit` of the dense distances + "
          "`lax.top_k`. Queries per second from the median (higher is better); ratios are memsafe-cuda's queries/s "
          "over the peer's. % of peak: 2·n·m·d flops per search over the median time, against the measured FP32 "
-         "peak (L2, d = 100). Device peak: the peak device bytes of a call beyond its inputs (memsafe: "
+         "peak (L2, d = 100; the screen's GEMM runs on TF32 tensor cores — `options::screen_tf32`, on by default — "
+         "so this FP32-equivalent rate can pass what FP32 FMAs alone could do; the values and ranks are still "
+         "the exact FP32 ones, re-evaluated). Device peak: the peak device bytes of a call beyond its inputs (memsafe: "
          "cudaMemGetInfo polled during the warm-up call; the others: their allocator's peak). Agreement: memsafe-cuda's "
          "index sets against each peer's on the first ≤ 2000 queries, on the same numbers.", ""]
     ws = gpu_workloads(rows, "gpu_knn", gpu_knn_expected(), ("metric", "n", "d", "k", "precision", "m"))

@@ -6,7 +6,8 @@
 #
 #   bash scripts/gpu_diag.sh [OUT]       # OUT default $OUT, else gpu_out/
 # Environment: BIN (memsafe_bench_cuda; default build/gpu_session/memsafe_bench_cuda, where
-# scripts/gpu_session.sh puts it), NCU_TIMEOUT (seconds per shape, default 90).
+# scripts/gpu_session.sh puts it), NCU_TIMEOUT (seconds per shape, default 90), SHAPES (which
+# shapes, default "knn3 knn100 matvec l1"), KEOPS_SMOKE (0: no KeOps run).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-${OUT:-gpu_out}}
@@ -41,8 +42,10 @@ print(f"total kernel time {tot:.3f} ms")
 EOF
 }
 
-shape() {  # name, then memsafe_bench_cuda arguments
-  local name=$1; shift
+shapes=" ${SHAPES:-knn3 knn100 matvec l1} "
+shape() {  # key, name, then memsafe_bench_cuda arguments
+  local key=$1 name=$2; shift 2
+  [[ $shapes == *" $key "* ]] || return 0
   echo "== $name: memsafe_bench_cuda $*" >> "$log"
   timeout "$t" ncu --clock-control none --csv --metrics "$metrics" "$bin" "$@" --reps 1 --warmup 0 \
     > "$out/ncu_raw.csv" 2>> "$log"
@@ -54,16 +57,18 @@ shape() {  # name, then memsafe_bench_cuda arguments
 : > "$log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$log" 2>&1
 if command -v ncu >/dev/null 2>&1 && [[ -x $bin ]]; then
-  shape "kNN L2 d = 3 (fused)" knn --n 1000000 --m 10000 --d 3 --k 10 --metric l2 --precision f32 --budget 1GiB
-  shape "kNN L2 d = 100 (cuBLAS screen + fold)" knn --n 100000 --m 10000 --d 100 --k 10 --metric l2 --precision f32 --budget 1GiB
-  shape "matvec RBF d = 3 f32 (fused)" matvec --n 200000 --d 3 --precision f32 --budget 1GiB
-  shape "kNN L1 d = 100 (semiring tile + fold)" knn --n 100000 --m 10000 --d 100 --k 10 --metric l1 --precision f32 --budget 1GiB
+  shape knn3 "kNN L2 d = 3 (fused)" knn --n 1000000 --m 10000 --d 3 --k 10 --metric l2 --precision f32 --budget 1GiB
+  shape knn100 "kNN L2 d = 100 (cuBLAS screen + warp-list selection)" knn --n 100000 --m 10000 --d 100 --k 10 --metric l2 --precision f32 --budget 1GiB
+  shape matvec "matvec RBF d = 3 f32 (fused)" matvec --n 200000 --d 3 --precision f32 --budget 1GiB
+  shape l1 "kNN L1 d = 100 (semiring tile + warp-list selection)" knn --n 100000 --m 10000 --d 100 --k 10 --metric l1 --precision f32 --budget 1GiB
 else
   echo "ncu or $bin missing: no kernel times" >> "$log"
 fi
 
-echo "== KeOps smoke run (python -X faulthandler)" >> "$log"
-timeout "$t" python3 -X faulthandler bench/gpu/peers/keops_gpu_bench.py knn --n 10000 --m 100 --d 3 --k 10 \
-  --metric l2 --precision f32 --reps 1 >> "$log" 2>&1
-echo "(keops exit $?)" >> "$log"
+if [[ ${KEOPS_SMOKE:-1} != 0 ]]; then
+  echo "== KeOps smoke run (python -X faulthandler)" >> "$log"
+  timeout "$t" python3 -X faulthandler bench/gpu/peers/keops_gpu_bench.py knn --n 10000 --m 100 --d 3 --k 10 \
+    --metric l2 --precision f32 --reps 1 >> "$log" 2>&1
+  echo "(keops exit $?)" >> "$log"
+fi
 tail -40 "$log"

@@ -105,6 +105,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     row = gc.new_row(a, "jax")
     row["xla_preallocate"] = os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]
+    # The share of device memory XLA's allocator may take (JAX's default 0.75; e.g. 0.95 gives it
+    # nearly the whole GPU, as PyTorch has).
+    row["xla_mem_fraction"] = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75")
     with gc.JsonStdout() as out:
         try:
             import numpy as np
