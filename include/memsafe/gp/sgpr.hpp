@@ -208,14 +208,47 @@ inline std::size_t chunk_columns(std::size_t budget, std::size_t fixed, std::siz
   return std::max<std::size_t>(1, std::min(n, (budget - fixed) / per_column));
 }
 
-/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (two triangular solves).
-inline void sandwich(const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
-  auto Lv = memsafe::matrix(L.data(), m, m);
-  auto Xv = memsafe::matrix(X.data(), m, m);
-  memsafe::linalg::solve_lower(Lv, Xv, true);
-  memsafe::linalg::solve_lower(Lv, Xv.t(), true);
-  for (std::size_t i = 0; i < m; ++i)  // exact symmetry (the two triangles agree to rounding)
-    for (std::size_t j = 0; j < i; ++j) X[i * m + j] = X[j * m + i] = 0.5 * (X[i * m + j] + X[j * m + i]);
+/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (row-major m×m), L lower-triangular row-major: one dsygst (half
+/// the flops of two triangular solves with m right-hand sides) after reversing the index order.
+/// With J the reversal, L⁻ᵀ·X·L⁻¹ = J·[L̃⁻¹·(JXJ)·L̃⁻ᵀ]·J for the lower-triangular L̃ = J·Lᵀ·J. In
+/// row-major storage JXJ is X's array reversed, and L's array reversed is J·L·J (upper), whose
+/// column-major reading is L̃: so X and L are reversed in place, dsygst (itype 1, uplo 'L') works on
+/// X's row-major upper triangle, and both arrays are reversed back (L exactly as it was; X's result
+/// then in its lower triangle, mirrored: exactly symmetric).
+inline void sandwich(std::vector<double>& L, std::vector<double>& X, std::size_t m) {
+  const int N = memsafe::linalg::detail::to_int(m, "gp::sgpr", "m");
+  struct reversed {  // L reversed for the call's duration, restored on every path
+    std::vector<double>& v;
+    explicit reversed(std::vector<double>& a) : v(a) { std::reverse(v.begin(), v.end()); }
+    ~reversed() { std::reverse(v.begin(), v.end()); }
+    reversed(const reversed&) = delete;
+    reversed& operator=(const reversed&) = delete;
+  };
+  int info = 0;
+  std::reverse(X.begin(), X.end());
+  {
+    const reversed r(L);
+    const int itype = 1;
+    const char uplo = 'L';
+    dsygst_(&itype, &uplo, &N, X.data(), &N, L.data(), &N, &info, 1);
+  }
+  std::reverse(X.begin(), X.end());
+  if (info != 0) throw memsafe::error("memsafe::gp::sgpr: dsygst failed (info " + std::to_string(info) + ")");
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < i; ++j) X[j * m + i] = X[i * m + j];
+}
+
+/// X ← L⁻¹·X·L⁻ᵀ for symmetric X (row-major, m×m; its lower triangle read and written, the upper
+/// left as it was), L lower-triangular row-major: LAPACK's dsygst, half the flops of two triangular
+/// solves with m right-hand sides. Row-major L is column-major U = Lᵀ and X's row-major lower triangle
+/// its column-major upper one, so the call is itype 1, uplo 'U': inv(Uᵀ)·X·inv(U) = L⁻¹·X·L⁻ᵀ.
+inline void whiten_symmetric(const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
+  const int N = memsafe::linalg::detail::to_int(m, "gp::sgpr", "m");
+  const int itype = 1;
+  const char uplo = 'U';
+  int info = 0;
+  dsygst_(&itype, &uplo, &N, X.data(), &N, L.data(), &N, &info, 1);
+  if (info != 0) throw memsafe::error("memsafe::gp::sgpr: dsygst failed (info " + std::to_string(info) + ")");
 }
 
 /// Ψ += Kc·Kcᵀ (Kc: m×nc row-major), updating Ψ's lower triangle (row-major) only.
@@ -365,15 +398,12 @@ inline forward_state finish(const sgpr_call& c, const hyperparameters& h, forwar
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = i + 1; j < m; ++j) B[i * m + j] = B[j * m + i];
   auto Bv = memsafe::matrix(B.data(), m, m);
-  if (!c.whitened) {  // AAᵀσ² = L⁻¹Ψ₂L⁻ᵀ
-    la::solve_lower(Lv, Bv);
-    la::solve_lower(Lv, Bv.t());
-  }
+  if (!c.whitened) whiten_symmetric(P.L, B, m);  // AAᵀσ² = L⁻¹Ψ₂L⁻ᵀ, in the lower triangle
   forward_state F;
   double trace_aat = 0;
-  for (std::size_t i = 0; i < m; ++i)
+  for (std::size_t i = 0; i < m; ++i)  // the lower triangle, mirrored: B exactly symmetric
     for (std::size_t j = 0; j <= i; ++j) {
-      const double v = (j == i ? B[i * m + i] : 0.5 * (B[i * m + j] + B[j * m + i])) / sig2;
+      const double v = B[i * m + j] / sig2;
       B[i * m + j] = B[j * m + i] = v;
       if (i == j) {
         trace_aat += v;
@@ -441,8 +471,8 @@ inline backward_state backward_setup(const sgpr_call& c, const hyperparameters& 
       Guu[i * m + j] = id - 0.5 * G2[i * m + j] - 0.5 * Guu[i * m + j];
       G2[i * m + j] = (id - G2[i * m + j]) / (2.0 * sig2);
     }
-  sandwich(P.L, Guu, m);
-  sandwich(P.L, G2, m);
+  sandwich(R.posterior.L, Guu, m);  // L reversed and restored inside
+  sandwich(R.posterior.L, G2, m);
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < m; ++j) {
       Guu[i * m + j] -= 0.5 * w[i] * w[j];
