@@ -668,14 +668,27 @@ def plot_sgpr(rows, path, mach) -> bool:
     if plt is None:
         return False
     sets = sorted({r["dataset"] for r in sg})
+    # The lines join runs of the common iteration budget; a run with another budget (e.g. a few
+    # iterations at m = 10^4) is a separate, labelled marker, not a point of the same curve.
+    budgets = [r.get("iters_max") for r in sg]
+    main_it = max(set(budgets), key=budgets.count)
     fig, axes = plt.subplots(2, len(sets), figsize=(max(6.4, 4.6 * len(sets)), 6.8), squeeze=False)
     for col, ds in enumerate(sets):
         for row, (key, label) in enumerate((("rmse", "test RMSE"), ("nlpd", "test NLPD"))):
             ax = axes[row][col]
-            for impl, style in zip(SGPR_IMPLS, ("o-", "s--")):
+            for ci, impl in enumerate(SGPR_IMPLS):
+                for it in sorted({r.get("iters_max") for r in sg if r["dataset"] == ds} - {main_it}, key=str):
+                    off = [r for r in sg if r["dataset"] == ds and r.get("impl") == impl and r.get("iters_max") == it
+                           and r.get(key) is not None]
+                    if off:
+                        ax.plot([r["m"] for r in off], [r[key] for r in off], "x", markersize=8, color=f"C{ci}",
+                                label=f"{impl}, {it} iterations only")
+                        ax.legend(fontsize=8)
+            for ci, (impl, style) in enumerate(zip(SGPR_IMPLS, ("o-", "s--"))):
                 pts = {}
                 for r in sg:
-                    if r["dataset"] == ds and r.get("impl") == impl and r.get(key) is not None:
+                    if (r["dataset"] == ds and r.get("impl") == impl and r.get(key) is not None
+                            and r.get("iters_max") == main_it):
                         pts.setdefault(r["m"], []).append(r[key])
                 if pts:
                     ms = sorted(pts)
@@ -683,13 +696,13 @@ def plot_sgpr(rows, path, mach) -> bool:
                     lo = [min(pts[m]) for m in ms]
                     hi = [max(pts[m]) for m in ms]
                     ax.errorbar(ms, mu, yerr=[[a - b for a, b in zip(mu, lo)], [b - a for a, b in zip(mu, hi)]],
-                                fmt=style, capsize=3, label=f"{impl} (splits: mean, min–max)")
+                                fmt=style, capsize=3, color=f"C{ci}", label=f"{impl} (splits: mean, min–max)")
             ax.set_xscale("log")
             ax.set_xlabel("inducing points m")
             ax.set_ylabel(label)
             ax.set_title(ds, fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
-            if row == 0 and col == 0:
+            if row == 0 and col == 0 or ax.get_legend() is not None:
                 ax.legend(fontsize=8)
     fig.suptitle("SGPR trained (Matérn 3/2, ARD, inducing points trained):\nmemsafe vs GPflow, same start, "
                  "same L-BFGS iteration budget", fontsize=10)
