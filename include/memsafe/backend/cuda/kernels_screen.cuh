@@ -14,13 +14,13 @@
 // the norms err by γ_d each, the epilogue's add and FMA by ≤ 3u·2N; the exact value v̂ is within
 // γ_{d+3}·D ≤ 2γ_{d+3}N of D = ‖x − y‖² (D ≤ 2N). So |ŝ − v̂| ≤ (4d + 12)u·N (1 + O(du)), and
 // δ = 8(d + 4)u gives twice that. With TF32 tensor-op GEMMs (options.allow_tf32) each product errs
-// by up to 2⁻¹⁰ relative, so δ grows by 2⁻⁹. The bound [ŝ − δN, ŝ + δN] (computed in double, lower
-// end clamped at 0) is mapped at both ends (the map is monotone, increasing or decreasing), the
+// by up to 2⁻¹⁰ relative, so δ grows by 2⁻⁹. The bound [ŝ − δN, ŝ + δN] (computed in T with the
+// margin widened by 16u for that computation's own rounding, screen_bounds_margin; lower end clamped
+// at 0) is mapped at both ends (the map is monotone, increasing or decreasing), the
 // better key is relaxed by 8 units in the last place of its value (the map's own rounding), and an
 // entry whose relaxed best key does not rank before the state's worst cannot enter: skipped. Entries
 // with a NaN screening value or a non-finite N are always re-evaluated.
 #pragma once
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <limits>
