@@ -208,47 +208,42 @@ inline std::size_t chunk_columns(std::size_t budget, std::size_t fixed, std::siz
   return std::max<std::size_t>(1, std::min(n, (budget - fixed) / per_column));
 }
 
-/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (row-major m×m), L lower-triangular row-major: one dsygst (half
-/// the flops of two triangular solves with m right-hand sides) after reversing the index order.
-/// With J the reversal, L⁻ᵀ·X·L⁻¹ = J·[L̃⁻¹·(JXJ)·L̃⁻ᵀ]·J for the lower-triangular L̃ = J·Lᵀ·J. In
-/// row-major storage JXJ is X's array reversed, and L's array reversed is J·L·J (upper), whose
-/// column-major reading is L̃: so X and L are reversed in place, dsygst (itype 1, uplo 'L') works on
-/// X's row-major upper triangle, and both arrays are reversed back (L exactly as it was; X's result
-/// then in its lower triangle, mirrored: exactly symmetric).
-inline void sandwich(std::vector<double>& L, std::vector<double>& X, std::size_t m) {
+/// LAPACK dsygst, itype 1, on symmetric X (m×m) with the triangular factor stored in L, `uplo` in
+/// column-major terms: the triangle of X read and written, and L's. Returns dsygst's info.
+inline int sygst(char uplo, const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
   const int N = memsafe::linalg::detail::to_int(m, "gp::sgpr", "m");
-  struct reversed {  // L reversed for the call's duration, restored on every path
-    std::vector<double>& v;
-    explicit reversed(std::vector<double>& a) : v(a) { std::reverse(v.begin(), v.end()); }
-    ~reversed() { std::reverse(v.begin(), v.end()); }
-    reversed(const reversed&) = delete;
-    reversed& operator=(const reversed&) = delete;
-  };
+  const int itype = 1;
   int info = 0;
-  std::reverse(X.begin(), X.end());
-  {
-    const reversed r(L);
-    const int itype = 1;
-    const char uplo = 'L';
-    dsygst_(&itype, &uplo, &N, X.data(), &N, L.data(), &N, &info, 1);
-  }
-  std::reverse(X.begin(), X.end());
+  dsygst_(&itype, &uplo, &N, X.data(), &N, L.data(), &N, &info, 1);
+  return info;
+}
+inline void require_sygst(int info) {
   if (info != 0) throw memsafe::error("memsafe::gp::sgpr: dsygst failed (info " + std::to_string(info) + ")");
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < i; ++j) X[j * m + i] = X[i * m + j];
 }
 
 /// X ← L⁻¹·X·L⁻ᵀ for symmetric X (row-major, m×m; its lower triangle read and written, the upper
-/// left as it was), L lower-triangular row-major: LAPACK's dsygst, half the flops of two triangular
+/// left as it was), L lower-triangular row-major: one dsygst, half the flops of two triangular
 /// solves with m right-hand sides. Row-major L is column-major U = Lᵀ and X's row-major lower triangle
-/// its column-major upper one, so the call is itype 1, uplo 'U': inv(Uᵀ)·X·inv(U) = L⁻¹·X·L⁻ᵀ.
+/// its column-major upper one, so the call is uplo 'U': inv(Uᵀ)·X·inv(U) = L⁻¹·X·L⁻ᵀ.
 inline void whiten_symmetric(const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
-  const int N = memsafe::linalg::detail::to_int(m, "gp::sgpr", "m");
-  const int itype = 1;
-  const char uplo = 'U';
-  int info = 0;
-  dsygst_(&itype, &uplo, &N, X.data(), &N, L.data(), &N, &info, 1);
-  if (info != 0) throw memsafe::error("memsafe::gp::sgpr: dsygst failed (info " + std::to_string(info) + ")");
+  require_sygst(sygst('U', L, X, m));
+}
+
+/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (row-major m×m), L lower-triangular row-major: one dsygst after
+/// reversing the index order. With J the reversal, L⁻ᵀ·X·L⁻¹ = J·[L̃⁻¹·(JXJ)·L̃⁻ᵀ]·J for the
+/// lower-triangular L̃ = J·Lᵀ·J. In row-major storage JXJ is X's array reversed, and L's array
+/// reversed is J·L·J (upper), whose column-major reading is L̃: so X and L are reversed in place,
+/// dsygst (uplo 'L') works on X's row-major upper triangle, and both arrays are reversed back (L
+/// exactly as it was; X's result then in its lower triangle, mirrored: exactly symmetric).
+inline void sandwich(std::vector<double>& L, std::vector<double>& X, std::size_t m) {
+  std::reverse(X.begin(), X.end());
+  std::reverse(L.begin(), L.end());
+  const int info = sygst('L', L, X, m);
+  std::reverse(L.begin(), L.end());  // restored before any error is raised
+  std::reverse(X.begin(), X.end());
+  require_sygst(info);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < i; ++j) X[j * m + i] = X[i * m + j];
 }
 
 /// Ψ += Kc·Kcᵀ (Kc: m×nc row-major), updating Ψ's lower triangle (row-major) only.
@@ -394,9 +389,7 @@ inline forward_state finish(const sgpr_call& c, const hyperparameters& h, forwar
   const double s2 = h.variance, sig2 = h.noise;
   auto& P = R.posterior;
   auto Lv = memsafe::matrix(static_cast<const double*>(P.L.data()), m, m);
-  std::vector<double>& B = S.B;  // Ψ₂ → AAᵀ → B → LB
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = i + 1; j < m; ++j) B[i * m + j] = B[j * m + i];
+  std::vector<double>& B = S.B;  // Ψ₂ (its lower triangle) → AAᵀ → B → LB
   auto Bv = memsafe::matrix(B.data(), m, m);
   if (!c.whitened) whiten_symmetric(P.L, B, m);  // AAᵀσ² = L⁻¹Ψ₂L⁻ᵀ, in the lower triangle
   forward_state F;
