@@ -191,6 +191,13 @@ template <bool Max, class T>
 MEMSAFE_HD inline rank_key make_key(T x, std::int64_t j) {
   return {value_bits<Max>(x), static_cast<unsigned long long>(j)};
 }
+/// Whether value v ranks strictly after the threshold value thr (so its key, whatever its index,
+/// cannot rank before thr's); false when either is NaN (the keys decide then).
+template <bool Max, class T>
+MEMSAFE_HD inline bool beyond_value(T v, T thr) {
+  return Max ? v < thr : v > thr;
+}
+
 template <bool Max, class T>
 MEMSAFE_HD inline T key_value(const rank_key& k) {
   if (k.v == ~0ull) return math::detail::nan_v<T>();

@@ -77,9 +77,8 @@ struct dmon_best {
   MEMSAFE_HD int kept() const { return 1; }
   MEMSAFE_HD static rank_key* keys(state& s) { return &s; }
   /// The value an entry must not rank after to change the state (NaN while it is empty): the fused
-  /// kernel skips an entry beyond it without building its key.
+  /// kernel skips an entry beyond it (beyond_value) without building its key.
   MEMSAFE_HD T threshold(const state& s) const { return key_value<Max, T>(s); }
-  MEMSAFE_HD static bool beyond(T v, T thr) { return Max ? v < thr : v > thr; }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const {
     const rank_key k = make_key<Max>(v, jg);
     if (k < s) s = k;
@@ -113,7 +112,6 @@ struct dmon_topk {
   MEMSAFE_HD int kept() const { return k; }
   MEMSAFE_HD static rank_key* keys(state& s) { return s.k; }
   MEMSAFE_HD T threshold(const state& s) const { return key_value<Max, T>(s.k[K - 1]); }
-  MEMSAFE_HD static bool beyond(T v, T thr) { return Max ? v < thr : v > thr; }
   MEMSAFE_HD void init(state& s) const {
 MEMSAFE_UNROLL
     for (int q = 0; q < K; ++q) s.k[q] = q < K - k ? pad_key() : empty_key();

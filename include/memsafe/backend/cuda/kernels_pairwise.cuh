@@ -55,9 +55,9 @@ concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
 /// A selection monoid whose state has a threshold value (its k-th best): an entry beyond it cannot
 /// enter, so the fused kernel compares the entry's value with it before building a key.
 template <class Mon, class T>
-concept value_threshold = requires(const Mon& m, const typename Mon::state& s, T v) {
+concept value_threshold = requires(const Mon& m, const typename Mon::state& s) {
   { m.threshold(s) } -> std::same_as<T>;
-  { Mon::beyond(v, v) } -> std::same_as<bool>;
+  Mon::max_first;
 };
 
 /// Threads own rows; each block walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
           part[r] = ::fma(map(v), wts[jj], part[r]);
         } else if constexpr (thresholds) {
           const T mv = map(v);
-          if (!Mon::beyond(mv, thr[r])) {  // NaN, ties and a list not yet full go to the keys
+          if (!beyond_value<Mon::max_first>(mv, thr[r])) {  // NaN, ties and a list not yet full go to the keys
             mon.fold(st[r], mv, j_base + jt + jj, jt + jj);
             thr[r] = mon.threshold(st[r]);
           }

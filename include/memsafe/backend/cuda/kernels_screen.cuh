@@ -56,13 +56,6 @@ struct tile_values {
                                        std::int64_t jg) const {
     mon.fold(st, e, jg, j);
   }
-  /// Top-k by block sort: the entry's key, and whether it ranks before `thr`.
-  template <bool Max>
-  __device__ __forceinline__ bool candidate(T e, std::int64_t, std::int64_t, std::int64_t jg, const rank_key& thr,
-                                            rank_key& key) const {
-    key = make_key<Max>(e, jg);
-    return key < thr;
-  }
   /// A lane's filter in select_rows_kernel: the threshold's value (NaN while the list is not full),
   /// an entry beyond it skipped without building its key.
   struct lane_filter {
@@ -79,9 +72,16 @@ struct tile_values {
   template <bool Max>
   __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, column, std::int64_t, std::int64_t,
                                          std::int64_t jg, rank_key& key) const {
-    if (Max ? e < f.thr : e > f.thr) return false;
+    if (beyond_value<Max>(e, f.thr)) return false;
     key = make_key<Max>(e, jg);
     return key < thr;
+  }
+  /// Top-k by block sort: the entry's key, and whether it ranks before `thr`.
+  template <bool Max>
+  __device__ __forceinline__ bool candidate(T e, std::int64_t i, std::int64_t j, std::int64_t jg, const rank_key& thr,
+                                            rank_key& key) const {
+    lane_filter f = filter(i);  // NaN threshold: rules nothing out
+    return select<Max>(f, thr, e, at(j), i, j, jg, key);
   }
 };
 
@@ -128,16 +128,6 @@ struct screened_sqdist {
     k.v = k.v > 8 ? k.v - 8 : 0;
     return k;
   }
-  /// Top-k by block sort: re-evaluated only when its best key could rank before `thr`.
-  template <bool Max>
-  __device__ __forceinline__ bool candidate(T e, std::int64_t i, std::int64_t j, std::int64_t jg, const rank_key& thr,
-                                            rank_key& key) const {
-    const T N = xn[i] + yn[j];
-    T lo, hi;
-    if (bounds(screen_value(e, N), N, lo, hi) && !(best_key<Max>(lo, hi, jg) < thr)) return false;
-    key = make_key<Max>(exact(i, j), jg);
-    return key < thr;
-  }
   /// A lane's filter in select_rows_kernel: the hull [rlo, rhi] of the bounds it has rejected. The
   /// values whose keys cannot rank before the list's k-th form a ray (the map is monotone; an equal
   /// value loses the tie, every later entry having a higher index than every kept one), the k-th
@@ -170,6 +160,14 @@ struct screened_sqdist {
     }
     key = make_key<Max>(exact(i, j), jg);
     return key < thr;
+  }
+  /// Top-k by block sort: re-evaluated only when its best key could rank before `thr` (select with
+  /// an empty hull).
+  template <bool Max>
+  __device__ __forceinline__ bool candidate(T e, std::int64_t i, std::int64_t j, std::int64_t jg, const rank_key& thr,
+                                            rank_key& key) const {
+    lane_filter f = filter(i);
+    return select<Max>(f, thr, e, at(j), i, j, jg, key);
   }
 };
 
