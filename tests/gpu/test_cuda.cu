@@ -146,6 +146,75 @@ TEST_CASE("d = 100 far from the origin: cuBLAS only screens, values and ranks ar
   expect_close(r.values, want, scale, "matern12 K*v at d = 100");
 }
 
+TEST_CASE("cosine at d = 100: the TF32 screen keeps the direct run's values and ranks bit for bit") {
+  // Each query i ≥ 1 has, at scattered columns, an exact duplicate, a copy scaled by 2 (cosine
+  // distance 0 in exact arithmetic as well), and three copies moved by q·77/256 (q = 1, 2, 3) along
+  // one coordinate: cosine distances ≈ 1.1e-4·q², closer together than a TF32 product's error
+  // (≈ 2⁻¹⁰ of ‖x‖‖y‖), so the screen alone could not rank them; the exact re-evaluation must. Query
+  // 0 is the zero vector (distance exactly 1 to everything: the lowest columns win), and column 1 is
+  // zero too. Every coordinate is exact in FP32, so the double reference ranks what FP32 computes.
+  const std::size_t n = 48, m = 6000, d = 100;
+  auto x = data(n, d, 61, true), y = data(m, d, 62, true);
+  for (std::size_t c = 0; c < d; ++c) x[c] = y[d + c] = 0;
+  std::mt19937_64 g(63);
+  std::vector<std::size_t> cols(m - 2);
+  std::iota(cols.begin(), cols.end(), std::size_t(2));
+  std::shuffle(cols.begin(), cols.end(), g);
+  std::vector<std::array<std::size_t, 5>> near(n);
+  for (std::size_t i = 1; i < n; ++i)
+    for (std::size_t q = 0; q < 5; ++q) {
+      const std::size_t j = cols[i * 5 + q];
+      near[i][q] = j;
+      for (std::size_t c = 0; c < d; ++c) y[j * d + c] = x[i * d + c] * (q == 1 ? 2.0 : 1.0);
+      if (q >= 2) y[j * d + (i % d)] += double(q - 1) * 77.0 / 256.0;
+    }
+  auto xf = cast<float>(x), yf = cast<float>(y);
+  dvec<float> X(xf), Y(yf);
+  const auto P = [&] { return memsafe::cosine(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)); };
+  const auto K = dense(x, y, n, m, d, [](const double* a, const double* b, std::size_t dd) { return cosd(a, b, dd); });
+  const std::size_t direct_b = std::size_t(1) << 20;  // no room for cuBLAS's workspace: the semiring tile
+  const auto close = [](double got, double want) { return std::fabs(got - want) <= 2e-5; };
+  for (std::size_t k : {4u, 17u}) {  // tile + fold (k ≤ 16) and tile + block sort
+    const auto direct = mc::eval(memsafe::argkmin(P(), k), mc::options{direct_b});
+    CHECK(direct.stats.plan.reduction.find("screen") == std::string::npos);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto s = row_sorted(K, m, i, false);
+      const std::int64_t* r = direct.indices.data() + i * k;
+      for (std::size_t q = 0; q < k; ++q) {
+        const double v = double(direct.values[i * k + q]);
+        if (i == 0 && (r[q] != std::int64_t(q) || v != 1.0)) ++bad;
+        if (!close(v, s[q].v) || r[q] < 0 || r[q] >= std::int64_t(m) || !close(K[i * m + std::size_t(r[q])], s[q].v)) ++bad;
+      }
+      if (i == 0) continue;
+      const bool pair = (r[0] == std::int64_t(near[i][0]) && r[1] == std::int64_t(near[i][1])) ||
+                        (r[0] == std::int64_t(near[i][1]) && r[1] == std::int64_t(near[i][0]));
+      if (!pair || r[2] != std::int64_t(near[i][2]) || r[3] != std::int64_t(near[i][3])) ++bad;
+      if (k > 4 && r[4] != std::int64_t(near[i][4])) ++bad;
+    }
+    CHECK(bad == 0);
+    for (std::size_t b : {std::size_t(8) << 20, std::size_t(64) << 20}) {
+      const auto e = memsafe::argkmin(P(), k);
+      const auto r = mc::eval(e, mc::options{b});
+      INFO("k = " << k << ", budget " << b << ", plan: " << r.stats.plan.reduction);
+      CHECK(r.stats.plan.reduction.find("screen") != std::string::npos);
+      CHECK(r.stats.peak_temp_bytes <= b);
+      CHECK(r.indices == direct.indices);
+      CHECK(r.values == direct.values);
+    }
+  }
+  // The farthest first (argkmax) and argmin take the same screen.
+  for (const bool largest : {false, true}) {
+    const auto run = [&](std::size_t b) {
+      return largest ? mc::eval(memsafe::argkmax(P(), 3), mc::options{b}) : mc::eval(memsafe::argmin(P()), mc::options{b});
+    };
+    const auto a = run(std::size_t(64) << 20), a_direct = run(direct_b);
+    CHECK(a.stats.plan.reduction.find("screen") != std::string::npos);
+    CHECK(a.indices == a_direct.indices);
+    CHECK(a.values == a_direct.values);
+  }
+}
+
 TEST_CASE("warp-list selections at d = 100: tied duplicates go to the lowest indices, screened or not, at every budget") {
   // 16 distinct database points, each repeated across m = 20,000 columns (column j is point j % 16):
   // every value ties with ~1250 others, so the k kept are exactly the lowest columns of the nearest

@@ -4,22 +4,32 @@
 // A squared-distance tile from cuBLAS (‖x‖² + ‖y‖² − 2x·y in T) is not the value the host and the
 // direct kernels compute (Σ (x_k − y_k)², one FMA per coordinate in coordinate order): for
 // near-duplicates it is off by ≈ u·‖x‖² in absolute terms, so a distance of 0 comes out as 3e-3 in
-// FP32 at ‖x‖² ≈ 10⁵ and a Matérn-1/2 kernel's diagonal as 0.997. Such a tile is therefore only a
-// *screen* (selections only — min, max, argmin, argmax, top-k — of a bare pairwise leaf, whose
-// finalise is monotone in the squared distance): an entry is re-evaluated exactly, with the direct
-// kernels' arithmetic, when its best possible key could still enter the row's state, and only the
-// exact value is ever folded. The results equal the direct path's bit for bit.
+// FP32 at ‖x‖² ≈ 10⁵ and a Matérn-1/2 kernel's diagonal as 0.997. A cosine tile from a TF32 GEMM is
+// off by ≈ 2⁻¹⁰. Such a tile is therefore only a *screen* (selections only — min, max, argmin,
+// argmax, top-k — of a bare pairwise leaf, whose finalise is monotone in the base value): an entry
+// is re-evaluated exactly, with the direct kernels' arithmetic, when its best possible key could
+// still enter the row's state, and only the exact value is ever folded. The results equal the
+// direct path's bit for bit.
 //
-// Margin. For any summation order, |fl(x·y) − x·y| ≤ γ_d Σ|x_k y_k| ≤ γ_d N/2 with N = ‖x‖² + ‖y‖²;
-// the norms err by γ_d each, the epilogue's add and FMA by ≤ 3u·2N; the exact value v̂ is within
-// γ_{d+3}·D ≤ 2γ_{d+3}N of D = ‖x − y‖² (D ≤ 2N). So |ŝ − v̂| ≤ (4d + 12)u·N (1 + O(du)), and
-// δ = 8(d + 4)u gives twice that. With TF32 tensor-op GEMMs (options.allow_tf32) each product errs
-// by up to 2⁻¹⁰ relative, so δ grows by 2⁻⁹. The bound [ŝ − δN, ŝ + δN] (computed in T with the
-// margin widened by 16u for that computation's own rounding, screen_bounds_margin; lower end clamped
-// at 0) is mapped at both ends (the map is monotone, increasing or decreasing), the
-// better key is relaxed by 8 units in the last place of its value (the map's own rounding), and an
-// entry whose relaxed best key does not rank before the state's worst cannot enter: skipped. Entries
-// with a NaN screening value or a non-finite N are always re-evaluated.
+// Margin, squared distance. For any summation order, |fl(x·y) − x·y| ≤ γ_d Σ|x_k y_k| ≤ γ_d N/2
+// with N = ‖x‖² + ‖y‖²; the norms err by γ_d each, the epilogue's add and FMA by ≤ 3u·2N; the
+// exact value v̂ is within γ_{d+3}·D ≤ 2γ_{d+3}N of D = ‖x − y‖² (D ≤ 2N). So
+// |ŝ − v̂| ≤ (4d + 12)u·N (1 + O(du)), and δ = 8(d + 4)u gives twice that. With TF32 tensor-op
+// GEMMs (options.allow_tf32, options.screen_tf32) each product errs by up to 2⁻¹⁰ relative, so δ
+// grows by 2⁻⁹. The bound [ŝ − δN, ŝ + δN] (computed in T with the margin widened by 16u for that
+// computation's own rounding, screen_bounds_margin; lower end clamped at 0: v̂ is a sum of squares)
+// is mapped at both ends (the map is monotone, increasing or decreasing), the better key is relaxed
+// by 8 units in the last place of its value (the map's own rounding), and an entry whose relaxed
+// best key does not rank before the state's worst cannot enter: skipped. Entries with a NaN or
+// infinite screening value or a non-finite N are always re-evaluated.
+//
+// Margin, cosine (1 − x·y/(‖x‖‖y‖), with the inverse norms x̃ = 1/‖x‖, ỹ = 1/‖y‖ of norms_kernel,
+// which the exact value uses too). ŝ = 1 − e·x̃·ỹ from the tile's e ≈ x·y, v̂ = 1 − s·x̃·ỹ from
+// the sequential dot s. |e − s| ≤ |e − x·y| + |s − x·y| ≤ (τ + 2γ_d)·Σ|x_k y_k| ≤ (τ + 2γ_d)‖x‖‖y‖,
+// τ = 0 in FP32, τ ≤ 2⁻⁹ + 2⁻²⁰ with TF32 inputs (each rounded or truncated to 10 bits); x̃ỹ‖x‖‖y‖
+// ≤ 1 + (d + 4)u; the products and the FMAs of ŝ and v̂ round by ≤ 6u in all (|v̂| ≤ 2). So
+// |ŝ − v̂| ≤ τ + (2d + 8)u (1 + O(du)) and δ = 2τ + 8(d + 4)u (N = 1: the margin is absolute). Not
+// clamped: a computed v̂ may be slightly below 0.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -31,16 +41,19 @@
 
 namespace memsafe::cuda::detail {
 
-/// δ of the file comment for T, d coordinates, and whether cuBLAS may use TF32.
+/// δ of the file comment for the base B, T, d coordinates, and whether cuBLAS may use TF32.
 template <class T>
-double screen_margin(std::size_t d, bool tf32) {
+double screen_margin(base_kind B, std::size_t d, bool tf32) {
   const double u = 0.5 * double(std::numeric_limits<T>::epsilon());
-  return 8.0 * double(d + 4) * u + (tf32 && sizeof(T) == 4 ? 1.0 / 512.0 : 0.0);
+  const bool tensor = tf32 && sizeof(T) == 4;
+  if (B == base_kind::cosine) return 8.0 * double(d + 4) * u + (tensor ? 2.0 / 512.0 + 2.0 / 1048576.0 : 0.0);
+  return 8.0 * double(d + 4) * u + (tensor ? 1.0 / 512.0 : 0.0);
 }
 
 /// The margin the kernels use, in T: δ + 16u. Computing N = ‖x‖² + ‖y‖², m = δN and ŝ ∓ m in T
-/// errs by at most u(|ŝ| + m) + 2uδN ≤ 3uN (|ŝ| ≤ 2.1N, δ ≤ 1/2), and the extra 16u·N (15u·N
-/// after the conversion's rounding) covers it: [lo, hi] computed in T contains [ŝ − δN, ŝ + δN].
+/// errs by at most u(|ŝ| + m) + 2uδN ≤ 3uN (|ŝ| ≤ 2.1N, δ ≤ 1/2; for cosine N = 1 and |ŝ| ≤ 2.1),
+/// and the extra 16u·N (15u·N after the conversion's rounding) covers it: [lo, hi] computed in T
+/// contains [ŝ − δN, ŝ + δN].
 template <class T>
 T screen_bounds_margin(double delta) {
   return static_cast<T>(delta + 16.0 * 0.5 * double(std::numeric_limits<T>::epsilon()));
@@ -85,11 +98,13 @@ struct tile_values {
   }
 };
 
-/// The tile holds cuBLAS's x_i·y_j of a squared distance's screen (the epilogue is not run: the
-/// screening value ŝ = max(‖x‖² + ‖y‖² − 2x·y, 0) is formed here with the epilogue's arithmetic);
-/// X and Y are the row block's and the column chunk's points, xn and yn their squared norms.
-template <class Map, class T>
-struct screened_sqdist {
+/// The tile holds cuBLAS's x_i·y_j of a squared distance's or a cosine's screen (the epilogue is
+/// not run: the screening value ŝ is formed here with the epilogue's arithmetic: max(‖x‖² + ‖y‖² −
+/// 2x·y, 0), or 1 − x·y·x̃·ỹ); X and Y are the row block's and the column chunk's points, xn and yn
+/// their squared norms (B = sqeuclid) or inverse norms (B = cosine), from norms_kernel.
+template <class Map, class T, base_kind B>
+struct screened_leaf {
+  static_assert(B == base_kind::sqeuclid || B == base_kind::cosine, "screens: squared distance or cosine");
   Map map;
   dev_points<T> X, Y;
   const T* xn = nullptr;
@@ -97,25 +112,34 @@ struct screened_sqdist {
   T ysign = 1;
   T delta = 0;  ///< δ + 16u (screen_bounds_margin): the margin with the rounding of its own computation in T
 
-  /// ŝ from the tile's x_i·y_j and N = ‖x_i‖² + ‖y_j‖² (gemm_epilogue_kernel's arithmetic).
-  __device__ __forceinline__ T screen_value(T e, T N) const {
-    const T v = ::fma(T(-2), ysign * e, N);
-    return v < T(0) ? T(0) : v;
+  /// ŝ from the tile's x_i·y_j and the two points' norms (gemm_epilogue_kernel's arithmetic); N, the
+  /// scale of the margin (‖x‖² + ‖y‖², or 1 for cosine).
+  __device__ __forceinline__ T screen_value(T e, T xni, T ynj, T& N) const {
+    if constexpr (B == base_kind::cosine) {
+      N = T(1);
+      return cosine_value(ysign * e, xni, ynj);
+    } else {
+      N = xni + ynj;
+      const T v = ::fma(T(-2), ysign * e, N);
+      return v < T(0) ? T(0) : v;
+    }
   }
-  /// map(Σ (x_k − y_k)²): the direct kernels' arithmetic, coordinate by coordinate.
+  /// map(F(x_i, y_j)): the direct kernels' arithmetic, coordinate by coordinate.
   __device__ T exact(std::int64_t i, std::int64_t j) const {
     T acc = 0;
 #pragma unroll 4
-    for (std::int64_t k = 0; k < X.d; ++k) acc = base_step<base_kind::sqeuclid>(X.at(i, k), ysign * Y.at(j, k), acc);
-    return map(acc);
+    for (std::int64_t k = 0; k < X.d; ++k) acc = base_step<B>(X.at(i, k), ysign * Y.at(j, k), acc);
+    if constexpr (B == base_kind::cosine) return map(cosine_value(acc, xn[i], yn[j]));
+    else return map(acc);
   }
-  /// [lo, hi] ⊇ [ŝ − δN, ŝ + δN] (lower end clamped at 0), computed in T; false when the entry must
-  /// be re-evaluated whatever its bounds (NaN ŝ, N not finite in T).
+  /// [lo, hi] ⊇ [ŝ − δN, ŝ + δN] (a squared distance's lower end clamped at 0), computed in T; false
+  /// when the entry must be re-evaluated whatever its bounds (ŝ NaN or infinite, N not finite in T).
   __device__ __forceinline__ bool bounds(T s, T N, T& lo, T& hi) const {
-    if (s != s || !(N < math::detail::inf_v<T>())) return false;
+    constexpr T inf = math::detail::inf_v<T>();
+    if (!(s > -inf && s < inf) || !(N < inf)) return false;
     const T m = delta * N;
     lo = s - m;
-    lo = lo > T(0) ? lo : T(0);
+    if constexpr (B == base_kind::sqeuclid) lo = lo > T(0) ? lo : T(0);
     hi = s + m;
     return true;
   }
@@ -135,9 +159,9 @@ struct screened_sqdist {
   /// comparisons, no map and no key.
   struct lane_filter {
     T rlo, rhi;
-    T xn;  ///< ‖x_i‖² of the warp's row
+    T xn;  ///< ‖x_i‖² (or 1/‖x_i‖) of the warp's row
   };
-  /// ‖y_j‖², loaded with the entry (one more coalesced load in flight, not a dependent one).
+  /// ‖y_j‖² (or 1/‖y_j‖), loaded with the entry (one more coalesced load in flight, not a dependent one).
   using column = T;
   __device__ __forceinline__ column at(std::int64_t j) const { return yn[j]; }
   __device__ __forceinline__ lane_filter filter(std::int64_t i) const {
@@ -148,9 +172,9 @@ struct screened_sqdist {
   template <bool Max>
   __device__ __forceinline__ bool select(lane_filter& f, const rank_key& thr, T e, column ynj, std::int64_t i,
                                          std::int64_t j, std::int64_t jg, rank_key& key) const {
-    const T N = f.xn + ynj;
-    T lo, hi;
-    if (bounds(screen_value(e, N), N, lo, hi)) {
+    T N, lo, hi;
+    const T sv = screen_value(e, f.xn, ynj, N);
+    if (bounds(sv, N, lo, hi)) {
       if (lo >= f.rlo && hi <= f.rhi) return false;
       if (!(best_key<Max>(lo, hi, jg) < thr)) {
         f.rlo = lo < f.rlo ? lo : f.rlo;

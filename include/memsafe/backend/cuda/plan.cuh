@@ -185,8 +185,9 @@ bool gemm_eligible(const Leaf& leaf) {
   return dotlike && leaf.params.kind == per_dim_kind::none && leaf.dim() >= 32;
 }
 
-/// Whether a cuBLAS tile of this leaf holds its values: dot and cosine. A squared distance from
-/// cuBLAS is only a screen (kernels_screen.cuh): its values come from the semiring kernel.
+/// Whether a cuBLAS tile of this leaf holds its values (reductions other than selections): dot and
+/// cosine. A squared distance from cuBLAS is only a screen (kernels_screen.cuh): its values come
+/// from the semiring kernel.
 template <class Leaf>
 bool gemm_values(const Leaf& leaf) {
   return Leaf::formula_type::base != base_kind::sqeuclid && gemm_eligible(leaf);
@@ -198,12 +199,13 @@ inline constexpr bool red_selects = std::is_same_v<R, red::min> || std::is_same_
                                     std::is_same_v<R, red::argmin> || std::is_same_v<R, red::argmax> ||
                                     std::is_same_v<R, red::argkmin> || std::is_same_v<R, red::argkmax>;
 
-/// Whether a selection over E may screen with a cuBLAS squared-distance tile and re-evaluate: E is
-/// a bare pairwise leaf of a squared-distance formula (its finalise is monotone in the distance).
+/// Whether a selection over E may screen with a cuBLAS tile and re-evaluate: E is a bare pairwise
+/// leaf of a squared-distance or cosine formula (its finalise is monotone in the base value).
 template <class E>
 inline constexpr bool screen_capable = false;
 template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D>
-inline constexpr bool screen_capable<pairwise<F, T, RX, RY, D>> = F::base == base_kind::sqeuclid;
+inline constexpr bool screen_capable<pairwise<F, T, RX, RY, D>> =
+    F::base == base_kind::sqeuclid || F::base == base_kind::cosine;
 
 /// Query rows per thread of the fused kernel with DB coordinates in registers: more when the
 /// coordinates and the state are small (reuse of each y load).

@@ -54,13 +54,14 @@ struct row_pass {
     return s.screen && Xb.cs == 1 && Yc.cs == 1;
   }
   /// Call f with the tile's entry source: screening values re-evaluated exactly (selections over a
-  /// bare squared-distance leaf), or the tile's values as they are.
+  /// bare squared-distance or cosine leaf), or the tile's values as they are.
   template <class Fn>
   void with_entries(bool screen, const dev_points<T>& Xb, const dev_points<T>& Yc, Fn&& f) const {
     if constexpr (screen_capable<std::remove_cvref_t<decltype(Job::e)>>) {
       if (screen) {
-        f(kernels::screened_sqdist<Map, T>{map, Xb, Yc, xn.data(), yn.data(), T(leaf.params.y_sign),
-                                           screen_bounds_margin<T>(screen_delta)});
+        constexpr base_kind B = Leaf::formula_type::base;
+        f(kernels::screened_leaf<Map, T, B>{map, Xb, Yc, xn.data(), yn.data(), T(leaf.params.y_sign),
+                                            screen_bounds_margin<T>(screen_delta)});
         return;
       }
     }
@@ -336,7 +337,7 @@ void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const optio
   }
   using Leaf = std::remove_cvref_t<decltype(leaf)>;
   using Map = std::remove_cvref_t<decltype(map)>;
-  const double delta = screen_margin<T>(s.d, tf32);
+  const double delta = screen_margin<T>(Leaf::formula_type::base, s.d, tf32);
   const row_pass<J, Map, Leaf> r{s, L, job, map, leaf, ds.scale, xf, yf, rf, bl.get(), tile, xn, yn, b.out, acc, delta};
   if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) run_fold(r);
   else run_tiles(r);

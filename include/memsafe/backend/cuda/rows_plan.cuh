@@ -164,8 +164,9 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
   s.with_index = red_indexed<R>;
   s.sms = sms;
   choose_path<R, T>(job.red, s);
-  // cuBLAS tiles: values for dot and cosine; for a squared distance only a screen, for the
-  // selections over a bare leaf (every other reduction of it takes the semiring kernel's tile).
+  // cuBLAS tiles: for the selections over a bare squared-distance or cosine leaf a screen (TF32 by
+  // default, exact re-evaluation); otherwise values for dot and cosine, while every other
+  // reduction of a squared distance takes the semiring kernel's tile.
   if (s.path != kernel_path::fused) {
     s.screen = screen_capable<E> && red_selects<R> && gemm_eligible(leaf);
     s.gemm = s.screen || gemm_values(leaf);
