@@ -412,7 +412,7 @@ def workloads_of(rows, suite):
 
 def expected_knn_workloads():
     out = []
-    for n in (10**4, 10**5, 10**6):
+    for n in (10**4, 10**5, 10**6, 10**7):
         for d in (3, 10, 100):
             out.append({"data": "random", "metric": "l2", "n": n, "m": 10**4, "d": d, "k": 10, "precision": "f32"})
     for metric in ("l1", "cosine"):

@@ -548,7 +548,7 @@ def knn_workloads(quick: bool) -> list[dict]:
         for metric in ("l1", "cosine"):
             out.append({**base, "metric": metric, "n": 10000, "m": 500, "d": 10})
         return out
-    for n in (10**4, 10**5, 10**6):
+    for n in (10**4, 10**5, 10**6, 10**7):  # 10^7: the eXLA paper's largest database
         for d in (3, 10, 100):
             out.append({**base, "metric": "l2", "n": n, "m": 10**4, "d": d})
     for metric in ("l1", "cosine"):
