@@ -45,9 +45,9 @@ namespace memsafe::cuda::detail {
 template <class T>
 double screen_margin(base_kind B, std::size_t d, bool tf32) {
   const double u = 0.5 * double(std::numeric_limits<T>::epsilon());
-  const bool tensor = tf32 && sizeof(T) == 4;
-  if (B == base_kind::cosine) return 8.0 * double(d + 4) * u + (tensor ? 2.0 / 512.0 + 2.0 / 1048576.0 : 0.0);
-  return 8.0 * double(d + 4) * u + (tensor ? 1.0 / 512.0 : 0.0);
+  // TF32 products: 2⁻⁹ of N for the squared distance, 2τ = 2⁻⁸ + 2⁻¹⁹ absolute for the cosine.
+  const double tensor = B == base_kind::cosine ? 2.0 / 512.0 + 2.0 / 1048576.0 : 1.0 / 512.0;
+  return 8.0 * double(d + 4) * u + (tf32 && sizeof(T) == 4 ? tensor : 0.0);
 }
 
 /// The margin the kernels use, in T: δ + 16u. Computing N = ‖x‖² + ‖y‖², m = δN and ŝ ∓ m in T
