@@ -15,7 +15,8 @@ the same steps. Test RMSE and NLPD in the original units (as sgpr_train: predict
 
 Prints one JSON line: impl "gpflow", the trained hyperparameters, bound, rmse, nlpd, iterations,
 evaluations, seconds_train, seconds_per_evaluation, max_rss_bytes (the process's peak RSS: data,
-TensorFlow and the n×m matrices it forms), or status "oom"/"error" with the message. GPflow lives in
+TensorFlow and the n×m matrices it forms), or status "oom"/"error" with the message ("oom" also when
+its resident set passes the memory available at the start less 1 GiB: bench/gp/rss_guard.py). GPflow lives in
 a venv (bench/.cache/venv-gpflow, git-ignored):
     python3 -m venv bench/.cache/venv-gpflow && bench/.cache/venv-gpflow/bin/pip install gpflow tensorflow-cpu
 """
@@ -31,6 +32,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from gpflow_check import same_start, start_args  # noqa: E402  (the same data, start and model as the gradient check)
+import rss_guard  # noqa: E402
 
 
 def main():
@@ -40,6 +42,7 @@ def main():
     a = ap.parse_args()
     row = {"impl": "gpflow", "dataset": a.dataset, "split": a.split, "m": a.m, "kernel": a.kernel,
            "iters_max": a.iters, "threads": a.threads}
+    rss_guard.start(row)  # past the memory available at the start less 1 GiB: status "oom", exit 3
     try:
         _, model, k, (X, y, Xte, yte, ym, ys) = same_start(a, with_test=True)
         n, d = X.shape

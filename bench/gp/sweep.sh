@@ -6,12 +6,14 @@
 #   bash bench/gp/sweep.sh                      # the full grid below: HOURS on 2 cores
 #   DATASETS="kin40k" SPLITS="0" MS="500" ITERS=50 bash bench/gp/sweep.sh    # one run
 #   IMPLS="memsafe gpflow" ...                  # GPflow's SGPR too, from the same start (gpflow_train.py)
+#   IMPLS="memsafe gpflow gpytorch" ...         # and GPyTorch's (InducingPointKernel), the same start (gpytorch_train.py)
 #
 # Environment: BIN (default build/examples/sgpr_train), DATASETS (kin40k protein elevators bike),
 # SPLITS (0 1 2), MS (500 1000 2000 5000 10000), ITERS (100), KERNEL (matern32), BUDGET (64MiB),
 # THREADS (2), OUT (bench/results/gp_sgpr.jsonl), TIMEOUT seconds per run (36000; a run that passes
-# it is recorded as {"status": "timeout"}), IMPLS (memsafe; add gpflow for the peer), GPFLOW_PY (the
-# venv's python, bench/.cache/venv-gpflow/bin/python). Each run's row also records the machine's
+# it is recorded as {"status": "timeout"}), IMPLS (memsafe; add gpflow and/or gpytorch for the peers),
+# GPFLOW_PY (the GPflow venv's python, bench/.cache/venv-gpflow/bin/python), GPYTORCH_PY (the GPyTorch
+# venv's python, bench/.cache/venv-gpytorch/bin/python). Each run's row also records the machine's
 # 1-minute load average at its start (load_1m): the machine may be shared.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -29,12 +31,16 @@ TIMEOUT=${TIMEOUT:-36000}
 mkdir -p "$(dirname "$OUT")"
 IMPLS=${IMPLS:-memsafe}
 GPFLOW_PY=${GPFLOW_PY:-bench/.cache/venv-gpflow/bin/python}
+GPYTORCH_PY=${GPYTORCH_PY:-bench/.cache/venv-gpytorch/bin/python}
 for ds in $DATASETS; do
   for s in $SPLITS; do
     for m in $MS; do
       for impl in $IMPLS; do
         if [[ $impl == gpflow ]]; then
           cmd=("$GPFLOW_PY" bench/gp/gpflow_train.py --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS"
+               --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN")
+        elif [[ $impl == gpytorch ]]; then
+          cmd=("$GPYTORCH_PY" bench/gp/gpytorch_train.py --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS"
                --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN")
         else
           cmd=("$BIN" --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS" --kernel "$KERNEL" --budget "$BUDGET"
