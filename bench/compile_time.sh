@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compile time of translation units that use memsafe, with g++ and (when present) nvcc.
-# Prints one JSON line per (compiler, flags, translation unit): min and median wall seconds of R runs.
+# Prints one JSON line per (compiler, flags, translation unit): min and median wall seconds of R runs,
+# min and median CPU seconds (user + system), and the 1-minute load average when the line was written.
 # g++ compiles with -O3 -march=native (this project's own programs) and, for the small translation
 # units, with plain -O2 as a consumer does by default (lines with "flags": "-O2").
 #   bash bench/compile_time.sh [R]        (default R = 3)
@@ -11,18 +12,26 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 measure() {  # name flags-label compiler args...   (an empty label: no "flags" field)
   local name=$1 label=$2 cc=$3; shift 3
-  local times=()
+  local times=() cpus=()
   for _ in $(seq "$R"); do
-    local t0 t1
+    local t0 t1 u
     t0=$(date +%s.%N)
-    "$cc" "$@" -o "$tmp/out.o" >/dev/null 2>&1 || { echo "{\"tu\": \"$name\", \"compiler\": \"$cc\", \"error\": \"compile failed\"}"; return; }
+    # CPU seconds (user + system, children included) too: on a shared machine they move far less
+    # with the load than the wall time does.
+    u=$( { TIMEFORMAT='%U %S'; time "$cc" "$@" -o "$tmp/out.o" >/dev/null 2>&1; } 2>&1 ) ||
+      { echo "{\"tu\": \"$name\", \"compiler\": \"$cc\", \"error\": \"compile failed\"}"; return; }
     t1=$(date +%s.%N)
     times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')")
+    cpus+=("$(echo "$u" | tail -n 1 | awk '{ printf "%.3f", $1 + $2 }')")
   done
-  printf '%s\n' "${times[@]}" | sort -g | awk -v n="$name" -v f="$label" -v c="$cc" -v cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" '
+  local cpu_stats
+  cpu_stats=$(printf '%s\n' "${cpus[@]}" | sort -g | awk '{ t[NR] = $1 } END {
+      printf "%.2f %.2f", t[1], (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2 }')
+  printf '%s\n' "${times[@]}" | sort -g | awk -v n="$name" -v f="$label" -v c="$cc" -v cs="$cpu_stats" \
+    -v load="$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)" -v cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" '
     { t[NR] = $1 } END { med = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2;
-      fl = (f == "") ? "" : sprintf(", \"flags\": \"%s\"", f);
-      printf "{\"tu\": \"%s\", \"compiler\": \"%s\"%s, \"runs\": %d, \"min_s\": %.2f, \"median_s\": %.2f, \"cpu\": \"%s\"}\n", n, c, fl, NR, t[1], med, cpu }'
+      fl = (f == "") ? "" : sprintf(", \"flags\": \"%s\"", f); split(cs, q, " ");
+      printf "{\"tu\": \"%s\", \"compiler\": \"%s\"%s, \"runs\": %d, \"min_s\": %.2f, \"median_s\": %.2f, \"cpu_min_s\": %.2f, \"cpu_median_s\": %.2f, \"load_1m\": %s, \"cpu\": \"%s\"}\n", n, c, fl, NR, t[1], med, q[1], q[2], load, cpu }'
 }
 flags=(-std=c++20 -O3 -march=native -fno-math-errno -DNDEBUG -Iinclude -Iexamples -c)
 for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp bench/compile_time/grad.cpp examples/knn.cpp; do

@@ -654,7 +654,7 @@ def section_attention(rows) -> str:
     return "\n".join(s)
 
 
-SGPR_IMPLS = ("memsafe", "gpflow")
+SGPR_IMPLS = ("memsafe", "gpflow", "gpytorch")
 
 
 def sgpr_rows(rows) -> list[dict]:
@@ -695,7 +695,7 @@ def plot_sgpr(rows, path, mach) -> bool:
                         ax.plot([r["m"] for r in off], [r[key] for r in off], "x", markersize=8, color=f"C{ci}",
                                 label=f"{impl}, {it} iterations only")
                         ax.legend(fontsize=8)
-            for ci, (impl, style) in enumerate(zip(SGPR_IMPLS, ("o-", "s--"))):
+            for ci, (impl, style) in enumerate(zip(SGPR_IMPLS, ("o-", "s--", "^:"))):
                 pts = {}
                 for r in sg:
                     if (r["dataset"] == ds and r.get("impl") == impl and r.get(key) is not None
@@ -715,7 +715,7 @@ def plot_sgpr(rows, path, mach) -> bool:
             ax.grid(True, which="both", alpha=0.3)
             if row == 0 and col == 0 or ax.get_legend() is not None:
                 ax.legend(fontsize=8)
-    fig.suptitle("SGPR trained (Matérn 3/2, ARD, inducing points trained):\nmemsafe vs GPflow, same start, "
+    fig.suptitle("SGPR trained (Matérn 3/2, ARD, inducing points trained):\nmemsafe vs GPflow and GPyTorch, same start, "
                  "same L-BFGS iteration budget", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -725,46 +725,54 @@ def plot_sgpr(rows, path, mach) -> bool:
 
 def section_sgpr(rows, img) -> str:
     sg = sgpr_rows(rows)
-    s = ["## SGPR training (issue 14: against GPflow)", "",
-         "`bash bench/gp/sweep.sh` with `IMPLS=\"memsafe gpflow\"` — SGPR (Titsias' collapsed bound) trained end to "
-         "end on a UCI split: kernel variance, ARD lengthscales, noise variance and the inducing points. memsafe: "
-         "`examples/sgpr_train` (the bound and its gradient under a 64 MiB budget of temporaries, liblbfgs). "
+    s = ["## SGPR training (issue 14: against GPflow and GPyTorch)", "",
+         "`bash bench/gp/sweep.sh` with `IMPLS=\"memsafe gpflow gpytorch\"` — SGPR (Titsias' collapsed bound) trained "
+         "end to end on a UCI split: kernel variance, ARD lengthscales, noise variance and the inducing points. "
+         "memsafe: `examples/sgpr_train` (the bound and its gradient under a 64 MiB budget of temporaries, liblbfgs). "
          "GPflow: `bench/gp/gpflow_train.py`, `gpflow.models.SGPR` from the same start — the same standardised "
          "data, initial σ_f² = 1, ℓ = 1, σ² = 0.1, the same initial inducing points (memsafe's k-means++ seeding), "
-         "softplus transforms and jitter — trained by scipy's L-BFGS-B (`gpflow.optimizers.Scipy`). Both stop after "
-         "at most the same number of L-BFGS iterations (the same budget, not the same steps), same threads. Test "
-         "RMSE and NLPD in the data's units, mean ± half the range over the splits run; time per evaluation of the "
-         "bound and its gradient (training time / evaluations); peak RSS of the process (GPflow's holds the n×m "
-         "matrices TensorFlow forms). The machine is shared (2 cores): each row records the load at its start.", ""]
+         "softplus transforms and jitter — trained by scipy's L-BFGS-B (`gpflow.optimizers.Scipy`). GPyTorch: "
+         "`bench/gp/gpytorch_train.py`, `InducingPointKernel` (Titsias' bound, exact m×m Cholesky algebra) from the "
+         "same start with the same fixed 1e-6 jitter (its bound at the start equals memsafe's to ≈ 4e-14), its "
+         "default noise floor σ² ≥ 1e-4, Titsias' predictive, `torch.optim.LBFGS` with a strong-Wolfe line search. "
+         "All stop after at most the same number of L-BFGS iterations (the same budget, not the same steps), same "
+         "threads. Test RMSE and NLPD in the data's units, mean ± half the range over the splits run; time per "
+         "evaluation of the bound and its gradient (training time / evaluations); peak RSS of the process (the "
+         "peers' hold the n×m matrices their frameworks form; a peer whose RSS passes the memory available at its "
+         "start less 1 GiB is stopped and recorded as `oom`). The machine is shared (2 cores): each row records the "
+         "load at its start.", ""]
     if not sg:
-        return "\n".join(s + [f"{NM}: run `IMPLS=\"memsafe gpflow\" bash bench/gp/sweep.sh`.", ""])
+        return "\n".join(s + [f"{NM}: run `IMPLS=\"memsafe gpflow gpytorch\" bash bench/gp/sweep.sh`.", ""])
     body = []
     groups = sorted({(r.get("dataset"), r.get("m"), r.get("iters_max")) for r in sg}, key=lambda g: (g[0], g[1], g[2] or 0))
     for ds, m, it in groups:
-        cells = [ds, f"{m:,}", str(it)]
         per_eval = {}  # mean seconds per evaluation of each implementation's good runs
+        lines = []
         for impl in SGPR_IMPLS:
             rs = [r for r in sg if r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
                   and r.get("iters_max") == it]
+            if not rs:
+                continue
             good = [r for r in rs if r.get("status") == "ok"]
             bad = [r for r in rs if r.get("status") != "ok"]
-            splits = ",".join(str(r.get("split")) for r in sorted(good, key=lambda r: r.get("split", 0)))
+            cells = [ds, f"{m:,}", str(it), impl]
             if good:
+                splits = ",".join(str(r.get("split")) for r in sorted(good, key=lambda r: r.get("split", 0)))
                 per_eval[impl] = sum(r["seconds_per_evaluation"] for r in good) / len(good)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(per_eval[impl]), "/".join(str(r.get("iterations")) for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
             else:
                 why = ", ".join(sorted({str(r.get("status")) for r in bad})) or NM
-                cells += [why, "—", "—", "—", "—", "—"]
-        both = "memsafe" in per_eval and "gpflow" in per_eval
-        cells.append(f"{per_eval['gpflow'] / per_eval['memsafe']:.2f}×" if both else "—")
-        body.append(cells)
-    head = ["data set", "m", "iterations (max)"]
-    for impl in SGPR_IMPLS:
-        head += [f"{impl} splits", f"{impl} RMSE", f"{impl} NLPD", f"{impl} s / evaluation", f"{impl} iterations",
-                 f"{impl} peak RSS"]
-    head.append("GPflow s / memsafe s")
+                peak = max((r.get("max_rss_bytes") or 0 for r in bad), default=0)
+                cells += [why, "—", "—", "—", "—", f"> {fbytes(peak)}" if peak else "—"]
+            lines.append((impl, cells))
+        for impl, cells in lines:
+            cells.append(f"{per_eval[impl] / per_eval['memsafe']:.2f}×" if impl in per_eval and "memsafe" in per_eval
+                         and impl != "memsafe" else "—")
+            body.append(cells)
+    head = ["data set", "m", "iterations (max)", "implementation", "splits (or why none)", "test RMSE", "test NLPD",
+            "s / evaluation", "iterations", "peak RSS", "its s / memsafe's s"]
     s += [table(head, body), ""]
     loads = [r.get("load_1m") for r in sg if r.get("load_1m") is not None]
     if loads:
@@ -1035,14 +1043,20 @@ def section_compile(rows) -> str:
     cr = [r for r in rows if r.get("bench") == "compile"]
     s = ["## Compile time", "", "`python3 bench/run.py compile` (runs `bash bench/compile_time.sh R`): g++ with "
          "`-O3 -march=native -fno-math-errno` (this project's programs), *g++ -O2* with plain `-O2` as a consumer "
-         "compiles by default; nvcc with `-O3`.", ""]
+         "compiles by default; nvcc with `-O3`. Wall seconds, and CPU seconds (user + system: on this shared "
+         "machine they move far less with the load than the wall time; rows from before they were recorded show —); "
+         "the load column is the 1-minute load average when the row was written.", ""]
     if not cr:
         return "\n".join(s + [NM + ".", ""])
     body = [[r.get("tu"), r.get("compiler") + (f" {r['flags']}" if r.get("flags") else ""),
              status_cell(r, fsec(r.get("min_s"))) if "error" not in r else "compile failed",
-             fsec(r.get("median_s")) if "error" not in r else "—", str(r.get("runs", "—"))]
+             fsec(r.get("median_s")) if "error" not in r else "—",
+             fsec(r.get("cpu_min_s")) if r.get("cpu_min_s") is not None else "—",
+             fsec(r.get("cpu_median_s")) if r.get("cpu_median_s") is not None else "—",
+             f"{r['load_1m']:.2f}" if r.get("load_1m") is not None else "—", str(r.get("runs", "—"))]
             for r in sorted(cr, key=lambda r: (r.get("compiler") or "", r.get("flags") or "", r.get("tu") or ""))]
-    return "\n".join(s + [table(["translation unit", "compiler", "min", "median", "runs"], body), ""])
+    return "\n".join(s + [table(["translation unit", "compiler", "wall min", "wall median", "CPU min", "CPU median",
+                                  "load", "runs"], body), ""])
 
 
 # ---- goals -------------------------------------------------------------------------------------

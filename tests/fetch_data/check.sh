@@ -70,7 +70,8 @@ start_server() {  # start_server DIR LOG: serves DIR on 127.0.0.1; sets $port
   pids+=("$pid")
   port=""
   for ((i = 0; i < 200; i++)); do
-    port=$(sed -n 's/^Serving HTTP on .* port \([0-9][0-9]*\).*/\1/p' "$log")
+    # The background job opens $log after the fork: on a busy machine it may not exist yet.
+    port=$(sed -n 's/^Serving HTTP on .* port \([0-9][0-9]*\).*/\1/p' "$log" 2>/dev/null || true)
     if [[ -n $port ]]; then return 0; fi
     kill -0 "$pid" 2>/dev/null || fail "the HTTP server for $dir exited: $(cat "$log")"
     sleep 0.05

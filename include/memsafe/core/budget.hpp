@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "config.hpp"
 #include "env.hpp"
 #include "error.hpp"
 
@@ -63,7 +64,7 @@ constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<s
 /// Decimal units (kB/KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB, GiB, TiB)
 /// powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
 /// Throws argument_error naming the text on anything else.
-inline std::size_t parse_bytes(std::string_view text) {
+MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   auto fail = [&](const char* why) -> std::size_t {
     throw argument_error("memsafe: cannot parse budget \"" + std::string(text) + "\": " + why +
                          " (examples: 512MiB, 1GB, 100MB, 4096)");
@@ -101,7 +102,7 @@ inline std::size_t parse_bytes(std::string_view text) {
 }
 
 /// Human-readable byte count: "64 MiB", "1.5 GiB", "123 B".
-inline std::string format_bytes(std::size_t b) {
+MEMSAFE_COLD inline std::string format_bytes(std::size_t b) {
   if (b == unlimited) return "unlimited";
   const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   long double v = static_cast<long double>(b);

@@ -13,6 +13,17 @@
 #endif
 #endif
 
+/// Run once per evaluation, never in a loop over tiles (planners, stats, descriptions): GCC and
+/// Clang optimise it for size and lay it out apart from the hot code, which also costs less
+/// compile time (docs/design.md, "Compile time").
+#ifndef MEMSAFE_COLD
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define MEMSAFE_COLD [[gnu::cold]]
+#else
+#define MEMSAFE_COLD
+#endif
+#endif
+
 namespace memsafe {
 
 /// Marker for an extent known only at run time.

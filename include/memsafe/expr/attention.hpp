@@ -142,7 +142,7 @@ struct attention_scores : attention_tag {
   bool has_bias = false;
   heads_view<const T> bias{nullptr, 0, 0, 0, 0, 0, 0, 0, 0};
 
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string s = (scale != 1 ? std::to_string(scale) + " * " : std::string()) + "dot(Q" + q.shape() + ", K" +
                     k.shape() + ")";
     if (has_bias) s += " + bias" + bias.shape();
@@ -165,7 +165,7 @@ struct attention_expr : attention_tag {
   std::size_t keys() const { return s.k.length(); }
   std::size_t dim() const { return s.q.dim(); }
   std::size_t value_dim() const { return v.dim(); }
-  std::string str() const { return "softmax_sum(" + s.str() + ", V" + v.shape() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "softmax_sum(" + s.str() + ", V" + v.shape() + ")"; }
 };
 
 template <class>

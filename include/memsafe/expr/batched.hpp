@@ -23,7 +23,7 @@ struct batched_reduce_expr : evaluable_tag {
     if constexpr (requires { r.k; }) return r.k;
     else return 1;
   }
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string t = std::string(R::name) + "(" + s.str();
     if constexpr (requires { r.k; }) t += ", k=" + std::to_string(r.k);
     return t + ")";

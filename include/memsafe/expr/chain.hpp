@@ -26,7 +26,7 @@ struct dense_factor {
   matrix_view<const T> m;
   std::size_t rows() const { return m.rows(); }
   std::size_t cols() const { return m.cols(); }
-  std::string str() const { return "M[" + m.shape() + "]"; }
+  MEMSAFE_COLD std::string str() const { return "M[" + m.shape() + "]"; }
 };
 
 /// A product evaluated on its own before the chain around it (an evaluation barrier).
@@ -37,7 +37,7 @@ struct pinned {
   X x;
   std::size_t rows() const { return x.rows(); }
   std::size_t cols() const { return x.cols(); }
-  std::string str() const { return "pin(" + x.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "pin(" + x.str() + ")"; }
 };
 
 /// F1 · F2 · … · FN.
@@ -51,7 +51,7 @@ struct chain_expr : evaluable_tag {
   bool vector_out = false;
   std::size_t rows() const { return std::get<0>(f).rows(); }
   std::size_t cols() const { return std::get<size - 1>(f).cols(); }
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string s;
     std::apply([&](const auto&... x) { ((s += (s.empty() ? "" : " * ") + x.str()), ...); }, f);
     return s;

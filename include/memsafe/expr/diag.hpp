@@ -69,7 +69,7 @@ struct diag_plus : lazy_tag {
   Dg d;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return e.cols(); }
-  std::string str() const { return "(" + e.str() + " + " + d.str(e.rows()) + ")"; }
+  MEMSAFE_COLD std::string str() const { return "(" + e.str() + " + " + d.str(e.rows()) + ")"; }
 };
 
 template <class E>
@@ -109,7 +109,7 @@ struct diag_expr : evaluable_tag {
   E e;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return 1; }
-  std::string str() const { return "diag(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "diag(" + e.str() + ")"; }
 };
 /// trace(K) = Σ_i K_ii (one value).
 template <class E>
@@ -119,7 +119,7 @@ struct trace_expr : evaluable_tag {
   E e;
   std::size_t rows() const { return 1; }
   std::size_t cols() const { return 1; }
-  std::string str() const { return "trace(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "trace(" + e.str() + ")"; }
 };
 }  // namespace detail
 

@@ -39,7 +39,7 @@ struct wrt_set {
   std::vector<matrix_view<const T>> points;
   bool params = false;
   bool operand = false;
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string s;
     for (const auto& p : points) s += (s.empty() ? "" : ", ") + std::string("points[") + p.shape() + "]";
     if (params) s += (s.empty() ? "" : ", ") + std::string("params");
@@ -103,7 +103,7 @@ struct backward_expr {
   X x;
   matrix_view<const T> upstream;  ///< ∂L/∂(x's output), x.rows() × x.cols()
   wrt_set<T> w;
-  std::string str() const { return "vjp(" + x.str() + ", upstream[" + upstream.shape() + "]) wrt " + w.str(); }
+  MEMSAFE_COLD std::string str() const { return "vjp(" + x.str() + ", upstream[" + upstream.shape() + "]) wrt " + w.str(); }
 };
 
 namespace detail {

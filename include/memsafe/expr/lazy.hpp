@@ -42,7 +42,7 @@ struct pairwise : lazy_tag {
   std::size_t rows() const { return x.rows(); }
   std::size_t cols() const { return y.rows(); }
   std::size_t dim() const { return x.cols(); }
-  std::string str() const { return std::string(F::name) + "(X[" + x.shape() + "], Y[" + y.shape() + "])"; }
+  MEMSAFE_COLD std::string str() const { return std::string(F::name) + "(X[" + x.shape() + "], Y[" + y.shape() + "])"; }
 };
 }  // namespace detail
 
@@ -113,7 +113,7 @@ struct unary_expr : lazy_tag {
   Op op;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return e.cols(); }
-  std::string str() const { return detail::op_str(op, e.str()); }
+  MEMSAFE_COLD std::string str() const { return detail::op_str(op, e.str()); }
 };
 
 /// op(a_ij, b_ij) for two lazy matrices of the same shape.
@@ -127,7 +127,7 @@ struct binary_expr : lazy_tag {
   Op op;
   std::size_t rows() const { return a.rows(); }
   std::size_t cols() const { return a.cols(); }
-  std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
 };
 
 /// e_ji (captured as written; the rewrite stage pushes it down to the leaves).
@@ -138,13 +138,21 @@ struct transpose_expr : lazy_tag {
   E e;
   std::size_t rows() const { return e.cols(); }
   std::size_t cols() const { return e.rows(); }
-  std::string str() const { return "transpose(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "transpose(" + e.str() + ")"; }
 };
 
 // ---- building pairwise expressions ------------------------------------------------------------
 
 template <class XV, class YV>
 using pair_value_t = std::remove_cv_t<typename XV::element_type>;
+
+/// make_pairwise's shape error, out of line (one copy per translation unit, not per formula).
+[[noreturn, gnu::noinline]] MEMSAFE_COLD inline void feature_dims_differ(const char* fn, const std::string& xs,
+                                                                        const std::string& ys, std::size_t dx,
+                                                                        std::size_t dy) {
+  throw shape_error(std::string("memsafe: ") + fn + "(X, Y): X is " + xs + " but Y is " + ys +
+                    ": feature dimensions differ (" + std::to_string(dx) + " vs " + std::to_string(dy) + ")");
+}
 
 template <class F, class XV, class YV>
 auto make_pairwise(const XV& X, const YV& Y, formula_params<pair_value_t<XV, YV>> p = {}) {
@@ -158,10 +166,7 @@ auto make_pairwise(const XV& X, const YV& Y, formula_params<pair_value_t<XV, YV>
                 "memsafe: X and Y have different static feature dimensions (d): "
                 "every point of X and Y must have the same number of coordinates");
   constexpr std::size_t D = DX != dyn ? DX : DY;
-  if (X.cols() != Y.cols())
-    throw shape_error(std::string("memsafe: ") + F::name + "(X, Y): X is " + X.shape() + " but Y is " + Y.shape() +
-                      ": feature dimensions differ (" + std::to_string(X.cols()) + " vs " +
-                      std::to_string(Y.cols()) + ")");
+  if (X.cols() != Y.cols()) feature_dims_differ(F::name, X.shape(), Y.shape(), X.cols(), Y.cols());
   using P = pairwise<F, T, XV::static_rows, YV::static_rows, D>;
   return P{{}, {X.data(), X.rows(), X.cols(), X.row_stride(), X.col_stride()},
            {Y.data(), Y.rows(), Y.cols(), Y.row_stride(), Y.col_stride()}, p};

@@ -50,7 +50,7 @@ struct reduce_expr : evaluable_tag {
   }
   static constexpr bool has_indices = std::is_same_v<R, red::argmin> || std::is_same_v<R, red::argmax> ||
                                       std::is_same_v<R, red::argkmin> || std::is_same_v<R, red::argkmax>;
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string s = std::string(R::name) + "(" + e.str();
     if constexpr (requires { r.k; }) s += ", k=" + std::to_string(r.k);
     return s + ")";
@@ -70,7 +70,7 @@ struct matmul_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return transpose_out ? rhs.cols() : e.rows(); }
   std::size_t cols() const { return transpose_out ? e.rows() : rhs.cols(); }
-  std::string str() const { return e.str() + " * M[" + rhs.shape() + "]"; }
+  MEMSAFE_COLD std::string str() const { return e.str() + " * M[" + rhs.shape() + "]"; }
 };
 
 /// out_i = Σ_j softmax_j(s_ij) V_j  (V: m×dv).
@@ -82,7 +82,7 @@ struct softmax_sum_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return values.cols(); }
-  std::string str() const { return "softmax_sum(" + e.str() + ", V[" + values.shape() + "])"; }
+  MEMSAFE_COLD std::string str() const { return "softmax_sum(" + e.str() + ", V[" + values.shape() + "])"; }
 };
 
 /// A (p×n lazy) · B (n×q lazy): dense p×q, contracting the shared index n in tiles.
@@ -94,7 +94,7 @@ struct lazy_product_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return a.rows(); }
   std::size_t cols() const { return b.cols(); }
-  std::string str() const { return a.str() + " * " + b.str(); }
+  MEMSAFE_COLD std::string str() const { return a.str() + " * " + b.str(); }
 };
 
 /// The lazy matrix itself, materialised (tile by tile) into the result.
@@ -105,7 +105,7 @@ struct dense_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return e.cols(); }
-  std::string str() const { return "dense(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "dense(" + e.str() + ")"; }
 };
 
 template <class R, lazy_matrix E>

@@ -96,7 +96,7 @@ struct tleaf : tensor_tag {
     for (std::size_t s = 0; s < R; ++s) st[full_axis(s)] = src_shape[s] == 1 ? 0 : src_strides[s];
     return st;
   }
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string s = "T[" + detail::dims_str(src_shape) + "]";
     if constexpr (A != no_axis) s += ".unsqueeze(" + std::to_string(A) + ")";
     return s;
@@ -111,7 +111,7 @@ struct tmap : tensor_tag {
   E e;
   Op op;
   auto shape() const { return e.shape(); }
-  std::string str() const { return detail::op_str(op, e.str()); }
+  MEMSAFE_COLD std::string str() const { return detail::op_str(op, e.str()); }
 };
 
 /// op(a, b) with NumPy broadcasting (equal ranks; each axis equal or 1).
@@ -128,7 +128,7 @@ struct tzip : tensor_tag {
     for (std::size_t x = 0; x < rank; ++x) sa[x] = sa[x] == 1 ? sb[x] : sa[x];
     return sa;
   }
-  std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
 };
 }  // namespace detail
 
@@ -235,7 +235,7 @@ struct tsum : lazy_tag {
   std::size_t rows() const { return e.shape()[row_axis]; }
   std::size_t cols() const { return e.shape()[col_axis]; }
   std::size_t reduced() const { return e.shape()[Ax]; }
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     return std::string(Swap ? "transpose(" : "") + "sum<" + std::to_string(Ax) + ">(" + e.str() + ")" + (Swap ? ")" : "");
   }
 };
@@ -254,7 +254,7 @@ struct batched_sum {
     for (std::size_t a = 0; a < batch_axes; ++a) b *= s[a];
     return b;
   }
-  std::string str() const { return "sum<" + std::to_string(Ax) + ">(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "sum<" + std::to_string(Ax) + ">(" + e.str() + ")"; }
 };
 
 template <class>

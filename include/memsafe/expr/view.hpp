@@ -41,18 +41,24 @@ inline void check_data(const void* p, std::size_t count, const char* what) {
 }
 /// The elements a strided view spans must be addressable: the last one's byte offset fits in
 /// std::ptrdiff_t (no extent or stride product wraps around, so no check can be bypassed by it).
-template <class T>
-void check_span(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs, const char* what) {
-  const std::size_t count = checked_mul(rows, cols, std::string("memsafe: ") + what);
+/// Not a template (the element size is an argument): compiled once per translation unit.
+[[gnu::noinline]] MEMSAFE_COLD inline void check_span_bytes(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs,
+                                               std::size_t elem, const char* what) {
+  std::size_t count;
+  if (__builtin_mul_overflow(rows, cols, &count)) checked_mul(rows, cols, std::string("memsafe: ") + what);
   if (count == 0) return;
   std::size_t a, b, last, bytes;
   if (__builtin_mul_overflow(rows - 1, rs, &a) || __builtin_mul_overflow(cols - 1, cs, &b) ||
       __builtin_add_overflow(a, b, &last) || __builtin_add_overflow(last, std::size_t{1}, &last) ||
-      __builtin_mul_overflow(last, sizeof(T), &bytes) ||
+      __builtin_mul_overflow(last, elem, &bytes) ||
       bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
     throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
                          " elements with strides (" + std::to_string(rs) + ", " + std::to_string(cs) +
                          ") span more memory than can be addressed");
+}
+template <class T>
+void check_span(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs, const char* what) {
+  check_span_bytes(rows, cols, rs, cs, sizeof(T), what);
 }
 /// Static extents A and B can be equal (either is dynamic, or both agree).
 template <std::size_t A, std::size_t B>

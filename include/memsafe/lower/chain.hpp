@@ -41,7 +41,7 @@ template <class T>
 struct dense_step {
   using value_type = T;
   matrix_view<const T> a, b;
-  std::string str() const { return "M[" + a.shape() + "] * M[" + b.shape() + "]"; }
+  MEMSAFE_COLD std::string str() const { return "M[" + a.shape() + "] * M[" + b.shape() + "]"; }
 };
 
 /// A lowered step: the step's expression (over placeholders for intermediates), its job, and the

@@ -147,7 +147,7 @@ struct grad_weights {
   bool softmax = false;
   const T* lse = nullptr;    ///< n values, bound by the backend after the forward pre-step
   const T* delta = nullptr;  ///< n values (softmax_sum), bound likewise
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     std::string s = dense ? "W = G[" + g.shape() + "] (dense, read per tile)"
                           : "W = A[" + a.shape() + "]·B[" + b.shape() + "]ᵀ (rank " + std::to_string(a.cols()) +
                                 ", formed per tile)";

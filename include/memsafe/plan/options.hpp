@@ -53,7 +53,7 @@ namespace detail {
 
 /// The stats of an evaluation that followed plan p under an accountant (host or device).
 template <class Accountant>
-eval_stats make_stats(tile_plan p, const Accountant& acc, std::size_t budget, double seconds) {
+MEMSAFE_COLD eval_stats make_stats(tile_plan p, const Accountant& acc, std::size_t budget, double seconds) {
   eval_stats s;
   s.seconds = seconds;
   s.budget_bytes = budget;

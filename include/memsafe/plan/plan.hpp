@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../core/budget.hpp"
+#include "../core/config.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
 
@@ -144,7 +145,7 @@ inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_
   return v;
 }
 
-[[noreturn]] inline void too_small(const std::string& what, std::size_t budget, std::size_t minimum) {
+[[noreturn]] MEMSAFE_COLD inline void too_small(const std::string& what, std::size_t budget, std::size_t minimum) {
   throw budget_error("memsafe: a budget of " + format_bytes(budget) + " is too small for " + what +
                          ": the smallest workable plan (one thread, smallest tiles) needs " + format_bytes(minimum) +
                          " of temporaries; use a budget of at least " + std::to_string(minimum) + " bytes",
@@ -174,11 +175,34 @@ std::size_t best_fit(const std::vector<Cand>& cands, std::size_t limit, Cost&& c
   return best;
 }
 
+/// A planner's byte model, passed by reference without a template: the search routines below are
+/// compiled once per translation unit whatever the callers' lambdas (a translation unit's compile
+/// time grows with every distinct instantiation; docs/design.md, "Compile time"). It refers to
+/// the callable it was made from, which must outlive it (a call's argument does).
+template <class Sig>
+class cost_ref;
+template <class... A>
+class cost_ref<std::size_t(A...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, cost_ref>)
+  cost_ref(F&& f)  // NOLINT: implicit, as a lambda argument converts
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, A... a) -> std::size_t { return (*static_cast<std::remove_reference_t<F>*>(o))(a...); }) {}
+  std::size_t operator()(A... a) const { return call_(obj_, a...); }
+
+ private:
+  void* obj_;
+  std::size_t (*call_)(void*, A...);
+};
+using cost2 = cost_ref<std::size_t(std::size_t, std::size_t)>;
+using cost3 = cost_ref<std::size_t(std::size_t, std::size_t, std::size_t)>;
+
 /// Plan a 2-D tiling of an n×m index space. `cost(ti, tj)` gives the per-thread bytes.
 /// `tis`/`tjs` are the tile extents to try (each ≤ the extent; the largest area that fits wins).
-template <class Cost>
-tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, Cost cost,
-                   const std::string& what, const std::vector<std::size_t>& tis, const std::vector<std::size_t>& tjs) {
+MEMSAFE_COLD inline tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads,
+                                       cost2 cost, const std::string& what, const std::vector<std::size_t>& tis,
+                          const std::vector<std::size_t>& tjs) {
   tile_plan p;
   p.rows = n;
   p.cols = m;
@@ -219,9 +243,8 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
   too_small(what, budget, p.min_bytes);  // unreachable: 1×1 with one thread fits
 }
 
-template <class Cost>
-tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, Cost cost,
-                   const std::string& what) {
+inline tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, cost2 cost,
+                          const std::string& what) {
   return tiles_2d(n, m, budget, max_threads, cost, what, candidates(n, {64, 32, 16, 8, 4, 2, 1}),
                   candidates(m, {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1}));
 }
@@ -229,9 +252,8 @@ tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t
 /// Plan a 3-D tiling (p×q output blocks, contracting over t) for lazy × lazy products.
 /// `cost(tp, tq, tt)` gives the per-thread bytes. Threads take output blocks, or share the
 /// contraction of one block (each with its own accumulator, merged) when blocks are fewer.
-template <class Cost>
-tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t budget, std::size_t max_threads, Cost cost,
-                   const std::string& what, bool symmetric = false) {
+MEMSAFE_COLD inline tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t budget, std::size_t max_threads,
+                          cost3 cost, const std::string& what, bool symmetric = false) {
   tile_plan p;
   p.rows = P;
   p.cols = Q;

@@ -32,7 +32,7 @@ struct diag_constant {
   std::size_t n;
   std::size_t rows() const { return n; }
   std::size_t cols() const { return 1; }
-  std::string str() const { return "constant diagonal"; }
+  MEMSAFE_COLD std::string str() const { return "constant diagonal"; }
 };
 /// E(i, i) for every i, evaluated pair by pair (no rule knows the value).
 template <class E>
@@ -42,7 +42,7 @@ struct diag_entries {
   E e;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return 1; }
-  std::string str() const { return "diag(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "diag(" + e.str() + ")"; }
 };
 /// op applied to each entry of a diagonal (diagonal_of_map).
 template <class Op, class D>
@@ -53,7 +53,7 @@ struct diag_map {
   Op op;
   std::size_t rows() const { return d.rows(); }
   std::size_t cols() const { return 1; }
-  std::string str() const { return "op(" + d.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return "op(" + d.str() + ")"; }
 };
 /// A diagonal plus a diagonal term (diagonal_of_sum).
 template <class D, class Dg>
@@ -64,7 +64,7 @@ struct diag_add {
   Dg term;
   std::size_t rows() const { return d.rows(); }
   std::size_t cols() const { return 1; }
-  std::string str() const { return d.str() + " + D"; }
+  MEMSAFE_COLD std::string str() const { return d.str() + " + D"; }
 };
 
 template <class F>

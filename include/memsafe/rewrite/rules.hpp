@@ -24,7 +24,7 @@ struct rule_log {
   void add(const std::string& r) {
     if (std::find(fired.begin(), fired.end(), r) == fired.end()) fired.push_back(r);
   }
-  std::string str() const {
+  MEMSAFE_COLD std::string str() const {
     if (fired.empty()) return "(none)";
     std::string s;
     for (const auto& r : fired) s += (s.empty() ? "" : "\n              ") + r;
@@ -66,7 +66,7 @@ struct guarded : lazy_tag {
   bool use_fast = true;
   std::size_t rows() const { return slow.rows(); }
   std::size_t cols() const { return slow.cols(); }
-  std::string str() const { return use_fast ? fast.str() : slow.str(); }
+  MEMSAFE_COLD std::string str() const { return use_fast ? fast.str() : slow.str(); }
 };
 
 }  // namespace memsafe::detail

@@ -7,11 +7,14 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <exception>
 #include <mutex>
 #include <new>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,22 +36,22 @@ inline std::size_t serpentine_thread(std::size_t b, std::size_t P) {
   return round % 2 == 0 ? pos : P - 1 - pos;
 }
 
-/// Run `body(t)` for every t in [0, n): t = 0 on the caller, the others on new threads; rethrow the
-/// first exception once every started thread has been joined. When the system refuses a thread
-/// (std::system_error from std::thread, e.g. no address space left for its stack) the bodies it
-/// would have run run on the caller instead, after its own: the work is done with fewer threads,
-/// never lost, and no thread is left unjoined.
-template <class Body>
-void parallel(std::size_t n, Body&& body) {
+/// Run `body(ctx, t)` for every t in [0, n): t = 0 on the caller, the others on new threads;
+/// rethrow the first exception once every started thread has been joined. When the system refuses
+/// a thread (std::system_error from std::thread, e.g. no address space left for its stack) the
+/// bodies it would have run run on the caller instead, after its own: the work is done with fewer
+/// threads, never lost, and no thread is left unjoined. Not a template: the thread machinery is
+/// compiled once per translation unit, whatever the callers (docs/design.md, "Compile time").
+inline void parallel_for(std::size_t n, void* ctx, void (*body)(void*, std::size_t)) {
   if (n <= 1) {
-    body(std::size_t{0});
+    body(ctx, std::size_t{0});
     return;
   }
   std::exception_ptr err;
   std::mutex mu;
   auto guarded = [&](std::size_t t) {
     try {
-      body(t);
+      body(ctx, t);
     } catch (...) {
       std::lock_guard<std::mutex> lk(mu);
       if (!err) err = std::current_exception();
@@ -68,6 +71,14 @@ void parallel(std::size_t n, Body&& body) {
   if (err) std::rethrow_exception(err);
 }
 
+/// Run `body(t)` for every t in [0, n) as parallel_for does.
+template <class Body>
+void parallel(std::size_t n, Body&& body) {
+  parallel_for(n, const_cast<void*>(static_cast<const void*>(&body)), [](void* b, std::size_t t) {
+    (*static_cast<std::remove_reference_t<Body>*>(b))(t);
+  });
+}
+
 /// Bytes one worker needs for expression E (normalised) reduced by monoid `mon` on ti×tj tiles.
 template <class E, class Mon>
 std::size_t per_thread_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj) {
@@ -76,10 +87,77 @@ std::size_t per_thread_bytes(const E& e, const Mon& mon, std::size_t ti, std::si
          mon.scratch_bytes(ti, tj);
 }
 
+/// P objects built in place and destroyed in reverse order (the workers of a run: built once,
+/// never moved, so no reallocation path is compiled per worker type).
+template <class Wk>
+class worker_array {
+ public:
+  explicit worker_array(std::size_t cap) : mem_(new unsigned char[cap * sizeof(Wk) + alignof(Wk)]), cap_(cap) {}
+  worker_array(const worker_array&) = delete;
+  worker_array& operator=(const worker_array&) = delete;
+  ~worker_array() {
+    while (size_ > 0) data()[--size_].~Wk();
+  }
+  /// Build the next one from `make()`'s result (in place: guaranteed copy elision).
+  template <class Make>
+  Wk& add(Make&& make) {
+    if (size_ == cap_) throw error("memsafe: internal: more workers than planned");
+    Wk* w = ::new (static_cast<void*>(data() + size_)) Wk(make());
+    ++size_;
+    return *w;
+  }
+  Wk& operator[](std::size_t t) { return data()[t]; }
+  std::size_t size() const { return size_; }
+
+ private:
+  Wk* data() {
+    const auto a = reinterpret_cast<std::uintptr_t>(mem_.get());
+    return reinterpret_cast<Wk*>((a + alignof(Wk) - 1) / alignof(Wk) * alignof(Wk));
+  }
+  std::unique_ptr<unsigned char[]> mem_;
+  std::size_t cap_, size_ = 0;
+};
+
+/// The steps of a row job on its workers, reached through pointers by run_row_schedule.
+struct row_steps {
+  void* ctx;
+  void (*start)(void* ctx, std::size_t t, std::size_t i0, std::size_t ni);
+  void (*fold)(void* ctx, std::size_t t, std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1);
+  void (*merge)(void* ctx, std::size_t t, std::size_t ni);  // worker t's partial into worker 0's
+  void (*finish)(void* ctx, std::size_t t, std::size_t i0, std::size_t ni);
+};
+
+/// run_row_blocks' schedule, compiled once per translation unit: threads take whole row blocks
+/// from a shared counter, or — fewer row blocks than threads — share each block's column tiles
+/// and merge their partials into worker 0.
+inline void run_row_schedule(std::size_t n, const tile_plan& p, const row_steps& s) {
+  const std::size_t ti = p.tile_rows, P = p.threads, nrb = p.row_blocks, ncb = p.col_blocks;
+  if (!p.split_columns) {
+    std::atomic<std::size_t> next{0};
+    parallel(P, [&](std::size_t t) {
+      for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
+        const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
+        s.start(s.ctx, t, i0, ni);
+        s.fold(s.ctx, t, i0, ni, 0, ncb);
+        s.finish(s.ctx, t, i0, ni);
+      }
+    });
+    return;
+  }
+  for (std::size_t rb = 0; rb < nrb; ++rb) {
+    const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
+    parallel(P, [&](std::size_t t) {
+      s.start(s.ctx, t, i0, ni);
+      s.fold(s.ctx, t, i0, ni, ncb * t / P, ncb * (t + 1) / P);
+    });
+    for (std::size_t t = 1; t < P; ++t) s.merge(s.ctx, t, ni);
+    s.finish(s.ctx, 0, i0, ni);
+  }
+}
+
 /// The row-block schedule shared by every row reduction (run_rows here, run_select in select.hpp).
-/// One accounted workspace per thread and a worker built on each (`make(workspace)`); threads
-/// take whole row blocks from a shared counter, or — fewer row blocks than threads — share each
-/// block's column tiles and merge their partials into worker 0. A worker w provides
+/// One accounted workspace per thread and a worker built on each (`make(workspace)`), then
+/// run_row_schedule. A worker w provides
 ///   w.start(i0, ni)             begin rows [i0, i0 + ni)
 ///   w.fold(i0, ni, cb0, cb1)    fold column tiles [cb0, cb1) into them
 ///   w.merge_from(other, ni)     combine another worker's partial over other columns
@@ -94,36 +172,24 @@ void run_row_blocks(std::size_t n, std::size_t m, const Mon& mon, const out_spec
     return;
   }
   using Wk = decltype(make(std::declval<std::byte*>()));
-  const std::size_t ti = p.tile_rows, P = p.threads, nrb = p.row_blocks, ncb = p.col_blocks;
+  const std::size_t P = p.threads;
   std::vector<temp_buffer<std::byte>> ws;
   ws.reserve(P);
   for (std::size_t t = 0; t < P; ++t) ws.emplace_back(acc, p.per_thread_bytes);
-  std::vector<Wk> workers;
-  workers.reserve(P);
-  for (std::size_t t = 0; t < P; ++t) workers.push_back(make(ws[t].data()));
-
-  if (!p.split_columns) {
-    std::atomic<std::size_t> next{0};
-    parallel(P, [&](std::size_t t) {
-      auto& w = workers[t];
-      for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
-        const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
-        w.start(i0, ni);
-        w.fold(i0, ni, 0, ncb);
-        w.finish(i0, ni);
-      }
-    });
-    return;
-  }
-  for (std::size_t rb = 0; rb < nrb; ++rb) {
-    const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
-    parallel(P, [&](std::size_t t) {
-      workers[t].start(i0, ni);
-      workers[t].fold(i0, ni, ncb * t / P, ncb * (t + 1) / P);
-    });
-    for (std::size_t t = 1; t < P; ++t) workers[0].merge_from(workers[t], ni);
-    workers[0].finish(i0, ni);
-  }
+  worker_array<Wk> workers(P);
+  for (std::size_t t = 0; t < P; ++t) workers.add([&] { return make(ws[t].data()); });
+  const row_steps steps{
+      &workers,
+      [](void* c, std::size_t t, std::size_t i0, std::size_t ni) { (*static_cast<worker_array<Wk>*>(c))[t].start(i0, ni); },
+      [](void* c, std::size_t t, std::size_t i0, std::size_t ni, std::size_t cb0, std::size_t cb1) {
+        (*static_cast<worker_array<Wk>*>(c))[t].fold(i0, ni, cb0, cb1);
+      },
+      [](void* c, std::size_t t, std::size_t ni) {
+        auto& w = *static_cast<worker_array<Wk>*>(c);
+        w[0].merge_from(w[t], ni);
+      },
+      [](void* c, std::size_t t, std::size_t i0, std::size_t ni) { (*static_cast<worker_array<Wk>*>(c))[t].finish(i0, ni); }};
+  run_row_schedule(n, p, steps);
 }
 
 /// A row-reduction worker: a tile generator for E, a monoid, and the tile buffer between them.

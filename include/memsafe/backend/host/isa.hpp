@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "../../core/config.hpp"
 #include "../../core/env.hpp"
 #include "../../core/error.hpp"
 
@@ -79,7 +80,7 @@ inline unsigned detect_cpu_isas() {
 }
 
 /// "avx2, portable": the names in `set`, best first.
-inline std::string isa_list(unsigned set) {
+MEMSAFE_COLD inline std::string isa_list(unsigned set) {
   std::string s;
   for (isa i : isa_all)
     if (set & isa_bit(i)) s += (s.empty() ? "" : ", ") + std::string(isa_name(i));
@@ -119,7 +120,7 @@ inline std::optional<isa> parse_isa(std::string_view s) {
 /// MEMSAFE_ISA when set; else the best the CPU and the translation unit both have. Read at every
 /// call (the CPU only once). Throws argument_error for a MEMSAFE_ISA that is not a name, or names
 /// an instruction set not available here.
-inline isa choose_isa(unsigned compiled) {
+MEMSAFE_COLD inline isa choose_isa(unsigned compiled) {
   if (const auto k = env::kernels(); k && *k == "reference") return isa::portable;
   const unsigned cpu = cpu_isas(), have = compiled & cpu;
   const auto e = env::isa();

@@ -125,7 +125,7 @@ tile_plan plan_job(const diag_job<D, Trace>& j, std::size_t budget, std::size_t,
 }
 /// A row job: the fused selection when it serves the expression and reduction, else the tile loop.
 template <class E, class R, class T>
-tile_plan plan_rows(const jobs::rows_job<E, R, T>& job, std::size_t budget, std::size_t threads,
+MEMSAFE_COLD tile_plan plan_rows(const jobs::rows_job<E, R, T>& job, std::size_t budget, std::size_t threads,
                     const std::string& what) {
   const auto mon = monoid_for<T>(job.red);
   auto p = host::dispatch_select(

@@ -295,7 +295,7 @@ std::vector<std::size_t> select_tile_cols(std::size_t d) {
 }
 
 template <class E, class Mon>
-tile_plan plan_select(const E& e, const Mon& mon, std::size_t budget, std::size_t threads, const std::string& what) {
+MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budget, std::size_t threads, const std::string& what) {
   using T = typename E::value_type;
   // Tall row blocks: the packed column tile (and its screening offsets) is reused by every row.
   const auto tis = plan::candidates(e.rows(), {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});

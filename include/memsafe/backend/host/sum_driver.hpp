@@ -343,7 +343,7 @@ std::size_t fsum_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t t
 }
 
 template <class E, class Mon>
-tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget, std::size_t threads, const std::string& what) {
+MEMSAFE_COLD tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget, std::size_t threads, const std::string& what) {
   using T = typename E::value_type;
   const std::size_t d = fsum_leaf<E>::pw(e).dim();
   const auto tis = plan::candidates(e.rows(), {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
