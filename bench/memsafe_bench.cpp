@@ -116,6 +116,7 @@ struct row {
   std::optional<double> setup_s;
   std::vector<double> times;
   std::string isa;  // memsafe: the instruction set of the host kernels that ran (tile_plan::isa)
+  std::string screen;  // memsafe: the fused selection's screening precision (tile_plan::screen)
   bool symmetric = false;  // memsafe: the symmetric form of k(X, X)·v ran (each pair once)
 };
 
@@ -159,6 +160,7 @@ void print_row(const config& c, const row& r) {
   if (r.tile_rows) j.add("tile_rows", *r.tile_rows);
   if (r.tile_cols) j.add("tile_cols", *r.tile_cols);
   if (!r.isa.empty()) j.add("isa", r.isa);
+  if (!r.screen.empty()) j.add("screen", r.screen);
   if (c.impl == "memsafe" && c.bench == "matvec") j.add("symmetric", r.symmetric);
   j.add("build", MEMSAFE_BENCH_BUILD).add("compiled_target", compiled_target);
 #if defined(MEMSAFE_BENCH_HAS_FAISS)
@@ -231,6 +233,7 @@ void record_plan(row& r, const memsafe::eval_stats& st, std::size_t peak) {
   bc::record_plan(r, st, peak);
   r.threads = st.threads;
   r.isa = st.plan.isa;
+  r.screen = st.plan.screen;
   r.symmetric = st.plan.symmetric;
 }
 

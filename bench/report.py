@@ -48,7 +48,7 @@ def row_key(r: dict) -> tuple:
            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
     if r.get("suite") == "isa":  # one row per build and forced instruction set
-        key += (r.get("build"), r.get("isa_forced"))
+        key += (r.get("build"), r.get("isa_forced"), r.get("screen_forced"))
     if r.get("suite") == "sums":  # exp peaks per instruction set and type; matvec per variant
         key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")))
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
@@ -926,16 +926,20 @@ def section_isa(rows) -> str:
                           key=lambda w: (w[0], w[1], -w[2])):
         mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
                 (n, m, d)]
-        base = next((r for r in mine if r.get("build") == "native" and r.get("isa_forced") is None), None)
+        base = next((r for r in mine if r.get("build") == "native" and r.get("isa_forced") is None
+                     and not r.get("screen_forced")), None)
         base_t = base.get("median_s") if ok(base) else None
-        for r in sorted(mine, key=lambda r: (order.get(r.get("isa_forced"), 9), r.get("build") != "native")):
+        for r in sorted(mine, key=lambda r: (order.get(r.get("isa_forced"), 9), r.get("screen_forced") or "",
+                                             r.get("build") != "native")):
             t = r.get("median_s") if ok(r) else None
             check = (r.get("check") or {}).get("same_indices_as_portable")
             body.append([f"{n:,} × {m:,}, d = {d}", r.get("build"), r.get("isa_forced") or "dispatched",
-                         r.get("isa") or "—", status_cell(r, fsec(t)), status_cell(r, fsec(r.get("min_s"))),
+                         r.get("screen_forced") or "—",
+                         (r.get("isa") or "—") + (f", {r['screen']} screen" if r.get("screen") else ""),
+                         status_cell(r, fsec(t)), status_cell(r, fsec(r.get("min_s"))),
                          status_cell(r, fqps(r.get("qps_median"))), ratio_cell(base_t, t) if t else "—",
                          "—" if check is None else ("yes" if check else "**no**")])
-    s.append(table(["n × m", "build", "MEMSAFE_ISA", "ran", "median", "min", "queries/s",
+    s.append(table(["n × m", "build", "MEMSAFE_ISA", "MEMSAFE_SCREEN", "ran", "median", "min", "queries/s",
                     "speed vs native dispatched", "same indices as portable"], body))
     return "\n".join(s + ["", "*speed vs native dispatched*: the median of the -march=native build with the "
                               "dispatched kernels divided by this row's median (above 1: faster).", ""])

@@ -371,6 +371,10 @@ class Runner:
             env = {k: v for k, v in os.environ.items() if k not in ("MEMSAFE_ISA", "MEMSAFE_KERNELS")}
             if req["isa_forced"]:
                 env["MEMSAFE_ISA"] = req["isa_forced"]
+        if req.get("screen_forced"):  # the isa suite: MEMSAFE_SCREEN for this process only
+            row["screen_forced"] = req["screen_forced"]
+            env = dict(env if env is not None else os.environ)
+            env["MEMSAFE_SCREEN"] = req["screen_forced"]
         if req.get("symmetric_off"):  # the sums suite: MEMSAFE_SYMMETRIC=off (every pair of k(X, X)·v)
             row["symmetric_off"] = True
             env = dict(env if env is not None else os.environ)
@@ -408,6 +412,7 @@ class Runner:
             "budget": req.get("budget") if req["impl"] == "memsafe" else None,
             "rc": rc, "wall_s": round(wall, 3),
             "cmd": ((f"MEMSAFE_ISA={req['isa_forced']} " if req.get("isa_forced") else "") +
+                    (f"MEMSAFE_SCREEN={req['screen_forced']} " if req.get("screen_forced") else "") +
                     ("MEMSAFE_SYMMETRIC=off " if req.get("symmetric_off") else "") +
                     shlex.join(cmd).replace(REPO + os.sep, "")),
             "loadavg_before": round(load_before, 2),
@@ -712,7 +717,9 @@ def suite_isa(R: Runner) -> None:
     """kNN L2, f32, k = 10, 64 MiB budget, n = 10^6, m = 1000, d = 100 and 3: memsafe_bench built with
     -march=native (--bin) against memsafe_bench_default (--bin-default: plain -O2, no -march, as a
     consumer builds it), each with the kernels chosen at run time and with every instruction set this
-    CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512). One process per variant and round, the
+    CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512), and at d = 100 the native build with each
+    screen of the fused selection forced (MEMSAFE_SCREEN=fp32, and bf16 where the CPU has AVX512-BF16:
+    the dispatched default there). One process per variant and round, the
     variants alternating in every round (--reps rounds, one timed call each after the warm-up), so
     slow drifts of the machine's load hit all alike; a row per variant gathers its rounds' times."""
     a = R.a
@@ -734,13 +741,17 @@ def suite_isa(R: Runner) -> None:
     for d in (100, 3):
         w = {"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10,
              "precision": "f32", "budget": "64MiB", "reps": 1}
-        variants = [(b, path, isa) for isa in [None] + forced for b, path in bins]
+        variants = [(b, path, isa, None) for isa in [None] + forced for b, path in bins]
+        if d >= 32 and "avx512f" in flags:
+            variants.append(("native", a.bin, None, "fp32"))
+            if "avx512_bf16" in flags:
+                variants.append(("native", a.bin, None, "bf16"))
         rows: dict[tuple, dict] = {}
         dumps: dict[tuple, str | None] = {}
         for _ in range(a.reps):
-            for b, path, isa in variants:
-                r = R.measure("isa", {**w, "bin": path, "isa_forced": isa})
-                key = (b, isa)
+            for b, path, isa, screen in variants:
+                r = R.measure("isa", {**w, "bin": path, "isa_forced": isa, "screen_forced": screen})
+                key = (b, isa, screen)
                 if key not in rows:
                     rows[key] = {**r, "times_s": [], "rounds": 0}
                     dumps[key] = r.get("_dump") if r.get("status") == "ok" else None
@@ -751,8 +762,8 @@ def suite_isa(R: Runner) -> None:
                 elif r.get("status") != "ok":
                     agg.update({"status": r.get("status"), "message": r.get("message")})
         # Answers: every instruction set of one build gives the portable path's indices (bit for bit).
-        for (b, isa), agg in rows.items():
-            ref, mine = dumps.get((b, "portable")), dumps.get((b, isa))
+        for (b, isa, screen), agg in rows.items():
+            ref, mine = dumps.get((b, "portable", None)), dumps.get((b, isa, screen))
             if isa != "portable" and ref and mine:
                 with open(ref, "rb") as f1, open(mine, "rb") as f2:
                     agg["check"] = {"same_indices_as_portable": f1.read() == f2.read()}

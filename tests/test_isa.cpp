@@ -138,3 +138,54 @@ TEST_CASE("isa: forcing an instruction set this CPU lacks is a clear error namin
   }
   if (!any) MESSAGE("skipped: this CPU runs every instruction set of the kernels (" << host::isa_list(available()) << ")");
 }
+
+TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what the plan says") {
+  scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  scoped_env unset_isa("MEMSAFE_ISA", nullptr);
+  scoped_env unset_screen("MEMSAFE_SCREEN", nullptr);
+  const std::size_t n = 9, m = 150;
+  std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
+  std::vector<double> x64 = ref::data(n, 40, 11), y64 = ref::data(m, 40, 12);
+  auto wide = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  auto narrow = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 31), memsafe::points(y32.data(), m, 31)), 3);
+  auto dbl = memsafe::argkmin(memsafe::sqdist(memsafe::points(x64.data(), n, 40), memsafe::points(y64.data(), m, 40)), 3);
+  auto l1 = memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  const bool avx512 = available() & host::isa_bit(host::isa::avx512);
+  const bool bf16 = avx512 && host::cpu_has_avx512bf16();
+  if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
+  // By default: float sqdist at d >= 32 on AVX-512 with AVX512-BF16; the rest keeps the FP32 screen.
+  CHECK(memsafe::plan_for(wide).screen == (bf16 ? "bf16" : (avx512 || (available() & host::isa_bit(host::isa::avx2)) ? "fp32" : "")));
+  if (available() != host::isa_bit(host::isa::portable)) {
+    CHECK(memsafe::plan_for(narrow).screen == "fp32");
+    CHECK(memsafe::plan_for(dbl).screen == "fp32");
+    CHECK(memsafe::plan_for(l1).screen == "fp32");
+    CHECK(contains(memsafe::explain(wide), std::string("screen:       ") + (bf16 ? "bf16" : "fp32") + "\n"));
+  }
+  {
+    scoped_env off("MEMSAFE_SCREEN", "fp32");
+    if (available() != host::isa_bit(host::isa::portable)) CHECK(memsafe::plan_for(wide).screen == "fp32");
+  }
+  if (bf16) {
+    scoped_env force("MEMSAFE_SCREEN", "bf16");
+    CHECK(memsafe::plan_for(narrow).screen == "bf16");  // forced at every d
+    CHECK(memsafe::plan_for(dbl).screen == "fp32");     // where it applies only
+    CHECK(memsafe::plan_for(l1).screen == "fp32");
+    const auto r = memsafe::eval(narrow, memsafe::options{memsafe::unlimited, 2});
+    CHECK(contains(r.stats.plan.reduction, "bfloat16"));
+    scoped_env avx2("MEMSAFE_ISA", "avx2");
+    if (available() & host::isa_bit(host::isa::avx2)) {
+      const std::string e = argument_error_of([&] { (void)memsafe::plan_for(wide); });
+      CHECK_MESSAGE(contains(e, "MEMSAFE_SCREEN=bf16: the bfloat16 screen runs on the AVX-512 kernels, not avx2"), e);
+    }
+  } else if (avx512) {
+    scoped_env force("MEMSAFE_SCREEN", "bf16");
+    const std::string e = argument_error_of([&] { (void)memsafe::eval(wide); });
+    CHECK_MESSAGE(contains(e, "MEMSAFE_SCREEN=bf16: this CPU has no AVX512-BF16"), e);
+  }
+  for (const char* bad : {"BF16", "fp16", "auto", "bfloat16"}) {
+    scoped_env force("MEMSAFE_SCREEN", bad);
+    if (available() == host::isa_bit(host::isa::portable)) break;  // no fused selection: nothing reads it
+    const std::string e = argument_error_of([&] { (void)memsafe::plan_for(wide); });
+    CHECK_MESSAGE(contains(e, std::string("MEMSAFE_SCREEN must be fp32 or bf16, got \"") + bad + "\""), e);
+  }
+}

@@ -3,7 +3,9 @@
 // indices equal, values bitwise equal, at every budget, on awkward data (ties, NaN, inf, values
 // whose squares overflow, zero vectors), for every formula × reduction the fused kernels cover,
 // both precisions, and on every instruction set of the kernels this CPU runs (forced with
-// MEMSAFE_ISA; the others are skipped with a message, tests/test_isa.cpp).
+// MEMSAFE_ISA; the others are skipped with a message, tests/test_isa.cpp) — with the FP32 screen
+// and, on AVX-512 where the CPU has AVX512-BF16, with the bfloat16 screen forced at every d
+// (MEMSAFE_SCREEN=bf16: float sqdist; the other formulas and double keep the FP32 screen).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <memsafe/memsafe.hpp>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "reference.hpp"
@@ -42,8 +45,15 @@ std::vector<host::isa> fused_isas() {
   return v;
 }
 
+/// The screens to force on instruction set i: fp32, and bf16 where this CPU runs it (AVX-512).
+std::vector<const char*> screens(host::isa i) {
+  std::vector<const char*> v{"fp32"};
+  if (i == host::isa::avx512 && host::cpu_has_avx512bf16()) v.push_back("bf16");
+  return v;
+}
+
 /// The fused result equals the reference path's at every budget, on every instruction set this CPU
-/// runs (and is taken when one is available, the best by default).
+/// runs (and is taken when one is available, the best by default), with every screen it runs.
 template <class X>
 void same_as_reference(const X& x, const std::string& what) {
   INFO(what);
@@ -59,11 +69,18 @@ void same_as_reference(const X& x, const std::string& what) {
     INFO("MEMSAFE_ISA=" << std::string(host::isa_name(i)));
     scoped_env force("MEMSAFE_ISA", host::isa_name(i));
     CHECK(memsafe::plan_for(x).isa == host::isa_name(i));
-    for (const auto& r : eval_all(x)) {
-      CHECK(r.stats.plan.isa == host::isa_name(i));
-      CHECK(fused(r.stats.plan));
-      CHECK(r.indices == want.indices);
-      CHECK(identical(r.values, want.values));
+    for (const char* s : screens(i)) {
+      INFO("MEMSAFE_SCREEN=" << std::string(s));
+      scoped_env screen("MEMSAFE_SCREEN", s);
+      const bool b16 = std::string(s) == "bf16" && std::is_same_v<typename X::value_type, float> &&
+                       what.find("sqdist") != std::string::npos;
+      for (const auto& r : eval_all(x)) {
+        CHECK(r.stats.plan.isa == host::isa_name(i));
+        CHECK(r.stats.plan.screen == (b16 ? "bf16" : "fp32"));
+        CHECK(fused(r.stats.plan));
+        CHECK(r.indices == want.indices);
+        CHECK(identical(r.values, want.values));
+      }
     }
   }
 }
@@ -121,7 +138,8 @@ void report_skipped() {
 
 TEST_CASE("select: fused k-nearest equals the reference path, every formula, both precisions") {
   report_skipped();
-  for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{100}}) {
+  if (!host::cpu_has_avx512bf16()) MESSAGE("skipped: the bfloat16 screen (this CPU has no AVX512-BF16)");
+  for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{32}, std::size_t{100}}) {
     all_formulas<float>(29, 517, d, 10, false, false);
     all_formulas<double>(29, 517, d, 10, false, false);
   }
@@ -177,6 +195,29 @@ TEST_CASE("select: near ties far from the origin are exact (the margin at work)"
     near_ties<float>(d);
     near_ties<double>(d);
   }
+}
+
+/// Values in bfloat16's subnormal range (flushed by its screen) and just above it, near ties among
+/// them, and ordinary points: the bfloat16 screen's absolute term η at work (select.hpp).
+template <class T>
+void tiny_values(std::size_t d, double scale) {
+  const std::size_t n = 17, m = 300;
+  auto x = data(n, d, 131), y = data(m, d, 132);
+  std::vector<T> xs(n * d), ys(m * d);
+  for (std::size_t q = 0; q < n * d; ++q) xs[q] = T(x[q] * scale);
+  for (std::size_t q = 0; q < m * d; ++q) ys[q] = T(y[q] * scale * (q % 7 == 0 ? 1e3 : 1.0));
+  for (std::size_t j = 0; j + 1 < m; j += 9)
+    for (std::size_t k = 0; k < d; ++k) ys[(j + 1) * d + k] = ys[j * d + k];  // duplicates: ties
+  auto X = memsafe::points(xs.data(), n, d), Y = memsafe::points(ys.data(), m, d);
+  const std::string tag = "tiny sqdist d=" + std::to_string(d) + " scale=" + std::to_string(scale);
+  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), 10), tag);
+  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin " + tag);
+}
+
+TEST_CASE("select: values near and below the smallest normal float are exact (subnormals flushed by the bfloat16 screen)") {
+  for (std::size_t d : {std::size_t{2}, std::size_t{33}, std::size_t{64}})
+    for (double s : {1e-36, 1e-39, 1e-43}) tiny_values<float>(d, s);
+  tiny_values<double>(40, 1e-300);
 }
 
 TEST_CASE("select: independent dense reference (indices of the k nearest, exact)") {

@@ -23,6 +23,12 @@
 //                        and so is an instruction set this CPU (or this translation unit: nvcc,
 //                        MEMSAFE_NO_SIMD, not x86-64) lacks; the message names what it has.
 //                        Parsed by host::parse_isa. MEMSAFE_KERNELS=reference takes precedence.
+//   MEMSAFE_SCREEN       the precision the fused k-nearest selection screens sqdist in, on the host:
+//                        "fp32" or "bf16" (case sensitive). Unset: bf16 where it applies (float
+//                        data, d ≥ 32, the AVX-512 kernels, a CPU with AVX512-BF16), else fp32;
+//                        "bf16" forces it at every d (an argument_error where the CPU or the
+//                        kernels lack it); "fp32" turns it off. Either way the answers are the
+//                        same, bit for bit (backend/host/select.hpp). Another text is an argument_error.
 //   MEMSAFE_SYMMETRIC    "off" (or "0") turns off the symmetric fused K·v of the host backend
 //                        (backend/host/sum_driver.hpp: k(X, X)·v with the same points on both sides
 //                        takes each pair once): every such product evaluates all n² pairs, for
@@ -57,6 +63,9 @@ inline std::optional<std::string_view> kernels() { return get("MEMSAFE_KERNELS")
 
 /// MEMSAFE_ISA (see above).
 inline std::optional<std::string_view> isa() { return get("MEMSAFE_ISA"); }
+
+/// MEMSAFE_SCREEN (see above).
+inline std::optional<std::string_view> screen() { return get("MEMSAFE_SCREEN"); }
 
 /// MEMSAFE_SYMMETRIC (see above).
 inline std::optional<std::string_view> symmetric() { return get("MEMSAFE_SYMMETRIC"); }

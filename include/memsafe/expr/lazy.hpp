@@ -147,7 +147,8 @@ template <class XV, class YV>
 using pair_value_t = std::remove_cv_t<typename XV::element_type>;
 
 /// make_pairwise's shape error, out of line (one copy per translation unit, not per formula).
-[[noreturn, gnu::noinline]] MEMSAFE_COLD inline void feature_dims_differ(const char* fn, const std::string& xs,
+template <class = void>
+[[noreturn, gnu::noinline]] MEMSAFE_COLD void feature_dims_differ(const char* fn, const std::string& xs,
                                                                         const std::string& ys, std::size_t dx,
                                                                         std::size_t dy) {
   throw shape_error(std::string("memsafe: ") + fn + "(X, Y): X is " + xs + " but Y is " + ys +

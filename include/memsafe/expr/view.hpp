@@ -41,8 +41,9 @@ inline void check_data(const void* p, std::size_t count, const char* what) {
 }
 /// The elements a strided view spans must be addressable: the last one's byte offset fits in
 /// std::ptrdiff_t (no extent or stride product wraps around, so no check can be bypassed by it).
-/// Not a template (the element size is an argument): compiled once per translation unit.
-[[gnu::noinline]] MEMSAFE_COLD inline void check_span_bytes(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs,
+/// One instance for every element type (its size is an argument), compiled only where used.
+template <class = void>
+[[gnu::noinline]] MEMSAFE_COLD void check_span_bytes(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs,
                                                std::size_t elem, const char* what) {
   std::size_t count;
   if (__builtin_mul_overflow(rows, cols, &count)) checked_mul(rows, cols, std::string("memsafe: ") + what);

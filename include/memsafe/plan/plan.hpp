@@ -56,6 +56,9 @@ struct tile_plan {
   /// selection (chosen at run time, backend/host/isa.hpp), "portable" for the tile path; empty
   /// where no such choice is made (other jobs, the CUDA backend).
   std::string isa;
+  /// The fused selection's screening precision on the host: "fp32", or "bf16" (AVX512-BF16 dot
+  /// products, backend/host/select.hpp); empty for other jobs.
+  std::string screen;
   std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
 
   /// "as rewritten" and "rules fired" lines.
@@ -71,6 +74,7 @@ struct tile_plan {
     o << describe_rewrite()
       << "reduction:    " << reduction << "\n";
     if (!isa.empty()) o << "isa:          " << isa << "\n";
+    if (!screen.empty()) o << "screen:       " << screen << "\n";
     o << "index space:  " << rows << " x " << cols;
     if (inner) o << " (contracting " << inner << ")";
     o << "\n";
@@ -200,8 +204,9 @@ using cost3 = cost_ref<std::size_t(std::size_t, std::size_t, std::size_t)>;
 
 /// Plan a 2-D tiling of an n×m index space. `cost(ti, tj)` gives the per-thread bytes.
 /// `tis`/`tjs` are the tile extents to try (each ≤ the extent; the largest area that fits wins).
-MEMSAFE_COLD inline tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads,
-                                       cost2 cost, const std::string& what, const std::vector<std::size_t>& tis,
+template <class = void>  // one instance, compiled only where used (a template on nothing)
+MEMSAFE_COLD tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, cost2 cost,
+                               const std::string& what, const std::vector<std::size_t>& tis,
                           const std::vector<std::size_t>& tjs) {
   tile_plan p;
   p.rows = n;
@@ -243,8 +248,9 @@ MEMSAFE_COLD inline tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t
   too_small(what, budget, p.min_bytes);  // unreachable: 1×1 with one thread fits
 }
 
-inline tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, cost2 cost,
-                          const std::string& what) {
+template <class = void>
+tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std::size_t max_threads, cost2 cost,
+                   const std::string& what) {
   return tiles_2d(n, m, budget, max_threads, cost, what, candidates(n, {64, 32, 16, 8, 4, 2, 1}),
                   candidates(m, {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1}));
 }
@@ -252,7 +258,8 @@ inline tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget, std:
 /// Plan a 3-D tiling (p×q output blocks, contracting over t) for lazy × lazy products.
 /// `cost(tp, tq, tt)` gives the per-thread bytes. Threads take output blocks, or share the
 /// contraction of one block (each with its own accumulator, merged) when blocks are fewer.
-MEMSAFE_COLD inline tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t budget, std::size_t max_threads,
+template <class = void>
+MEMSAFE_COLD tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, std::size_t budget, std::size_t max_threads,
                           cost3 cost, const std::string& what, bool symmetric = false) {
   tile_plan p;
   p.rows = P;

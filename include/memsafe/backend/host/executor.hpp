@@ -40,9 +40,11 @@ inline std::size_t serpentine_thread(std::size_t b, std::size_t P) {
 /// rethrow the first exception once every started thread has been joined. When the system refuses
 /// a thread (std::system_error from std::thread, e.g. no address space left for its stack) the
 /// bodies it would have run run on the caller instead, after its own: the work is done with fewer
-/// threads, never lost, and no thread is left unjoined. Not a template: the thread machinery is
-/// compiled once per translation unit, whatever the callers (docs/design.md, "Compile time").
-inline void parallel_for(std::size_t n, void* ctx, void (*body)(void*, std::size_t)) {
+/// threads, never lost, and no thread is left unjoined. One instance, whatever the callers: the
+/// thread machinery is compiled once per translation unit (docs/design.md, "Compile time"); a
+/// template on nothing only so that translation units that never run it do not compile it.
+template <class = void>
+void parallel_for(std::size_t n, void* ctx, void (*body)(void*, std::size_t)) {
   if (n <= 1) {
     body(ctx, std::size_t{0});
     return;
@@ -130,7 +132,8 @@ struct row_steps {
 /// run_row_blocks' schedule, compiled once per translation unit: threads take whole row blocks
 /// from a shared counter, or — fewer row blocks than threads — share each block's column tiles
 /// and merge their partials into worker 0.
-inline void run_row_schedule(std::size_t n, const tile_plan& p, const row_steps& s) {
+template <class = void>  // one instance, compiled only where used (see parallel_for)
+void run_row_schedule(std::size_t n, const tile_plan& p, const row_steps& s) {
   const std::size_t ti = p.tile_rows, P = p.threads, nrb = p.row_blocks, ncb = p.col_blocks;
   if (!p.split_columns) {
     std::atomic<std::size_t> next{0};

@@ -93,6 +93,22 @@ inline unsigned cpu_isas() {
   return bits;
 }
 
+/// Whether this CPU runs AVX512-BF16 (VDPBF16PS, the bfloat16 screen of select.hpp), with the OS
+/// saving the ZMM state; asked once per process.
+inline bool cpu_has_avx512bf16() {
+  static const bool has = [] {
+#if defined(MEMSAFE_X86_CPUID)
+    if (!(cpu_isas() & isa_bit(isa::avx512)) || __get_cpuid_max(0, nullptr) < 7) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return ((a >> 5) & 1u) != 0;  // CPUID.(EAX=7, ECX=1):EAX bit 5
+#else
+    return false;
+#endif
+  }();
+  return has;
+}
+
 /// The best instruction set in `set`.
 inline isa best_isa(unsigned set) {
   for (isa i : isa_all)

@@ -59,6 +59,21 @@
 //   (v̂ < w ≤ 2 + 2u; thr's double arithmetic errs by < 7u). w_y = 0 screens a zero point at 0: it
 //   passes whenever its exact value 1 can enter (w > 1); a zero query (w_x = 0) accepts everything.
 // * l1. ŝ = v̂ bit for bit (the same operations in the same order, nothing to contract), thr = w.
+// * sqdist, bfloat16 screen (float data, AVX512-BF16: select_driver.hpp chooses it, MEMSAFE_SCREEN).
+//   The chain runs on x̃, ỹ — x, y rounded to bfloat16 to nearest (8 significant bits, u_b = 2⁻⁸),
+//   values in bfloat16's subnormal range flushed to zero — two features per step: VDPBF16PS adds
+//   the exact FP32 products −x̃_k ỹ_k (the query's signs flipped, exactly) to the FP32 lane, at most
+//   one rounding per product (the same chain, or fewer roundings where a CPU fuses the pair), with
+//   subnormal results flushed. For normal values |x̃_k ỹ_k − x_k y_k| ≤ (2u_b + u_b²)|x_k y_k|; a
+//   flushed value errs by < 2⁻¹²⁶ in absolute terms. So ŝ is within (2u_b + u_b²)(1 + γ_d)·½N +
+//   2⁻¹²⁶(d + √(2d)·√N) of the FP32 chain's S-bound above, and the sqdist proof holds with
+//   δ_b = (2u_b + u_b²)(1 + 2⁻¹⁰) + 9(d + 4)u (select_margin_bf16; ≈ 7.9e-3 at d = 100, against
+//   δ = 5.0e-5) and η = 2⁻¹⁰⁰ added to thr for the flushed values (≥ 2⁻¹²⁶(d + √(2d)) for
+//   d < 2²⁵ when N < 1; when N ≥ 1 the slack 9(d + 4)u − (6d + 21)u covers them). Points within
+//   ≈ δ_b·N of the row's k-th value pass and are re-evaluated: many more than with the FP32 screen,
+//   but still few (random N(0, 1) data, d = 100, n = 10⁶: ≈ 160 per query), for half the
+//   instructions per feature (32 products per VDPBF16PS against 16 per FMA). init and the exact
+//   values are the FP32 path's (the float panels are packed too, for exact_value).
 //
 // Non-finite data. Lanes whose screening inputs are not finite (overflowing norms, NaN, inf) always
 // pass (their init is −inf, or the row threshold is NaN), so unusual data costs time, never
@@ -83,6 +98,48 @@ double select_margin(std::size_t d) {
   return 8.0 * double(d + 4) * double(std::numeric_limits<T>::epsilon()) * 0.5;
 }
 
+/// δ_b of the bfloat16 screen (the table above) for feature dimension d.
+inline double select_margin_bf16(std::size_t d) {
+  return (0x1p-7 + 0x1p-16) * (1.0 + 0x1p-10) + 9.0 * double(d + 4) * 0x1p-24;
+}
+/// η, the bfloat16 screen's absolute term for values flushed to zero (the table above).
+inline constexpr double select_eta_bf16 = 0x1p-100;
+
+/// float → bfloat16 bits, rounded to nearest even; results in bfloat16's subnormal range flushed
+/// to zero. (NaN and ±inf need no care: their lanes always pass, see "Non-finite data".)
+inline std::uint32_t bf16_bits(float f) {
+  std::uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  std::uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  if ((r & 0x7f80u) == 0) r &= 0x8000u;
+  return r;
+}
+
+/// The bfloat16 screen's panels from packed float panels (select_driver.hpp): np panels of W
+/// points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = x̃_2q | x̃_2q+1 << 16 (0 past d),
+/// each lane's pair one 32-bit element as VDPBF16PS reads it.
+inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, std::size_t W, std::uint32_t* pack2) {
+  const std::size_t dp = (d + 1) / 2;
+  for (std::size_t p = 0; p < np; ++p)
+    for (std::size_t q = 0; q < dp; ++q) {
+      const float* lo = pack + p * d * W + 2 * q * W;
+      std::uint32_t* dst = pack2 + (p * dp + q) * W;
+      if (2 * q + 1 < d)
+        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]) | (bf16_bits(lo[W + w]) << 16);
+      else
+        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]);
+    }
+}
+
+/// A query row for the bfloat16 screen: its dp pairs with both signs flipped (the kernel adds
+/// −x̃·ỹ, exactly the negated products).
+inline void pack_bf16_row(const float* x, std::size_t d, std::uint32_t* x2) {
+  for (std::size_t q = 0; q < (d + 1) / 2; ++q) {
+    const std::uint32_t lo = bf16_bits(x[2 * q]), hi = 2 * q + 1 < d ? bf16_bits(x[2 * q + 1]) : 0u;
+    x2[q] = (lo | (hi << 16)) ^ 0x80008000u;
+  }
+}
+
 /// Round a double to T upwards (so a threshold is never tightened by the conversion).
 template <class T>
 T round_up(double v) {
@@ -96,8 +153,9 @@ T round_up(double v) {
 /// never pass; callers check j < nj regardless). Returns whether every point is finite with a
 /// representable squared norm (the tile is "clean": no NaN can arise in its screening values).
 template <class T, select_kind K>
-bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, T* init) {
-  const double delta = select_margin<T>(d), big = double(std::numeric_limits<T>::max()) / 4;
+bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, T* init,
+                    double delta) {
+  const double big = double(std::numeric_limits<T>::max()) / 4;
   bool clean = true;
   for (std::size_t p = 0; p < np; ++p)
     for (std::size_t w = 0; w < W; ++w) {
@@ -128,12 +186,16 @@ template <class T>
 struct row_screen {
   double xn2 = 0;   ///< ‖x‖² (sqdist, dot_max)
   double xnorm = 0; ///< ‖x‖ (cosine; +inf when x is zero)
+  double delta = 0; ///< the screen's margin δ (select_margin, or select_margin_bf16)
+  double eta = 0;   ///< its absolute term (the bfloat16 screen's η; 0 for the FP32 screen)
   bool finite = true;
 };
 
 template <class T, select_kind K>
-row_screen<T> screen_row(const T* x, std::size_t d, T xinv) {
+row_screen<T> screen_row(const T* x, std::size_t d, T xinv, double delta, double eta = 0) {
   row_screen<T> s;
+  s.delta = delta;
+  s.eta = eta;
   double n2 = 0;
   for (std::size_t k = 0; k < d; ++k) n2 += double(x[k]) * double(x[k]);
   s.xn2 = n2;
@@ -145,13 +207,13 @@ row_screen<T> screen_row(const T* x, std::size_t d, T xinv) {
 /// The screening threshold of a row whose current k-th best exact value is `worst`
 /// (`full` false: fewer than k values held → accept everything: the threshold is NaN).
 template <class T, select_kind K>
-T screen_threshold(bool full, T worst, const row_screen<T>& rs, std::size_t d) {
+T screen_threshold(bool full, T worst, const row_screen<T>& rs) {
   constexpr T all = std::numeric_limits<T>::quiet_NaN();  // !(v >= NaN) holds for every v, +inf and NaN too
   if (!full || worst != worst || !rs.finite) return all;
-  const double delta = select_margin<T>(d), w = double(worst);
+  const double delta = rs.delta, w = double(worst);
   if constexpr (K == select_kind::l1) return worst;
   // Computed in double: its rounding is far below the margin δ, which is at least 40 units of T's.
-  if constexpr (K == select_kind::sqdist) return round_up<T>(0.5 * (w - (1.0 - delta) * rs.xn2));
+  if constexpr (K == select_kind::sqdist) return round_up<T>(0.5 * (w - (1.0 - delta) * rs.xn2) + rs.eta);
   if constexpr (K == select_kind::cosine) return std::isfinite(rs.xnorm) ? round_up<T>((w - 1.0 + delta) * rs.xnorm) : all;
   if constexpr (K == select_kind::dot_max) return round_up<T>(-w + 0.5 * delta * rs.xn2);
   return all;
@@ -192,6 +254,8 @@ struct screen_args {
   const T* thr = nullptr;   ///< the R rows' thresholds
   std::size_t np = 0;
   bool clean = false;       ///< every screening input finite (screen_kernel.inc)
+  const std::uint32_t* xs2 = nullptr;    ///< bfloat16 screen: the R rows' negated pairs, R × ⌈d/2⌉
+  const std::uint32_t* pack2 = nullptr;  ///< bfloat16 screen: np panels of ⌈d/2⌉ × P pairs
   void (*hit)(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) = nullptr;
   void* ctx = nullptr;
 };

@@ -122,17 +122,22 @@ struct select_worker {
   static constexpr bool cos = K == host::select_kind::cosine;
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
-  static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj) {
+  /// `b16`: with the bfloat16 screen's panels and query pairs (⌈d/2⌉ 32-bit pairs per point and row).
+  static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool b16) {
     using host::align64;
-    const std::size_t d = e.dim(), np = host::panels<T>(tj);
+    const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
     return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + (cos ? align64(np * W * sizeof(T)) : 0) +
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
-           align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>));
+           align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
+           (b16 ? align64(np * W * dp * 4) + align64(ti * dp * 4) : 0);
   }
 
   const E& e;
   std::size_t k, d;
+  bool b16;  // the bfloat16 screen (select.hpp)
+  double delta, eta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
+  std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
   host::row_screen<T>* rs;
   ranked<T>* heap;
   std::size_t* count;
@@ -144,9 +149,12 @@ struct select_worker {
   std::size_t group_r0 = 0, group_rows = 0, tile_j0 = 0, tile_nj = 0;  // what `hit` works on
 
   select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
-                isa i)
-      : e(ex), k(k_), d(ex.dim()), tj(tj_), m(ex.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i)) {
-    if (!kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " selection kernels");
+                isa i, bool bf16)
+      : e(ex), k(k_), d(ex.dim()), b16(bf16), delta(bf16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)),
+        eta(bf16 ? host::select_eta_bf16 : 0.0), tj(tj_), m(ex.cols()), out(&o),
+        kernels(host::screen_kernels_for<T, K>(i, bf16)) {
+    if (!kernels.group)
+      throw error(std::string("memsafe: internal: no ") + isa_name(i) + (bf16 ? " bfloat16" : "") + " selection kernels");
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -159,13 +167,17 @@ struct select_worker {
     heap = carve<ranked<T>>(cur, ti * k);
     count = carve<std::size_t>(cur, ti);
     scratch = carve<ranked<T>>(cur, k);
+    if (b16) {
+      pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
+      xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
+    }
   }
 
   static bool cmp(const ranked<T>& a, const ranked<T>& b) { return ranks_before<Max>(a, b); }
 
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
-    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r], d);
+    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r]);
   }
 
   /// Offer (v, j) to row r's heap (the heap top ranks last: it is the k-th best).
@@ -189,7 +201,9 @@ struct select_worker {
   void start(std::size_t i0, std::size_t ni) {
     for (std::size_t r = 0; r < ni; ++r) {
       xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d, cos);
-      rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r]);
+      rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r], delta, eta);
+      if constexpr (std::is_same_v<T, float>)
+        if (b16) host::pack_bf16_row(xs + r * d, d, xs2 + r * ((d + 1) / 2));
       count[r] = 0;
       thr[r] = threshold(r);  // accept everything until k values are held
     }
@@ -220,6 +234,7 @@ struct select_worker {
     bool clean = tile_clean;
     for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
     a.xs = xs + r * d;
+    if (b16) a.xs2 = xs2 + r * ((d + 1) / 2);
     a.thr = thr + r;
     a.clean = clean;
     group_r0 = r;
@@ -234,7 +249,9 @@ struct select_worker {
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
-      const bool clean = host::screening_init<T, K>(pack, d, nj, np, W, init);
+      const bool clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta);
+      if constexpr (std::is_same_v<T, float>)
+        if (b16) host::pack_bf16_panels(pack, d, np, W, pack2);
       tile_j0 = j0;
       tile_nj = nj;
       host::screen_args<T> a;
@@ -243,6 +260,7 @@ struct select_worker {
       a.init = init;
       a.yinv = yinv;
       a.np = np;
+      a.pack2 = pack2;
       a.hit = &select_worker::hit;
       a.ctx = this;
       std::size_t r = 0;
@@ -278,10 +296,36 @@ struct select_worker {
   }
 };
 
-/// Bytes per thread of the fused selection on ti × tj tiles.
+/// Bytes per thread of the fused selection on ti × tj tiles (`b16`: with the bfloat16 screen).
 template <class E, class Mon>
-std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj) {
-  return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj);
+std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj, bool b16) {
+  return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj, b16);
+}
+
+/// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share
+/// of the work is small and its wider margin lets more lanes through (select.hpp).
+inline constexpr std::size_t bf16_screen_min_d = 32;
+
+/// Whether the fused selection of (T, K) at dimension d screens in bfloat16 with instruction set i:
+/// MEMSAFE_SCREEN (core/env.hpp) — fp32: no; bf16: yes where it applies (float sqdist), an
+/// argument_error where this CPU or instruction set lacks it; unset: where it applies, the CPU has
+/// AVX512-BF16, i is AVX-512 and d ≥ bf16_screen_min_d.
+template <class T, select_kind K>
+MEMSAFE_COLD bool choose_bf16_screen(isa i, std::size_t d) {
+  const auto e = env::screen();
+  if (e && *e != "fp32" && *e != "bf16")
+    throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32 or bf16, got \"" + std::string(*e) + "\"");
+  constexpr bool applies = std::is_same_v<T, float> && K == select_kind::sqdist;
+  if (!applies || (e && *e == "fp32")) return false;
+  const bool can = i == isa::avx512 && cpu_has_avx512bf16();
+  if (e) {  // bf16, forced
+    if (!can)
+      throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=bf16: ") +
+                           (cpu_has_avx512bf16() ? "the bfloat16 screen runs on the AVX-512 kernels, not " + std::string(isa_name(i))
+                                                 : std::string("this CPU has no AVX512-BF16 (or AVX-512F)")));
+    return true;
+  }
+  return can && d >= bf16_screen_min_d;
 }
 
 /// Preferred column tiles: a packed tile of about 24 KiB (L1) for small d; at least 64 points.
@@ -302,9 +346,12 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
   std::vector<std::size_t> tjs;
   for (std::size_t c : select_tile_cols<T>(e.dim()))
     if (std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end()) tjs.push_back(std::min(c, e.cols()));
+  constexpr host::select_kind K = select_kind_of<typename E::formula_type, select_monoid<Mon>::max>::kind;
+  const isa i = choose_isa(isa_compiled);
+  const bool b16 = choose_bf16_screen<T, K>(i, e.dim());
   auto p = plan::tiles_2d(
-      e.rows(), e.cols(), budget, threads, [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj); },
-      what, tis, tjs);
+      e.rows(), e.cols(), budget, threads,
+      [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj, b16); }, what, tis, tjs);
   // Even out the row blocks (a multiple of the threads, 8-row aligned); smaller tiles still fit.
   if (p.row_blocks > 1 && p.threads > 1 && !p.split_columns) {
     const std::size_t nb = (p.row_blocks + p.threads - 1) / p.threads * p.threads;
@@ -312,12 +359,13 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
     p.tile_rows = ti;
     p.row_blocks = (e.rows() + ti - 1) / ti;
     p.num_tiles = p.row_blocks * p.col_blocks;
-    p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols);
+    p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols, b16);
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
-  const isa i = choose_isa(isa_compiled);
   p.isa = isa_name(i);
-  p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa + "), " +
+  p.screen = b16 ? "bf16" : "fp32";
+  p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa +
+                (b16 ? ", bfloat16 dot products with a proven margin" : "") + "), " +
                 "passing lanes re-evaluated exactly; no distance tile";
   return p;
 }
@@ -328,8 +376,9 @@ template <class E, class Mon>
 void run_select(const E& e, const Mon& mon, const out_spec<typename E::value_type>& out, const tile_plan& p,
                 accountant& acc) {
   const isa i = parse_isa(p.isa).value_or(isa::portable);
+  const bool b16 = p.screen == "bf16";
   run_row_blocks(e.rows(), e.cols(), mon, out, p, acc, [&](std::byte* ws) {
-    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out, i);
+    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out, i, b16);
   });
 }
 

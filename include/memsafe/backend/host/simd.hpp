@@ -79,6 +79,20 @@ struct simd<float> : simd_ops<float, vec::f32x16, vec::i32x16> {
   }
   /// Lanes where !(a >= b): a < b, or either is NaN (predicate NGE_UQ).
   static std::uint32_t not_ge(reg a, reg b) { return __builtin_ia32_cmpps512_mask(a, b, 0x19, (unsigned short)-1, 4); }
+  // The bfloat16 screen (select.hpp): 16 lanes of two bfloat16 each, held in a float register.
+  static reg load_bits(const std::uint32_t* p) {
+    reg r;
+    __builtin_memcpy(&r, p, sizeof r);
+    return r;
+  }
+  static reg set1_bits(std::uint32_t b) { return (reg)(vec::i32x16{} + static_cast<std::int32_t>(b)); }
+  /// acc + x₀y₀ + x₁y₁ per lane (VDPBF16PS, AVX512-BF16). Written as assembly: the compilers'
+  /// builtins for it changed type between releases, and the instruction needs no other support
+  /// (the caller checks the CPU, select_driver.hpp).
+  static reg dpbf16(reg acc, reg x, reg y) {
+    __asm__("vdpbf16ps {%2, %1, %0|%0, %1, %2}" : "+v"(acc) : "v"(x), "v"(y));
+    return acc;
+  }
 };
 
 template <>
@@ -179,10 +193,20 @@ namespace memsafe::host {
 
 /// The screening kernels of (T, K) for instruction set `i` (none for portable, or where the
 /// translation unit has no SIMD kernels).
+/// `bf16`: the bfloat16 screen (AVX-512 only, float sqdist only: select_driver.hpp's choice).
 template <class T, select_kind K>
-screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i) {
+screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] bool bf16 = false) {
   screen_kernels<T> s;
 #if defined(MEMSAFE_SIMD_DISPATCH)
+  if constexpr (std::is_same_v<T, float> && K == select_kind::sqdist) {
+    if (bf16) {
+      if (i == isa::avx512)
+        s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows, true>,
+             &avx512::screen_rows<T, K, 1, true>};
+      return s;
+    }
+  }
+  if (bf16) return s;
   if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
                              &avx512::screen_rows<T, K, 1>};
   else if (i == isa::avx2) s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};
