@@ -147,13 +147,13 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
   std::vector<double> x64 = ref::data(n, 40, 11), y64 = ref::data(m, 40, 12);
   auto wide = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
-  auto narrow = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 31), memsafe::points(y32.data(), m, 31)), 3);
+  auto narrow = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 7), memsafe::points(y32.data(), m, 7)), 3);
   auto dbl = memsafe::argkmin(memsafe::sqdist(memsafe::points(x64.data(), n, 40), memsafe::points(y64.data(), m, 40)), 3);
   auto l1 = memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
-  // By default: float sqdist at d >= 32 on AVX-512 with AVX512-BF16; the rest keeps the FP32 screen.
+  // By default: float sqdist at d >= 8 on AVX-512 with AVX512-BF16; the rest keeps the FP32 screen.
   CHECK(memsafe::plan_for(wide).screen == (bf16 ? "bf16" : (avx512 || (available() & host::isa_bit(host::isa::avx2)) ? "fp32" : "")));
   if (available() != host::isa_bit(host::isa::portable)) {
     CHECK(memsafe::plan_for(narrow).screen == "fp32");

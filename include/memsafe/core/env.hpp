@@ -25,7 +25,7 @@
 //                        Parsed by host::parse_isa. MEMSAFE_KERNELS=reference takes precedence.
 //   MEMSAFE_SCREEN       the precision the fused k-nearest selection screens sqdist in, on the host:
 //                        "fp32" or "bf16" (case sensitive). Unset: bf16 where it applies (float
-//                        data, d ≥ 32, the AVX-512 kernels, a CPU with AVX512-BF16), else fp32;
+//                        data, d ≥ 8, the AVX-512 kernels, a CPU with AVX512-BF16), else fp32;
 //                        "bf16" forces it at every d (an argument_error where the CPU or the
 //                        kernels lack it); "fp32" turns it off. Either way the answers are the
 //                        same, bit for bit (backend/host/select.hpp). Another text is an argument_error.

@@ -72,8 +72,15 @@
 //   d < 2²⁵ when N < 1; when N ≥ 1 the slack 9(d + 4)u − (6d + 21)u covers them). Points within
 //   ≈ δ_b·N of the row's k-th value pass and are re-evaluated: many more than with the FP32 screen,
 //   but still few (random N(0, 1) data, d = 100, n = 10⁶: ≈ 160 per query), for half the
-//   instructions per feature (32 products per VDPBF16PS against 16 per FMA). init and the exact
-//   values are the FP32 path's (the float panels are packed too, for exact_value).
+//   instructions per feature (32 products per VDPBF16PS against 16 per FMA). The exact values are
+//   the FP32 path's (the float panels are packed too, for exact_value). Centred: the screen runs on
+//   x − c and y − c, c the mean of the row block's queries (bf16_center; distances do not change), so N is
+//   ‖x − c‖² + ‖y − c‖² — small for data far from the origin, where ‖x‖² + ‖y‖² would let every
+//   lane through (N(0, 1) + 10 at d = 100: 62× slower uncentred). fl(x_k − c_k) errs by ≤ u|x_k − c_k|,
+//   so ỹ_k = bf16(fl(y_k − c_k)) is within u_b' = u_b + u(1 + u_b) of y_k − c_k and
+//   2u_b' + u_b'² < (2u_b + u_b²)(1 + 2⁻¹⁰): the same δ_b holds; init = ½(1 − δ_b)‖fl(y − c)‖² and
+//   thr's ‖x − c‖² are those of the rounded differences (within γ of the exact ones, covered as
+//   before).
 //
 // Non-finite data. Lanes whose screening inputs are not finite (overflowing norms, NaN, inf) always
 // pass (their init is −inf, or the row threshold is NaN), so unusual data costs time, never
@@ -115,29 +122,55 @@ inline std::uint32_t bf16_bits(float f) {
   return r;
 }
 
-/// The bfloat16 screen's panels from packed float panels (select_driver.hpp): np panels of W
-/// points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = x̃_2q | x̃_2q+1 << 16 (0 past d),
-/// each lane's pair one 32-bit element as VDPBF16PS reads it.
-inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, std::size_t W, std::uint32_t* pack2) {
+/// The centre for the bfloat16 screen of a row block: the mean of its ni query rows (xs, ni × d)
+/// whose coordinates are all below 2⁶⁰ in magnitude (0 where there are none), rounded to float.
+/// Distances do not change under a translation, but the screen's margin grows with
+/// ‖x − c‖² + ‖y − c‖²: screening about the queries' mean keeps it small for data far from the
+/// origin (the table above). `sum`: d doubles of scratch.
+inline void bf16_center(const float* xs, std::size_t d, std::size_t ni, float* c, double* sum) {
+  std::size_t used = 0;
+  for (std::size_t k = 0; k < d; ++k) sum[k] = 0.0;
+  for (std::size_t r = 0; r < ni; ++r) {
+    const float* x = xs + r * d;
+    bool ok = true;
+    for (std::size_t k = 0; k < d; ++k) ok = ok && std::fabs(x[k]) < 0x1p60f;  // false for NaN too
+    if (!ok) continue;
+    ++used;
+    for (std::size_t k = 0; k < d; ++k) sum[k] += double(x[k]);
+  }
+  for (std::size_t k = 0; k < d; ++k) c[k] = used ? static_cast<float>(sum[k] / double(used)) : 0.0f;
+}
+
+/// The bfloat16 screen's panels from packed float panels (select_driver.hpp) and the tile's centre
+/// c: np panels of W points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16
+/// with ỹ_k = bf16(fl(y_k − c_k)) (0 past d), each lane's pair one 32-bit element as VDPBF16PS reads it.
+inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, std::size_t W, const float* c,
+                             std::uint32_t* pack2) {
   const std::size_t dp = (d + 1) / 2;
   for (std::size_t p = 0; p < np; ++p)
     for (std::size_t q = 0; q < dp; ++q) {
       const float* lo = pack + p * d * W + 2 * q * W;
       std::uint32_t* dst = pack2 + (p * dp + q) * W;
-      if (2 * q + 1 < d)
-        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]) | (bf16_bits(lo[W + w]) << 16);
-      else
-        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]);
+      const float c0 = c[2 * q];
+      if (2 * q + 1 < d) {
+        const float c1 = c[2 * q + 1];
+        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w] - c0) | (bf16_bits(lo[W + w] - c1) << 16);
+      } else {
+        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w] - c0);
+      }
     }
 }
 
-/// A query row for the bfloat16 screen: its dp pairs with both signs flipped (the kernel adds
-/// −x̃·ỹ, exactly the negated products).
-inline void pack_bf16_row(const float* x, std::size_t d, std::uint32_t* x2) {
+/// A query row for the bfloat16 screen about the tile's centre c: the pairs of bf16(fl(x − c)) with
+/// both signs flipped (the kernel adds −x̃·ỹ, exactly the negated products). Returns ‖x − c‖² (double).
+inline double pack_bf16_row(const float* x, std::size_t d, const float* c, std::uint32_t* x2) {
+  double n2 = 0;
   for (std::size_t q = 0; q < (d + 1) / 2; ++q) {
-    const std::uint32_t lo = bf16_bits(x[2 * q]), hi = 2 * q + 1 < d ? bf16_bits(x[2 * q + 1]) : 0u;
-    x2[q] = (lo | (hi << 16)) ^ 0x80008000u;
+    const float a = x[2 * q] - c[2 * q], b = 2 * q + 1 < d ? x[2 * q + 1] - c[2 * q + 1] : 0.0f;
+    n2 += double(a) * double(a) + double(b) * double(b);
+    x2[q] = (bf16_bits(a) | (2 * q + 1 < d ? bf16_bits(b) << 16 : 0u)) ^ 0x80008000u;
   }
+  return n2;
 }
 
 /// Round a double to T upwards (so a threshold is never tightened by the conversion).
@@ -154,7 +187,7 @@ T round_up(double v) {
 /// representable squared norm (the tile is "clean": no NaN can arise in its screening values).
 template <class T, select_kind K>
 bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, T* init,
-                    double delta) {
+                    double delta, const T* center = nullptr) {
   const double big = double(std::numeric_limits<T>::max()) / 4;
   bool clean = true;
   for (std::size_t p = 0; p < np; ++p)
@@ -167,7 +200,13 @@ bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np
       }
       const T* y = pack + p * d * W + w;
       double s = 0;
-      for (std::size_t k = 0; k < d; ++k) s += double(y[k * W]) * double(y[k * W]);
+      if (center)  // the bfloat16 screen: ‖fl(y − c)‖², as it screens
+        for (std::size_t k = 0; k < d; ++k) {
+          const double t = double(T(y[k * W] - center[k]));
+          s += t * t;
+        }
+      else
+        for (std::size_t k = 0; k < d; ++k) s += double(y[k * W]) * double(y[k * W]);
       const bool fin = std::isfinite(s) && s < big;
       clean = clean && fin;
       if constexpr (K == select_kind::l1 || K == select_kind::cosine) {
@@ -188,7 +227,8 @@ struct row_screen {
   double xnorm = 0; ///< ‖x‖ (cosine; +inf when x is zero)
   double delta = 0; ///< the screen's margin δ (select_margin, or select_margin_bf16)
   double eta = 0;   ///< its absolute term (the bfloat16 screen's η; 0 for the FP32 screen)
-  bool finite = true;
+  bool finite = true;    ///< the screen's inputs are finite (the bfloat16 screen: about the tile's centre)
+  bool x_finite = true;  ///< x is finite with a representable ‖x‖² (what `finite` starts as)
 };
 
 template <class T, select_kind K>
@@ -201,6 +241,7 @@ row_screen<T> screen_row(const T* x, std::size_t d, T xinv, double delta, double
   s.xn2 = n2;
   s.xnorm = xinv > T(0) ? 1.0 / double(xinv) : std::numeric_limits<double>::infinity();
   s.finite = std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;  // also: no NaN/inf in x
+  s.x_finite = s.finite;
   return s;
 }
 

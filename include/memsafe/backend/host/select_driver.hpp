@@ -129,7 +129,7 @@ struct select_worker {
     return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + (cos ? align64(np * W * sizeof(T)) : 0) +
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
            align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
-           (b16 ? align64(np * W * dp * 4) + align64(ti * dp * 4) : 0);
+           (b16 ? align64(np * W * dp * 4) + align64(ti * dp * 4) + align64(d * sizeof(T)) + align64(d * 8) : 0);
   }
 
   const E& e;
@@ -138,6 +138,8 @@ struct select_worker {
   double delta, eta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
+  T* center = nullptr;         // the row block's centre (bfloat16 screen)
+  double* center_sum = nullptr;  // its scratch
   host::row_screen<T>* rs;
   ranked<T>* heap;
   std::size_t* count;
@@ -170,6 +172,8 @@ struct select_worker {
     if (b16) {
       pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
       xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
+      center = carve<T>(cur, d);
+      center_sum = carve<double>(cur, d);
     }
   }
 
@@ -202,8 +206,18 @@ struct select_worker {
     for (std::size_t r = 0; r < ni; ++r) {
       xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d, cos);
       rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r], delta, eta);
-      if constexpr (std::is_same_v<T, float>)
-        if (b16) host::pack_bf16_row(xs + r * d, d, xs2 + r * ((d + 1) / 2));
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (b16) {  // about the block's centre: the rows' pairs and ‖x − c‖²
+        host::bf16_center(xs, d, ni, center, center_sum);
+        for (std::size_t r = 0; r < ni; ++r) {
+          const double n2 = host::pack_bf16_row(xs + r * d, d, center, xs2 + r * ((d + 1) / 2));
+          rs[r].xn2 = n2;
+          rs[r].finite = rs[r].x_finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
+        }
+      }
+    }
+    for (std::size_t r = 0; r < ni; ++r) {
       count[r] = 0;
       thr[r] = threshold(r);  // accept everything until k values are held
     }
@@ -249,9 +263,17 @@ struct select_worker {
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
-      const bool clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta);
-      if constexpr (std::is_same_v<T, float>)
-        if (b16) host::pack_bf16_panels(pack, d, np, W, pack2);
+      bool clean;
+      if constexpr (std::is_same_v<T, float>) {
+        if (b16) {  // about the row block's centre
+          host::pack_bf16_panels(pack, d, np, W, center, pack2);
+          clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta, center);
+        } else {
+          clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta);
+        }
+      } else {
+        clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta);
+      }
       tile_j0 = j0;
       tile_nj = nj;
       host::screen_args<T> a;
@@ -304,7 +326,7 @@ std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t
 
 /// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share
 /// of the work is small and its wider margin lets more lanes through (select.hpp).
-inline constexpr std::size_t bf16_screen_min_d = 32;
+inline constexpr std::size_t bf16_screen_min_d = 8;
 
 /// Whether the fused selection of (T, K) at dimension d screens in bfloat16 with instruction set i:
 /// MEMSAFE_SCREEN (core/env.hpp) — fp32: no; bf16: yes where it applies (float sqdist), an
