@@ -39,6 +39,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rss_guard import available_bytes  # noqa: E402  (MemAvailable, shared with the training peers)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -64,14 +67,6 @@ def git_rev():
                               check=True).stdout.strip()
     except Exception:
         return None
-
-
-def mem_available():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
 
 
 def cpu_model():
@@ -297,7 +292,7 @@ def main():
             # the kernel matrix and the n×n temporaries of its evaluation (distance, exp, polynomial: 4 for
             # Matérn, as gpytorch.kernels.MaternKernel.forward computes it) + 2 GiB for the rest
             need = int(4 * n_est * n_est * esize) + (2 << 30)
-            avail = mem_available() or 0
+            avail = available_bytes() or 0
             limit = max(0, avail - (2 << 30))
             row = {"impl": "gpytorch", **common, "dtype": a.dtype, "mem_available_bytes": avail,
                    "mem_needed_estimate_bytes": need}

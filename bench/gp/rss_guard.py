@@ -13,7 +13,8 @@ import threading
 import time
 
 
-def _available_bytes():
+def available_bytes():
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
@@ -30,7 +31,7 @@ def start(row, limit_bytes=None):
     if not os.path.exists("/proc/self/statm"):
         return None
     if limit_bytes is None:
-        avail = _available_bytes()
+        avail = available_bytes()
         if avail is None:
             return None
         limit_bytes = avail - (1 << 30)
