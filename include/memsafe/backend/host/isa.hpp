@@ -100,7 +100,7 @@ inline bool cpu_has_avx512bf16() {
 #if defined(MEMSAFE_X86_CPUID)
     if (!(cpu_isas() & isa_bit(isa::avx512)) || __get_cpuid_max(0, nullptr) < 7) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 1, a, b, c, d);
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
     return ((a >> 5) & 1u) != 0;  // CPUID.(EAX=7, ECX=1):EAX bit 5
 #else
     return false;
