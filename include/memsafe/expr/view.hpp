@@ -45,7 +45,7 @@ inline void check_data(const void* p, std::size_t count, const char* what) {
 template <class = void>
 [[gnu::noinline]] MEMSAFE_COLD void check_span_bytes(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs,
                                                std::size_t elem, const char* what) {
-  std::size_t count;
+  std::size_t count;  // checked_mul only to throw: its message string is not built on every view
   if (__builtin_mul_overflow(rows, cols, &count)) checked_mul(rows, cols, std::string("memsafe: ") + what);
   if (count == 0) return;
   std::size_t a, b, last, bytes;

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <system_error>
@@ -109,7 +109,6 @@ class worker_array {
     return *w;
   }
   Wk& operator[](std::size_t t) { return data()[t]; }
-  std::size_t size() const { return size_; }
 
  private:
   Wk* data() {
@@ -301,9 +300,8 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
   ws.reserve(nthreads);
   for (std::size_t t = 0; t < nthreads; ++t) ws.emplace_back(acc, p.per_thread_bytes);
   using pworker = product_worker<EA, EB>;
-  std::vector<pworker> workers;
-  workers.reserve(nthreads);
-  for (std::size_t t = 0; t < nthreads; ++t) workers.emplace_back(a, b, ws[t].data(), tp, tq, tt);
+  worker_array<pworker> workers(nthreads);
+  for (std::size_t t = 0; t < nthreads; ++t) workers.add([&] { return pworker(a, b, ws[t].data(), tp, tq, tt); });
   const std::size_t nb = p.row_blocks * p.col_blocks, nib = p.inner_blocks;
   auto store = [&](pworker& w, std::size_t p0, std::size_t np, std::size_t q0, std::size_t nq) {
     for (std::size_t r = 0; r < np; ++r)

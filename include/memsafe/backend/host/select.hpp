@@ -141,8 +141,8 @@ inline void bf16_center(const float* xs, std::size_t d, std::size_t ni, float* c
   for (std::size_t k = 0; k < d; ++k) c[k] = used ? static_cast<float>(sum[k] / double(used)) : 0.0f;
 }
 
-/// The bfloat16 screen's panels from packed float panels (select_driver.hpp) and the tile's centre
-/// c: np panels of W points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16
+/// The bfloat16 screen's panels from packed float panels (select_driver.hpp) and the row block's
+/// centre c (bf16_center): np panels of W points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16
 /// with ỹ_k = bf16(fl(y_k − c_k)) (0 past d), each lane's pair one 32-bit element as VDPBF16PS reads it.
 inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, std::size_t W, const float* c,
                              std::uint32_t* pack2) {
@@ -161,7 +161,7 @@ inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, s
     }
 }
 
-/// A query row for the bfloat16 screen about the tile's centre c: the pairs of bf16(fl(x − c)) with
+/// A query row for the bfloat16 screen about the row block's centre c: the pairs of bf16(fl(x − c)) with
 /// both signs flipped (the kernel adds −x̃·ỹ, exactly the negated products). Returns ‖x − c‖² (double).
 inline double pack_bf16_row(const float* x, std::size_t d, const float* c, std::uint32_t* x2) {
   double n2 = 0;
@@ -225,36 +225,32 @@ template <class T>
 struct row_screen {
   double xn2 = 0;   ///< ‖x‖² (sqdist, dot_max)
   double xnorm = 0; ///< ‖x‖ (cosine; +inf when x is zero)
-  double delta = 0; ///< the screen's margin δ (select_margin, or select_margin_bf16)
-  double eta = 0;   ///< its absolute term (the bfloat16 screen's η; 0 for the FP32 screen)
-  bool finite = true;    ///< the screen's inputs are finite (the bfloat16 screen: about the tile's centre)
-  bool x_finite = true;  ///< x is finite with a representable ‖x‖² (what `finite` starts as)
+  bool finite = true;  ///< the screen's inputs are finite (the bfloat16 screen: about the block's centre)
 };
 
 template <class T, select_kind K>
-row_screen<T> screen_row(const T* x, std::size_t d, T xinv, double delta, double eta = 0) {
+row_screen<T> screen_row(const T* x, std::size_t d, T xinv) {
   row_screen<T> s;
-  s.delta = delta;
-  s.eta = eta;
   double n2 = 0;
   for (std::size_t k = 0; k < d; ++k) n2 += double(x[k]) * double(x[k]);
   s.xn2 = n2;
   s.xnorm = xinv > T(0) ? 1.0 / double(xinv) : std::numeric_limits<double>::infinity();
   s.finite = std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;  // also: no NaN/inf in x
-  s.x_finite = s.finite;
   return s;
 }
 
 /// The screening threshold of a row whose current k-th best exact value is `worst`
-/// (`full` false: fewer than k values held → accept everything: the threshold is NaN).
+/// (`full` false: fewer than k values held → accept everything: the threshold is NaN), for the
+/// screen's margin δ (select_margin, or select_margin_bf16) and absolute term η (the bfloat16
+/// screen's; 0 for the FP32 screen).
 template <class T, select_kind K>
-T screen_threshold(bool full, T worst, const row_screen<T>& rs) {
+T screen_threshold(bool full, T worst, const row_screen<T>& rs, double delta, double eta) {
   constexpr T all = std::numeric_limits<T>::quiet_NaN();  // !(v >= NaN) holds for every v, +inf and NaN too
   if (!full || worst != worst || !rs.finite) return all;
-  const double delta = rs.delta, w = double(worst);
+  const double w = double(worst);
   if constexpr (K == select_kind::l1) return worst;
   // Computed in double: its rounding is far below the margin δ, which is at least 40 units of T's.
-  if constexpr (K == select_kind::sqdist) return round_up<T>(0.5 * (w - (1.0 - delta) * rs.xn2) + rs.eta);
+  if constexpr (K == select_kind::sqdist) return round_up<T>(0.5 * (w - (1.0 - delta) * rs.xn2) + eta);
   if constexpr (K == select_kind::cosine) return std::isfinite(rs.xnorm) ? round_up<T>((w - 1.0 + delta) * rs.xnorm) : all;
   if constexpr (K == select_kind::dot_max) return round_up<T>(-w + 0.5 * delta * rs.xn2);
   return all;

@@ -181,7 +181,7 @@ struct select_worker {
 
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
-    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r]);
+    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r], delta, eta);
   }
 
   /// Offer (v, j) to row r's heap (the heap top ranks last: it is the k-th best).
@@ -205,7 +205,7 @@ struct select_worker {
   void start(std::size_t i0, std::size_t ni) {
     for (std::size_t r = 0; r < ni; ++r) {
       xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d, cos);
-      rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r], delta, eta);
+      rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r]);
     }
     if constexpr (std::is_same_v<T, float>) {
       if (b16) {  // about the block's centre: the rows' pairs and ‖x − c‖²
@@ -213,7 +213,7 @@ struct select_worker {
         for (std::size_t r = 0; r < ni; ++r) {
           const double n2 = host::pack_bf16_row(xs + r * d, d, center, xs2 + r * ((d + 1) / 2));
           rs[r].xn2 = n2;
-          rs[r].finite = rs[r].x_finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
+          rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
         }
       }
     }
@@ -263,17 +263,10 @@ struct select_worker {
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
-      bool clean;
-      if constexpr (std::is_same_v<T, float>) {
-        if (b16) {  // about the row block's centre
-          host::pack_bf16_panels(pack, d, np, W, center, pack2);
-          clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta, center);
-        } else {
-          clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta);
-        }
-      } else {
-        clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta);
-      }
+      if constexpr (std::is_same_v<T, float>)
+        if (b16) host::pack_bf16_panels(pack, d, np, W, center, pack2);  // about the row block's centre
+      // center is null without the bfloat16 screen: offsets from ‖y‖², not ‖fl(y − c)‖²
+      const bool clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta, center);
       tile_j0 = j0;
       tile_nj = nj;
       host::screen_args<T> a;

@@ -198,15 +198,13 @@ template <class T, select_kind K>
 screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] bool bf16 = false) {
   screen_kernels<T> s;
 #if defined(MEMSAFE_SIMD_DISPATCH)
-  if constexpr (std::is_same_v<T, float> && K == select_kind::sqdist) {
-    if (bf16) {
+  if (bf16) {  // AVX-512, float sqdist only; none elsewhere
+    if constexpr (std::is_same_v<T, float> && K == select_kind::sqdist)
       if (i == isa::avx512)
         s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows, true>,
              &avx512::screen_rows<T, K, 1, true>};
-      return s;
-    }
+    return s;
   }
-  if (bf16) return s;
   if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
                              &avx512::screen_rows<T, K, 1>};
   else if (i == isa::avx2) s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};

@@ -399,11 +399,10 @@ void run_fsum_symmetric(const E& e, const Mon& mon, const out_spec<typename E::v
   std::vector<temp_buffer<std::byte>> ws;
   ws.reserve(P);
   for (std::size_t t = 0; t < P; ++t) ws.emplace_back(acc, p.per_thread_bytes);
-  std::vector<Wk> workers;
-  workers.reserve(P);
+  worker_array<Wk> workers(P);
   std::vector<double*> cols(P), xrs(P);
   for (std::size_t t = 0; t < P; ++t) {
-    workers.emplace_back(e, mon, ws[t].data() + extra, ti, p.tile_cols, out, i, true);
+    workers.add([&] { return Wk(e, mon, ws[t].data() + extra, ti, p.tile_cols, out, i, true); });
     std::byte* cur = ws[t].data();
     cols[t] = carve<double>(cur, n + host::lanes<T>);
     xrs[t] = carve<double>(cur, ti);
