@@ -98,6 +98,7 @@ struct config {
   bool warmup = false;
   std::uint64_t seed = 42;
   double lengthscale = 1;
+  double offset = 0;  // knn, random data: added to every coordinate of X and the queries
 
   // Threads for the FAISS and naive code (memsafe resolves its own 0).
   unsigned resolved_threads() const {
@@ -144,6 +145,7 @@ void print_row(const config& c, const row& r) {
   j.add("bench", c.bench).add("impl", c.impl).add("data", c.data).add("metric", c.metric);
   bc::add_sizes(j, r);
   j.add("precision", c.precision);
+  if (c.offset != 0) j.add("offset", c.offset);
   j.add("threads", r.threads ? *r.threads : std::size_t{c.resolved_threads()});
   if (r.budget_bytes) j.add("budget_bytes", *r.budget_bytes);
   j.add("reps", c.reps);
@@ -245,7 +247,12 @@ using knn_data = mx::knn_data<T>;
 // The same data as examples/knn.cpp for the same options.
 template <class T>
 knn_data<T> make_knn_data(const config& c) {
-  return mx::load_knn_data<T>(c.data, c.n, c.m, c.d, c.n_given, c.m_given, c.seed, c.data_dir);
+  knn_data<T> ds = mx::load_knn_data<T>(c.data, c.n, c.m, c.d, c.n_given, c.m_given, c.seed, c.data_dir);
+  if (c.offset != 0) {  // data far from the origin (distances do not change; rounding does)
+    for (T& v : ds.X) v += static_cast<T>(c.offset);
+    for (T& v : ds.Q) v += static_cast<T>(c.offset);
+  }
+  return ds;
 }
 
 // n, m, d of a knn run without loading the data (for rows that stop before loading it).
@@ -667,6 +674,7 @@ int main(int argc, char** argv) {
         .option("m", "1000", "number of queries (mnist: limits the test images used)")
         .option("d", "3", "dimension (random only; mnist has 784)")
         .option("k", "10", "neighbours per query")
+        .option("offset", "0", "random only: add this constant to every coordinate (data far from the origin)")
         .option("metric", "l2", "l2|l1|cosine")
         .option("data-dir", "", "folder holding the MNIST IDX .gz files (default: $MEMSAFE_DATA_DIR/mnist, "
                                 "else the build's shared data folder)");
@@ -693,6 +701,9 @@ int main(int argc, char** argv) {
     c.k = args.get_uint("k");
     c.metric = args.get_choice("metric", {"l2", "l1", "cosine"});
     c.data_dir = args.get_string("data-dir", mx::default_mnist_dir());
+    c.offset = args.get_double("offset");
+    if (!std::isfinite(c.offset)) args.fail("--offset must be finite");
+    if (c.data == "mnist" && c.offset != 0) args.fail("--offset applies to random data only");
   } else {
     c.data = "random";
     c.metric = "rbf";

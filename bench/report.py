@@ -48,7 +48,7 @@ def row_key(r: dict) -> tuple:
            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
     if r.get("suite") == "isa":  # one row per build and forced instruction set
-        key += (r.get("build"), r.get("isa_forced"), r.get("screen_forced"))
+        key += (r.get("build"), r.get("isa_forced"), r.get("screen_forced"), r.get("openblas_coretype"))
     if r.get("suite") == "sums":  # exp peaks per instruction set and type; matvec per variant
         key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")))
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
@@ -920,7 +920,9 @@ def section_isa(rows) -> str:
          "plain `-O2` without `-march` (*default*); each with the fused kernels chosen at run time (*dispatched*) "
          "and with every instruction set this CPU runs forced by `MEMSAFE_ISA` (*portable* is the tile path). One "
          "process per variant and round, the variants alternating in each round; min and median over the rounds "
-         "(one timed call each, after a warm-up call).", ""]
+         "(one timed call each, after a warm-up call). FAISS (`IndexFlatL2`, exact) runs in the same rounds; on an "
+         "AVX-512 CPU a second time with `OPENBLAS_CORETYPE=Haswell`, OpenBLAS's AVX2 kernels — what FAISS runs on an "
+         "AVX2-only CPU — to compare with memsafe's AVX2 kernels as an AVX2-only machine would see them.", ""]
     if not rs:
         return "\n".join(s + [NM + ".", ""])
     first = rs[0]
@@ -934,22 +936,47 @@ def section_isa(rows) -> str:
         mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
                 (n, m, d)]
         base = next((r for r in mine if r.get("build") == "native" and r.get("isa_forced") is None
-                     and not r.get("screen_forced")), None)
+                     and not r.get("screen_forced") and r.get("impl") == "memsafe"), None)
         base_t = base.get("median_s") if ok(base) else None
-        for r in sorted(mine, key=lambda r: (order.get(r.get("isa_forced"), 9), r.get("screen_forced") or "",
+        for r in sorted(mine, key=lambda r: (r.get("impl") != "memsafe", order.get(r.get("isa_forced"), 9),
+                                             r.get("screen_forced") or "", r.get("openblas_coretype") or "",
                                              r.get("build") != "native")):
             t = r.get("median_s") if ok(r) else None
             check = (r.get("check") or {}).get("same_indices_as_portable")
-            body.append([f"{n:,} × {m:,}, d = {d}", r.get("build"), r.get("isa_forced") or "dispatched",
-                         r.get("screen_forced") or "—",
-                         (r.get("isa") or "—") + (f", {r['screen']} screen" if r.get("screen") else ""),
+            faiss = r.get("impl") == "faiss"
+            ran = ("FAISS IndexFlatL2" + (f", OPENBLAS_CORETYPE={r['openblas_coretype']}" if r.get("openblas_coretype")
+                                          else ", OpenBLAS dispatched") if faiss else
+                   (r.get("isa") or "—") + (f", {r['screen']} screen" if r.get("screen") else ""))
+            body.append([f"{n:,} × {m:,}, d = {d}", "FAISS" if faiss else r.get("build"),
+                         "—" if faiss else r.get("isa_forced") or "dispatched",
+                         r.get("screen_forced") or "—", ran,
                          status_cell(r, fsec(t)), status_cell(r, fsec(r.get("min_s"))),
                          status_cell(r, fqps(r.get("qps_median"))), ratio_cell(base_t, t) if t else "—",
                          "—" if check is None else ("yes" if check else "**no**")])
     s.append(table(["n × m", "build", "MEMSAFE_ISA", "MEMSAFE_SCREEN", "ran", "median", "min", "queries/s",
                     "speed vs native dispatched", "same indices as portable"], body))
+    notes = []
+    for n, m, d in sorted({(r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) for r in rs}):
+        mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
+                (n, m, d) and ok(r)]
+        pick = lambda pred: next((r["median_s"] for r in mine if pred(r) and r.get("median_s")), None)  # noqa: E731
+        nat = lambda r: r.get("impl") == "memsafe" and r.get("build") == "native" and not r.get("screen_forced")  # noqa: E731
+        disp = pick(lambda r: nat(r) and r.get("isa_forced") is None)
+        avx2 = pick(lambda r: nat(r) and r.get("isa_forced") == "avx2")
+        fa = pick(lambda r: r.get("impl") == "faiss" and not r.get("openblas_coretype"))
+        fa2 = pick(lambda r: r.get("impl") == "faiss" and r.get("openblas_coretype") == "Haswell")
+        parts = []
+        if disp and fa:
+            parts.append(f"dispatched {fa / disp:.2f}× FAISS")
+        if avx2 and fa:
+            parts.append(f"AVX2 kernels {fa / avx2:.2f}× FAISS (OpenBLAS dispatched)")
+        if avx2 and fa2:
+            parts.append(f"AVX2 kernels {fa2 / avx2:.2f}× FAISS on OpenBLAS's AVX2 kernels (the AVX2-only CPU comparison)")
+        if parts:
+            notes.append(f"- {n:,} × {m:,}, d = {d} (medians, same rounds): " + "; ".join(parts) + ".")
     return "\n".join(s + ["", "*speed vs native dispatched*: the median of the -march=native build with the "
-                              "dispatched kernels divided by this row's median (above 1: faster).", ""])
+                              "dispatched kernels divided by this row's median (above 1: faster).", ""] +
+                     (notes + [""] if notes else []))
 
 
 # The network the scale model assumes (stated, not measured): a 100 Gb/s link per rank, 2 µs latency.

@@ -375,6 +375,10 @@ class Runner:
             row["screen_forced"] = req["screen_forced"]
             env = dict(env if env is not None else os.environ)
             env["MEMSAFE_SCREEN"] = req["screen_forced"]
+        if req.get("openblas_coretype"):  # the isa suite: FAISS on OpenBLAS's kernels for that CPU type
+            row["openblas_coretype"] = req["openblas_coretype"]
+            env = dict(env if env is not None else os.environ)
+            env["OPENBLAS_CORETYPE"] = req["openblas_coretype"]
         if req.get("symmetric_off"):  # the sums suite: MEMSAFE_SYMMETRIC=off (every pair of k(X, X)·v)
             row["symmetric_off"] = True
             env = dict(env if env is not None else os.environ)
@@ -414,6 +418,7 @@ class Runner:
             "cmd": ((f"MEMSAFE_ISA={req['isa_forced']} " if req.get("isa_forced") else "") +
                     (f"MEMSAFE_SCREEN={req['screen_forced']} " if req.get("screen_forced") else "") +
                     ("MEMSAFE_SYMMETRIC=off " if req.get("symmetric_off") else "") +
+                    (f"OPENBLAS_CORETYPE={req['openblas_coretype']} " if req.get("openblas_coretype") else "") +
                     shlex.join(cmd).replace(REPO + os.sep, "")),
             "loadavg_before": round(load_before, 2),
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -719,7 +724,9 @@ def suite_isa(R: Runner) -> None:
     consumer builds it), each with the kernels chosen at run time and with every instruction set this
     CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512), and at d = 100 the native build with each
     screen of the fused selection forced (MEMSAFE_SCREEN=fp32, and bf16 where the CPU has AVX512-BF16:
-    the dispatched default there). One process per variant and round, the
+    the dispatched default there). FAISS (IndexFlatL2, with --impls faiss) runs in the same rounds, and
+    on an AVX-512 CPU a second time with OPENBLAS_CORETYPE=Haswell — OpenBLAS's AVX2 kernels, what FAISS
+    runs on an AVX2-only CPU — beside memsafe's forced AVX2 kernels. One process per variant and round, the
     variants alternating in every round (--reps rounds, one timed call each after the warm-up), so
     slow drifts of the machine's load hit all alike; a row per variant gathers its rounds' times."""
     a = R.a
@@ -741,17 +748,26 @@ def suite_isa(R: Runner) -> None:
     for d in (100, 3):
         w = {"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10,
              "precision": "f32", "budget": "64MiB", "reps": 1}
-        variants = [(b, path, isa, None) for isa in [None] + forced for b, path in bins]
+        # (build, binary, MEMSAFE_ISA, MEMSAFE_SCREEN, impl, OPENBLAS_CORETYPE)
+        variants = [(b, path, isa, None, "memsafe", None) for isa in [None] + forced for b, path in bins]
         if d >= 32 and "avx512f" in flags:
-            variants.append(("native", a.bin, None, "fp32"))
+            variants.append(("native", a.bin, None, "fp32", "memsafe", None))
             if "avx512_bf16" in flags:
-                variants.append(("native", a.bin, None, "bf16"))
+                variants.append(("native", a.bin, None, "bf16", "memsafe", None))
+        if R.wants("faiss"):
+            variants.append(("native", a.bin, None, None, "faiss", None))
+            if "avx512f" in flags and "avx2" in forced:
+                variants.append(("native", a.bin, None, None, "faiss", "Haswell"))
         rows: dict[tuple, dict] = {}
         dumps: dict[tuple, str | None] = {}
         for _ in range(a.reps):
-            for b, path, isa, screen in variants:
-                r = R.measure("isa", {**w, "bin": path, "isa_forced": isa, "screen_forced": screen})
-                key = (b, isa, screen)
+            for b, path, isa, screen, impl, coretype in variants:
+                req = {**w, "impl": impl, "bin": path, "isa_forced": isa, "screen_forced": screen,
+                       "openblas_coretype": coretype}
+                if impl != "memsafe":
+                    req.pop("isa_forced")
+                r = R.measure("isa", req)
+                key = (b, isa, screen, impl, coretype)
                 if key not in rows:
                     rows[key] = {**r, "times_s": [], "rounds": 0}
                     dumps[key] = r.get("_dump") if r.get("status") == "ok" else None
@@ -762,9 +778,9 @@ def suite_isa(R: Runner) -> None:
                 elif r.get("status") != "ok":
                     agg.update({"status": r.get("status"), "message": r.get("message")})
         # Answers: every instruction set of one build gives the portable path's indices (bit for bit).
-        for (b, isa, screen), agg in rows.items():
-            ref, mine = dumps.get((b, "portable", None)), dumps.get((b, isa, screen))
-            if isa != "portable" and ref and mine:
+        for (b, isa, screen, impl, coretype), agg in rows.items():
+            ref, mine = dumps.get((b, "portable", None, "memsafe", None)), dumps.get((b, isa, screen, impl, coretype))
+            if impl == "memsafe" and isa != "portable" and ref and mine:
                 with open(ref, "rb") as f1, open(mine, "rb") as f2:
                     agg["check"] = {"same_indices_as_portable": f1.read() == f2.read()}
         out = []

@@ -9,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <memsafe/memsafe.hpp>
@@ -99,9 +101,14 @@ void spoil(std::vector<T>& v, std::size_t d, unsigned seed) {
   }
 }
 
+/// `offset`: added to every coordinate (data far from the origin: the sqdist screen runs about each
+/// row block's centre, select.hpp).
 template <class T>
-void all_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special) {
+void all_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
+                  double offset = 0) {
   auto x = cast<T>(data(n, d, 3 + unsigned(d), integer)), y = cast<T>(data(m, d, 5 + unsigned(d), integer));
+  for (T& v : x) v = T(v + offset);
+  for (T& v : y) v = T(v + offset);
   if (special) {
     spoil(x, d, 1);
     spoil(y, d, 2);
@@ -109,7 +116,8 @@ void all_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bo
   auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
   const std::string tag = std::string(sizeof(T) == 4 ? "f32" : "f64") + " n=" + std::to_string(n) +
                           " m=" + std::to_string(m) + " d=" + std::to_string(d) + " k=" + std::to_string(k) +
-                          (integer ? " integer" : "") + (special ? " special" : "");
+                          (integer ? " integer" : "") + (special ? " special" : "") +
+                          (offset != 0 ? " offset=" + std::to_string(offset) : "");
   // Every formula × reduction the fused kernels serve: {argkmin, argmin, min} × {sqdist, l1, cosine},
   // {argkmax, argmax, max} × dot.
   same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + tag);
@@ -196,6 +204,55 @@ TEST_CASE("select: near ties far from the origin are exact (the margin at work)"
     near_ties<double>(d);
   }
 }
+
+TEST_CASE("select: data far from the origin (screened about the row block's centre) takes the same answers") {
+  for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{20}, std::size_t{100}}) {
+    all_formulas<float>(23, 211, d, 5, false, false, 1000.0);
+    all_formulas<double>(23, 211, d, 5, false, false, 1e6);
+  }
+  all_formulas<float>(23, 211, 3, 5, false, true, 1e4);  // with NaN, inf and overflowing rows
+  all_formulas<double>(23, 211, 17, 5, true, true, -1e3);  // ties
+}
+
+#if defined(MEMSAFE_SIMD_DISPATCH)
+/// Whether the FP32/FP64 screen of the first row block of argkmin(sqdist(X, Y), k) runs about its
+/// centre (select_worker::start): the decision the speed on offset data rests on.
+template <class T>
+bool first_block_centred(const std::vector<T>& x, const std::vector<T>& y, std::size_t d) {
+  const std::size_t n = x.size() / d, m = y.size() / d, k = 3;
+  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
+  const auto e = memsafe::sqdist(X, Y);
+  using E = std::remove_cvref_t<decltype(e)>;
+  using Mon = host::topk_monoid<T, false>;
+  const host::isa i = host::best_isa(host::isa_compiled & host::cpu_isas());
+  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, false) + 64);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 63) & ~std::uintptr_t{63});
+  std::vector<T> v(n * k);
+  const auto out = memsafe::jobs::row_major_out<T>(v.data(), nullptr, k);
+  host::select_worker<E, Mon> w(e, k, base, n, m, out, i, false);
+  w.start(0, n);
+  return w.centred;
+}
+
+TEST_CASE("select: the FP32/FP64 screen centres a row block exactly when its queries are far from the origin") {
+  if (host::best_isa(host::isa_compiled & host::cpu_isas()) == host::isa::portable) {
+    MESSAGE("skipped: no fused kernels on this CPU");
+    return;
+  }
+  const std::size_t d = 7;
+  for (double off : {0.0, 0.1, 3.0, 1000.0}) {
+    auto x = data(40, d, 11), y = data(300, d, 12);
+    for (double& v : x) v += off;
+    for (double& v : y) v += off;
+    // data() is N(0, 1): per coordinate E x² = 1 + off² and E (x − c)² ≈ 1, so centring at least
+    // halves the margin's N once off² > 1 (the cases stay clear of that edge).
+    const bool want = off > 1;
+    INFO("offset " << off);
+    CHECK(first_block_centred(cast<float>(x), cast<float>(y), d) == want);
+    CHECK(first_block_centred(x, y, d) == want);
+  }
+}
+#endif
 
 /// Values in bfloat16's subnormal range (flushed by its screen) and just above it, near ties among
 /// them, and ordinary points: the bfloat16 screen's absolute term η at work (select.hpp).

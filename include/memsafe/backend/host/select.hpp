@@ -48,6 +48,15 @@
 //   With 2(T* − S) = w − D + δN = (w − v̂) + (v̂ − D) + δN:
 //   2(thr − ŝ) ≥ δN − (3γ_{d+3} + 3γ_d + 12u)N(1 + γ_{d+3}) ≈ (8d + 32 − 6d − 21)uN > 0 when N > 0;
 //   when N = 0, ŝ = 0 < w/2 ≤ thr.
+// * sqdist, centred (select_driver.hpp: a row block whose queries' mean c is far from the origin,
+//   worth_centring). The screen runs on x' = fl(x − c), y' = fl(y − c) — init and thr from ‖y'‖², ‖x'‖²,
+//   N' = ‖x'‖² + ‖y'‖² — while v̂ is still computed from x and y. The bound above holds for x', y' with
+//   D' = ‖x' − y'‖² in place of D, and D' is close to D: x' − y' = (x − y) + e with
+//   ‖e‖ ≤ u(‖x − c‖ + ‖y − c‖) ≤ u√(2N_c), N_c = ‖x − c‖² + ‖y − c‖² ≤ N'/(1 − u)², so
+//   |D' − D| ≤ 2√D‖e‖ + ‖e‖² ≤ (4u + 2u²)N_c (D ≤ 2N_c), and |v̂ − D| ≤ 2γ_{d+3}N_c as before.
+//   The same δ covers the extra term: (6d + 21 + 4)u < 8(d + 4)u. Distances do not change, so the
+//   margin δN' is small where δN (N = ‖x‖² + ‖y‖²) would let every lane through: N(0, 1) + 1000 at
+//   d = 3, n = 2·10⁵, m = 1000: 18× slower uncentred. (N' = 0 means x = c = y exactly: v̂ = 0.)
 // * dot_max. The madd chain: |v̂ − x·y| ≤ γ_{d+1}·½N. ŝ is within γ_d(|init| + ½N) + γ_{d+3}|init| of
 //   S = −½δ‖y‖² − x·y, |init| ≤ ½δ‖y‖²(1 + γ_{d+3}). thr's double arithmetic errs by at most
 //   2u(|w| + ‖x‖²), and 2u|w| ≤ (v̂ − w) + 2uN when w < v̂ ≤ ½N(1 + γ_{d+1}). With T* − S =
@@ -74,7 +83,7 @@
 //   but still few (random N(0, 1) data, d = 100, n = 10⁶: ≈ 160 per query), for half the
 //   instructions per feature (32 products per VDPBF16PS against 16 per FMA). The exact values are
 //   the FP32 path's (the float panels are packed too, for exact_value). Centred: the screen runs on
-//   x − c and y − c, c the mean of the row block's queries (bf16_center; distances do not change), so N is
+//   x − c and y − c, c the mean of the row block's queries (block_center; distances do not change), so N is
 //   ‖x − c‖² + ‖y − c‖² — small for data far from the origin, where ‖x‖² + ‖y‖² would let every
 //   lane through (N(0, 1) + 10 at d = 100: 62× slower uncentred). fl(x_k − c_k) errs by ≤ u|x_k − c_k|,
 //   so ỹ_k = bf16(fl(y_k − c_k)) is within u_b' = u_b + u(1 + u_b) of y_k − c_k and
@@ -122,27 +131,64 @@ inline std::uint32_t bf16_bits(float f) {
   return r;
 }
 
-/// The centre for the bfloat16 screen of a row block: the mean of its ni query rows (xs, ni × d)
-/// whose coordinates are all below 2⁶⁰ in magnitude (0 where there are none), rounded to float.
-/// Distances do not change under a translation, but the screen's margin grows with
-/// ‖x − c‖² + ‖y − c‖²: screening about the queries' mean keeps it small for data far from the
-/// origin (the table above). `sum`: d doubles of scratch.
-inline void bf16_center(const float* xs, std::size_t d, std::size_t ni, float* c, double* sum) {
+/// The centre of a row block's screen: the mean of its ni query rows (xs, ni × d) whose
+/// coordinates are all below 2⁶⁰ in magnitude (0 where there are none), rounded to T. Distances do
+/// not change under a translation, but the screen's margin grows with ‖x − c‖² + ‖y − c‖²:
+/// screening about the queries' mean keeps it small for data far from the origin (the table
+/// above). `sum`: d doubles of scratch.
+template <class T>
+void block_center(const T* xs, std::size_t d, std::size_t ni, T* c, double* sum) {
   std::size_t used = 0;
   for (std::size_t k = 0; k < d; ++k) sum[k] = 0.0;
   for (std::size_t r = 0; r < ni; ++r) {
-    const float* x = xs + r * d;
+    const T* x = xs + r * d;
     bool ok = true;
-    for (std::size_t k = 0; k < d; ++k) ok = ok && std::fabs(x[k]) < 0x1p60f;  // false for NaN too
+    for (std::size_t k = 0; k < d; ++k) ok = ok && std::fabs(x[k]) < T(0x1p60);  // false for NaN too
     if (!ok) continue;
     ++used;
     for (std::size_t k = 0; k < d; ++k) sum[k] += double(x[k]);
   }
-  for (std::size_t k = 0; k < d; ++k) c[k] = used ? static_cast<float>(sum[k] / double(used)) : 0.0f;
+  for (std::size_t k = 0; k < d; ++k) c[k] = used ? static_cast<T>(sum[k] / double(used)) : T(0);
+}
+
+/// ‖x‖² of a row of d values, in double.
+template <class T>
+double row_sqnorm(const T* x, std::size_t d) {
+  double n2 = 0;
+  for (std::size_t k = 0; k < d; ++k) n2 += double(x[k]) * double(x[k]);
+  return n2;
+}
+
+/// A query row about the centre c for the FP32/FP64 screen: xc = fl(x − c). Returns ‖fl(x − c)‖² (double).
+template <class T>
+double center_row(const T* x, std::size_t d, const T* c, T* xc) {
+  for (std::size_t k = 0; k < d; ++k) xc[k] = x[k] - c[k];
+  return row_sqnorm(xc, d);
+}
+
+/// Packed panels about the centre c: cpack = fl(pack − c), feature k of every lane less c_k
+/// (np panels of W points, the layout of pack_panels).
+template <class T>
+void center_panels(const T* pack, std::size_t d, std::size_t np, std::size_t W, const T* c, T* cpack) {
+  for (std::size_t p = 0; p < np; ++p)
+    for (std::size_t k = 0; k < d; ++k) {
+      const T* src = pack + (p * d + k) * W;
+      T* dst = cpack + (p * d + k) * W;
+      const T ck = c[k];
+      for (std::size_t w = 0; w < W; ++w) dst[w] = src[w] - ck;
+    }
+}
+
+/// Whether the FP32/FP64 screen of a row block runs about its queries' centre (block_center): when
+/// the queries' mean is farther from the origin than their spread, Σ‖x − c‖² < ½Σ‖x‖², so the
+/// margin δN at least halves; otherwise centring would only cost a copy of each column tile.
+/// `centred_sum`: Σ_r ‖fl(x_r − c)‖², `raw_sum`: Σ_r ‖x_r‖² over the rows.
+inline bool worth_centring(double centred_sum, double raw_sum) {
+  return std::isfinite(raw_sum) && std::isfinite(centred_sum) && 2 * centred_sum < raw_sum;
 }
 
 /// The bfloat16 screen's panels from packed float panels (select_driver.hpp) and the row block's
-/// centre c (bf16_center): np panels of W points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16
+/// centre c (block_center): np panels of W points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16
 /// with ỹ_k = bf16(fl(y_k − c_k)) (0 past d), each lane's pair one 32-bit element as VDPBF16PS reads it.
 inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, std::size_t W, const float* c,
                              std::uint32_t* pack2) {
@@ -200,7 +246,7 @@ bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np
       }
       const T* y = pack + p * d * W + w;
       double s = 0;
-      if (center)  // the bfloat16 screen: ‖fl(y − c)‖², as it screens
+      if (center)  // the bfloat16 screen about the centre c: ‖fl(y − c)‖², as it screens
         for (std::size_t k = 0; k < d; ++k) {
           const double t = double(T(y[k * W] - center[k]));
           s += t * t;
@@ -231,8 +277,7 @@ struct row_screen {
 template <class T, select_kind K>
 row_screen<T> screen_row(const T* x, std::size_t d, T xinv) {
   row_screen<T> s;
-  double n2 = 0;
-  for (std::size_t k = 0; k < d; ++k) n2 += double(x[k]) * double(x[k]);
+  const double n2 = row_sqnorm(x, d);
   s.xn2 = n2;
   s.xnorm = xinv > T(0) ? 1.0 / double(xinv) : std::numeric_limits<double>::infinity();
   s.finite = std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;  // also: no NaN/inf in x

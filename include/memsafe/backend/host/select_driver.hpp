@@ -13,6 +13,9 @@
 //   the row block's query rows, 1/‖x‖, screening constants    ti·(d·T + ...)
 //   heaps and counts                                          ti·k·(T + index)
 //   merge scratch (threads splitting one row block's columns) k·(T + index)
+//   sqdist: the tile and the block's rows less the centre      panels(tj)·W·d·T + ti·d·T + d·(T + 8)
+//     (the FP32/FP64 screen about the row block's centre, select.hpp), or the bfloat16 screen's
+//     pairs instead                                            (panels(tj)·W + ti)·⌈d/2⌉·4 + d·(T + 8)
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -120,16 +123,21 @@ struct select_worker {
   static constexpr bool Max = select_monoid<Mon>::max;
   static constexpr host::select_kind K = select_kind_of<F, Max>::kind;
   static constexpr bool cos = K == host::select_kind::cosine;
+  static constexpr bool sq = K == host::select_kind::sqdist;
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
-  /// `b16`: with the bfloat16 screen's panels and query pairs (⌈d/2⌉ 32-bit pairs per point and row).
+  /// `b16`: with the bfloat16 screen's panels and query pairs (⌈d/2⌉ 32-bit pairs per point and row);
+  /// else, for sqdist, room to screen a row block about its centre (the panels and rows less c).
   static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool b16) {
     using host::align64;
     const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
+    const std::size_t centre = align64(d * sizeof(T)) + align64(d * 8);
     return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + (cos ? align64(np * W * sizeof(T)) : 0) +
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
            align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
-           (b16 ? align64(np * W * dp * 4) + align64(ti * dp * 4) + align64(d * sizeof(T)) + align64(d * 8) : 0);
+           (b16  ? align64(np * W * dp * 4) + align64(ti * dp * 4) + centre
+            : sq ? align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + centre
+                 : 0);
   }
 
   const E& e;
@@ -138,8 +146,10 @@ struct select_worker {
   double delta, eta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
-  T* center = nullptr;         // the row block's centre (bfloat16 screen)
+  T* center = nullptr;         // the row block's centre (the bfloat16 screen; sqdist's FP32/FP64 screen)
   double* center_sum = nullptr;  // its scratch
+  T *cpack = nullptr, *cxs = nullptr;  // sqdist, FP32/FP64 screen: the panels and rows less the centre
+  bool centred = false;        // this row block's FP32/FP64 screen runs about its centre (worth_centring)
   host::row_screen<T>* rs;
   ranked<T>* heap;
   std::size_t* count;
@@ -172,6 +182,11 @@ struct select_worker {
     if (b16) {
       pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
       xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
+    } else if constexpr (sq) {
+      cpack = carve<T>(cur, np * W * d);
+      cxs = carve<T>(cur, ti * d);
+    }
+    if (b16 || sq) {
       center = carve<T>(cur, d);
       center_sum = carve<double>(cur, d);
     }
@@ -207,14 +222,28 @@ struct select_worker {
       xinv[r] = host::load_row(e.x, e.params, i0 + r, xs + r * d, cos);
       rs[r] = host::screen_row<T, K>(xs + r * d, d, xinv[r]);
     }
-    if constexpr (std::is_same_v<T, float>) {
-      if (b16) {  // about the block's centre: the rows' pairs and ‖x − c‖²
-        host::bf16_center(xs, d, ni, center, center_sum);
-        for (std::size_t r = 0; r < ni; ++r) {
-          const double n2 = host::pack_bf16_row(xs + r * d, d, center, xs2 + r * ((d + 1) / 2));
-          rs[r].xn2 = n2;
-          rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
-        }
+    centred = false;
+    if constexpr (sq) {  // about the block's centre (select.hpp): the rows less c and ‖fl(x − c)‖²
+      host::block_center(xs, d, ni, center, center_sum);
+      const auto recentre = [&](std::size_t r, double n2) {
+        rs[r].xn2 = n2;
+        rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
+      };
+      if constexpr (std::is_same_v<T, float>)
+        if (b16)
+          for (std::size_t r = 0; r < ni; ++r)
+            recentre(r, host::pack_bf16_row(xs + r * d, d, center, xs2 + r * ((d + 1) / 2)));
+      if (!b16) {
+        double centred_sum = 0, raw_sum = 0;
+        for (std::size_t r = 0; r < ni; ++r)
+          if (rs[r].finite) {
+            centred_sum += host::center_row(xs + r * d, d, center, cxs + r * d);
+            raw_sum += rs[r].xn2;
+          }
+        centred = host::worth_centring(centred_sum, raw_sum);
+        if (centred)  // the finite rows were centred above; the others screen nothing out either way
+          for (std::size_t r = 0; r < ni; ++r)
+            recentre(r, rs[r].finite ? host::row_sqnorm(cxs + r * d, d) : std::numeric_limits<double>::quiet_NaN());
       }
     }
     for (std::size_t r = 0; r < ni; ++r) {
@@ -247,7 +276,7 @@ struct select_worker {
   void group(host::screen_args<T>& a, std::size_t r, std::size_t rows, bool tile_clean) {
     bool clean = tile_clean;
     for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
-    a.xs = xs + r * d;
+    a.xs = (centred ? cxs : xs) + r * d;
     if (b16) a.xs2 = xs2 + r * ((d + 1) / 2);
     a.thr = thr + r;
     a.clean = clean;
@@ -265,13 +294,16 @@ struct select_worker {
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
       if constexpr (std::is_same_v<T, float>)
         if (b16) host::pack_bf16_panels(pack, d, np, W, center, pack2);  // about the row block's centre
-      // center is null without the bfloat16 screen: offsets from ‖y‖², not ‖fl(y − c)‖²
-      const bool clean = host::screening_init<T, K>(pack, d, nj, np, W, init, delta, center);
+      if (centred) host::center_panels(pack, d, np, W, center, cpack);
+      // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
+      // the exact values (hit) always read pack.
+      const bool clean = host::screening_init<T, K>(centred ? cpack : pack, d, nj, np, W, init, delta,
+                                                    b16 ? center : nullptr);
       tile_j0 = j0;
       tile_nj = nj;
       host::screen_args<T> a;
       a.d = d;
-      a.pack = pack;
+      a.pack = centred ? cpack : pack;
       a.init = init;
       a.yinv = yinv;
       a.np = np;
