@@ -299,6 +299,17 @@ class Runner:
             return sub
         return data_dir
 
+    @property
+    def blas_coretype(self) -> str | None:
+        """OPENBLAS_CORETYPE for the BLAS-backed peers (FAISS's and the naive code's sgemm): --blas-coretype,
+        or with "auto" SkylakeX (OpenBLAS's AVX-512 kernels) on a CPU with AVX-512 F/BW/DQ/VL — an older
+        OpenBLAS takes a CPU newer than itself for Haswell (AVX2: Debian 12's 0.3.21 on Zen 5 runs sgemm
+        1.65× slower there) — else OpenBLAS's own choice."""
+        c = self.a.blas_coretype
+        if c == "auto":
+            return "SkylakeX" if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= cpu_flags() else None
+        return c or None
+
     def wants(self, impl: str) -> bool:
         return impl in self.a.impls
 
@@ -375,7 +386,9 @@ class Runner:
             row["screen_forced"] = req["screen_forced"]
             env = dict(env if env is not None else os.environ)
             env["MEMSAFE_SCREEN"] = req["screen_forced"]
-        if req.get("openblas_coretype"):  # the isa suite: FAISS on OpenBLAS's kernels for that CPU type
+        if "openblas_coretype" not in req and req["impl"] in ("faiss", "naive") and self.blas_coretype:
+            req["openblas_coretype"] = self.blas_coretype  # the peers' sgemm on this CPU's best kernels
+        if req.get("openblas_coretype"):  # FAISS / naive on OpenBLAS's kernels for that CPU type
             row["openblas_coretype"] = req["openblas_coretype"]
             env = dict(env if env is not None else os.environ)
             env["OPENBLAS_CORETYPE"] = req["openblas_coretype"]
@@ -591,7 +604,8 @@ def suite_mnist(R: Runner) -> None:
     for metric in ("l2", "l1"):
         w = {"bench": "knn", "data": "mnist", "metric": metric, "n": n, "m": m, "d": 784, "k": 10,
              "precision": "f32", "budget": "64MiB"}
-        R.write("mnist", R.knn_group("mnist", w))
+        if wanted(R, w):
+            R.write("mnist", R.knn_group("mnist", w))
 
 
 def suite_sweep(R: Runner) -> None:
@@ -755,17 +769,17 @@ def suite_isa(R: Runner) -> None:
             if "avx512_bf16" in flags:
                 variants.append(("native", a.bin, None, "bf16", "memsafe", None))
         if R.wants("faiss"):
-            variants.append(("native", a.bin, None, None, "faiss", None))
+            variants.append(("native", a.bin, None, None, "faiss", R.blas_coretype or ""))
             if "avx512f" in flags and "avx2" in forced:
                 variants.append(("native", a.bin, None, None, "faiss", "Haswell"))
         rows: dict[tuple, dict] = {}
         dumps: dict[tuple, str | None] = {}
         for _ in range(a.reps):
             for b, path, isa, screen, impl, coretype in variants:
-                req = {**w, "impl": impl, "bin": path, "isa_forced": isa, "screen_forced": screen,
-                       "openblas_coretype": coretype}
+                req = {**w, "impl": impl, "bin": path, "isa_forced": isa, "screen_forced": screen}
                 if impl != "memsafe":
                     req.pop("isa_forced")
+                    req["openblas_coretype"] = coretype  # "": OpenBLAS's own detection
                 r = R.measure("isa", req)
                 key = (b, isa, screen, impl, coretype)
                 if key not in rows:
@@ -911,7 +925,10 @@ def main(argv=None) -> int:
     p.add_argument("--python", default=sys.executable, help="interpreter for the KeOps peer")
     p.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--only", default="", help="knn: only the workloads matching KEY=VALUE[,KEY=VALUE...][|...] (any alternative)")
+    p.add_argument("--blas-coretype", default="auto",
+                   help="OPENBLAS_CORETYPE for FAISS and the naive peer (auto: SkylakeX on an AVX-512 CPU; '': "
+                        "OpenBLAS's own detection)")
+    p.add_argument("--only", default="", help="knn, mnist: only the workloads matching KEY=VALUE[,KEY=VALUE...][|...] (any alternative)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement (then status timeout)")
     p.add_argument("--mem-limit", default="20GiB", help="address-space limit of naive runs (RLIMIT_AS)")
     p.add_argument("--fig2-max-s", type=float, default=60,
