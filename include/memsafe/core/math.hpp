@@ -119,7 +119,7 @@ MEMSAFE_HD inline T log_special_cases(T x, T r) noexcept {
 MEMSAFE_HD inline double exp_impl(double x) noexcept {
 #if defined(__CUDA_ARCH__)
   // On the GPU, CUDA's exp (≤ 1 ulp by CUDA's documentation): fewer FP64 instructions than the
-  // degree-13 polynomial below, the f64 kernel sums' dominant cost there.
+  // degree-11 polynomial below, the f64 kernel sums' dominant cost there.
   return ::exp(x);
 #else
   constexpr double shift = 0x1.8p52;                     // (v + shift) - shift = round-to-nearest(v)
@@ -138,13 +138,15 @@ MEMSAFE_HD inline double exp_impl(double x) noexcept {
   const double s1 = bitcast<double>((bitcast<std::uint64_t>(h1) + 1023u) << 52);
   const double s2 = bitcast<double>((bitcast<std::uint64_t>(h2) + 1023u) << 52);
 
-  // e^r, Taylor to degree 13: truncation |r|^14/14! < 5e-18 for |r| <= 0.347.
-  constexpr double c2 = 1.0 / 2, c3 = c2 / 3, c4 = c3 / 4, c5 = c4 / 5, c6 = c5 / 6, c7 = c6 / 7,
-                   c8 = c7 / 8, c9 = c8 / 9, c10 = c9 / 10, c11 = c10 / 11, c12 = c11 / 12,
-                   c13 = c12 / 13;
-  double q = c13;
-  q = q * r + c12;
-  q = q * r + c11;
+  // e^r = 1 + r + r²·q(r), q of degree 9 minimax for the relative error of e^r on |r| ≤ 0.34658
+  // (Remez in 50 digits, c2..c4 rounded to double one at a time and the rest refitted: 3.7e-18
+  // relative with these double coefficients, against 5e-18 for the degree-13 Taylor polynomial it
+  // replaced; two FMAs fewer — the f64 kernel sums' dominant cost).
+  constexpr double c2 = 0x1.000000000000ap-1, c3 = 0x1.5555555555503p-3, c4 = 0x1.5555555550605p-5,
+                   c5 = 0x1.1111111124d26p-7, c6 = 0x1.6c16c184b5d42p-10, c7 = 0x1.a01a013d6454dp-13,
+                   c8 = 0x1.a019988adcea0p-16, c9 = 0x1.71def3b92a7e0p-19, c10 = 0x1.28aedda79108cp-22,
+                   c11 = 0x1.add8e2304afdep-26;
+  double q = c11;
   q = q * r + c10;
   q = q * r + c9;
   q = q * r + c8;
