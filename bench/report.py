@@ -781,9 +781,9 @@ def section_sgpr(rows, img) -> str:
     if loads:
         s += [f"Load average at the start of the runs: {min(loads):.2f} … {max(loads):.2f} (2 cores).", ""]
     if any(r.get("cpu_shared") for r in sg):
-        s += ["† Measured at the lowest priority beside other work on the same two cores (builds and "
-              "benchmarks): the time per evaluation is an upper bound, not a speed comparison, and the ratio is "
-              "left out; RMSE, NLPD and iterations do not depend on it.", ""]
+        s += ["† Measured beside other work on the same two cores (builds and benchmarks; at the lowest priority, "
+              "or paused while a benchmark was timed): the time per evaluation is an upper bound, not a speed "
+              "comparison, and the ratio is left out; RMSE, NLPD and iterations do not depend on it.", ""]
     if img:
         s += [f"![SGPR RMSE and NLPD against m]({img})", ""]
     return "\n".join(s)

@@ -234,16 +234,17 @@ struct select_worker {
           for (std::size_t r = 0; r < ni; ++r)
             recentre(r, host::pack_bf16_row(xs + r * d, d, center, xs2 + r * ((d + 1) / 2)));
       if (!b16) {
-        double centred_sum = 0, raw_sum = 0;
-        for (std::size_t r = 0; r < ni; ++r)
+        double centred_sum = 0, raw_sum = 0;  // over the finite rows (the others screen nothing out)
+        for (std::size_t r = 0; r < ni; ++r) {
+          const double n2 = host::center_row(xs + r * d, d, center, cxs + r * d);
           if (rs[r].finite) {
-            centred_sum += host::center_row(xs + r * d, d, center, cxs + r * d);
+            centred_sum += n2;
             raw_sum += rs[r].xn2;
           }
+        }
         centred = host::worth_centring(centred_sum, raw_sum);
-        if (centred)  // the finite rows were centred above; the others screen nothing out either way
-          for (std::size_t r = 0; r < ni; ++r)
-            recentre(r, rs[r].finite ? host::row_sqnorm(cxs + r * d, d) : std::numeric_limits<double>::quiet_NaN());
+        if (centred)
+          for (std::size_t r = 0; r < ni; ++r) recentre(r, host::row_sqnorm(cxs + r * d, d));
       }
     }
     for (std::size_t r = 0; r < ni; ++r) {
