@@ -3,7 +3,10 @@
 # Prints one JSON line per (compiler, flags, translation unit): min and median wall seconds of R runs,
 # min and median CPU seconds (user + system), and the 1-minute load average when the line was written.
 # g++ compiles with -O3 -march=native (this project's own programs) and, for the small translation
-# units, with plain -O2 as a consumer does by default (lines with "flags": "-O2").
+# units, with plain -O2 as a consumer does by default (lines with "flags": "-O2"), and with
+# -DMEMSAFE_PRECOMPILED=1 as a consumer linking memsafe::precompiled compiles (the evaluations in
+# the library's list are not compiled there); and one of memsafe::precompiled's 22 objects (the
+# library is built once, with the project's Release flags, -O3).
 #   bash bench/compile_time.sh [R]        (default R = 3)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -39,7 +42,10 @@ for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp ben
 done
 for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp; do
   measure "$tu" "-O2" g++ -std=c++20 -O2 -Iinclude -c "$tu"
+  measure "$tu" "-O2 -DMEMSAFE_PRECOMPILED=1" g++ -std=c++20 -O2 -Iinclude -DMEMSAFE_PRECOMPILED=1 -c "$tu"
 done
+measure "src/precompiled.cpp (rbf, float: 1 of 22 objects)" "-O3" g++ -std=c++20 -O3 -DNDEBUG -fno-math-errno -Iinclude \
+  -DMEMSAFE_PRECOMPILED_BUILD=1 -DMEMSAFE_PRECOMPILED_FORMULA=rbf -DMEMSAFE_PRECOMPILED_VALUE=float -c src/precompiled.cpp
 if command -v nvcc >/dev/null 2>&1; then
   for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp; do
     measure "$tu" "" nvcc -std=c++20 -O3 -Iinclude -c -x cu "$tu"

@@ -1174,6 +1174,15 @@ def goals(rows, peak_gflops) -> str:
         else:
             out.append([name, "≤ 1.05×", NM, NM])
 
+    # Compile time (issue 15): one kNN + one matvec, g++ -O2 CPU seconds (median), header-only and
+    # linking memsafe::precompiled.
+    for flags, how in (("-O2", "header-only"), ("-O2 -DMEMSAFE_PRECOMPILED=1", "with memsafe::precompiled")):
+        c = next((r for r in rows if r.get("bench") == "compile" and r.get("tu") == "bench/compile_time/typical.cpp"
+                  and r.get("compiler") == "g++" and r.get("flags") == flags and "error" not in r), None)
+        v = c.get("cpu_median_s") if c else None
+        out.append([f"compile time, one kNN + one matvec (typical.cpp), g++ -O2, {how}", "≤ 2 s",
+                    f"{v:.2f} CPU-s" if v is not None else NM, verdict(v, 2.0, higher=False)])
+
     checked = bad = unknown = 0
     worst = None
     for r in rows:

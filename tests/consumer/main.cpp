@@ -54,6 +54,8 @@ bool failed = false;
 
 template <class X>
 void same_as_portable(const X& e, const char* what, const std::string& want) {
+  // Built against memsafe::precompiled, each of these runs in the library (this unit compiles none).
+  if constexpr (memsafe::precompiled_linked) static_assert(memsafe::precompiled_expr<X>);
   ::unsetenv("MEMSAFE_ISA");
   const auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
   ::setenv("MEMSAFE_ISA", "portable", 1);
@@ -134,8 +136,8 @@ int isa_checks() {
   auto xd = numbers<double>(23, 3, 3), yd = numbers<double>(300, 3, 4);
   same_as_portable(memsafe::argmin(memsafe::sqdist(memsafe::points(xd.data(), 23, 3), memsafe::points(yd.data(), 300, 3))),
                    "argmin sqdist f64", want);
-  std::printf("memsafe consumer: fused k-nearest kernels dispatched to %s (this CPU's best)%s\n", want.c_str(),
-              failed ? " — FAILED" : "");
+  std::printf("memsafe consumer: fused k-nearest kernels dispatched to %s (this CPU's best)%s%s\n", want.c_str(),
+              memsafe::precompiled_linked ? ", run by memsafe::precompiled" : "", failed ? " — FAILED" : "");
   return failed ? 1 : 0;
 }
 

@@ -42,6 +42,7 @@ elseif(MODE STREQUAL "find_package")
     ${CMAKE_COMMAND} -S ${MEMSAFE_SOURCE_DIR} -B ${dir}/memsafe-build ${common_args}
       -DMEMSAFE_BUILD_TESTS=OFF -DMEMSAFE_BUILD_EXAMPLES=OFF -DMEMSAFE_BUILD_BENCH=OFF
       -DCMAKE_INSTALL_PREFIX=${prefix})
+  run_step("build memsafe" ${CMAKE_COMMAND} --build ${dir}/memsafe-build --parallel 2)   # memsafe::precompiled
   run_step("install memsafe" ${CMAKE_COMMAND} --install ${dir}/memsafe-build)
   set(consumer_args -DMEMSAFE_CONSUMER_MODE=package -DCMAKE_PREFIX_PATH=${prefix}
     -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
@@ -56,6 +57,13 @@ run_step("build consumer" ${CMAKE_COMMAND} --build ${dir}/consumer-build)
 find_program(exe memsafe_consumer PATHS ${dir}/consumer-build ${dir}/consumer-build/Release
   NO_DEFAULT_PATH REQUIRED)
 run_step("run consumer" ${exe})
+
+# The memsafe::precompiled consumer (package mode).
+if(MODE STREQUAL "find_package")
+  find_program(exe_pc memsafe_consumer_precompiled PATHS ${dir}/consumer-build ${dir}/consumer-build/Release
+    NO_DEFAULT_PATH REQUIRED)
+  run_step("run consumer" ${exe_pc})
+endif()
 
 # The memsafe::mpi consumer, built when MPI was found: run as one process (MPI's singleton mode).
 find_program(exe_mpi memsafe_consumer_mpi PATHS ${dir}/consumer-build ${dir}/consumer-build/Release NO_DEFAULT_PATH)

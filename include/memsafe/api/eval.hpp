@@ -16,6 +16,7 @@
 #include "../expr/reductions.hpp"
 #include "../plan/options.hpp"
 #include "../plan/plan.hpp"
+#include "precompiled.hpp"
 
 namespace memsafe {
 
@@ -69,6 +70,9 @@ tile_plan plan_for(const X& x, budget_bytes b) {
 template <evaluable X>
 std::string explain(const X& x, const options& o = {}) {
   std::string s = "as written:   " + x.str() + "\n";
+  if constexpr (precompiled_linked)
+    s += std::string("compiled:     ") +
+         (precompiled_expr<X> ? "in memsafe::precompiled\n" : "in this translation unit (not in memsafe::precompiled)\n");
   const std::size_t budget = detail::resolve_budget(o.budget);
   rewrite::rule_log log;
   auto planner = host::planner_for(x, log);

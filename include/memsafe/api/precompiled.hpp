@@ -1,0 +1,107 @@
+// memsafe/api/precompiled.hpp — the evaluations memsafe::precompiled compiles once, and the
+// explicit instantiation declarations that stop a translation unit from compiling them again.
+//
+// memsafe is header-only: every translation unit that evaluates an expression compiles its whole
+// host path (lowering, planner, tile path, fused drivers and kernels for every instruction set),
+// ≈ 1 s of g++ -O2 per expression. The optional CMake target memsafe::precompiled is a static
+// library holding host::run for the expressions users write most: every reduction and product of
+// ONE pairwise formula over dynamic-extent points (memsafe::points(ptr, n, d)), float and double —
+//
+//   sum, min, max, argmin, argmax, argkmin, argkmax, logsumexp   over j and over i
+//   K·v, K·M (matmul_expr), v·K, M·K (matmul_expr of transpose), softmax_sum(K, V)
+//
+// for the formulas of MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA. A target linking it gets
+// MEMSAFE_PRECOMPILED=1, and this header then declares those instances `extern template`: the
+// translation unit parses and type-checks them but emits no code for them; the linker takes
+// them from the library. Nothing else changes — the same source, the same answers, the same
+// budget accounting, run-time ISA dispatch inside the library. Expressions outside the list
+// (static extents, maps, sums of formulas, lazy × lazy, the CUDA backend) are compiled as usual.
+// `memsafe::precompiled_expr<X>` says whether X is in the list; `explain` says which ran.
+//
+// The library is built with MEMSAFE_PRECOMPILED_BUILD (the explicit instantiation definitions,
+// src/precompiled.cpp, one object per formula). Configurations that would compile these
+// functions differently must not mix with it: MEMSAFE_NO_SIMD is refused below; nvcc translation
+// units never use the declarations (their host code has no SIMD kernels).
+#pragma once
+#include <cstddef>
+
+#include "../backend/host/eval.hpp"
+#include "../core/config.hpp"
+#include "../expr/lazy.hpp"
+#include "../expr/reductions.hpp"
+#include "../plan/options.hpp"
+
+/// X(formula) for every formula memsafe::precompiled holds (each in its own object file).
+#define MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(X) \
+  X(sqdist) X(dist) X(l1) X(dot) X(cosine) X(rbf) X(matern12) X(matern32) X(matern52) X(rq) X(linear)
+
+namespace memsafe {
+namespace precompiled_types {
+template <class F, class T>
+using pw = detail::pairwise<F, T, dyn, dyn, dyn>;
+template <class F, class T>
+using pwt = detail::transpose_expr<pw<F, T>>;
+}  // namespace precompiled_types
+
+/// X(value type, expression type) for every expression of formula F (a name in memsafe::formula)
+/// and value type T that memsafe::precompiled holds.
+#define MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(F, T, X)                                                          \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::sum, ::memsafe::precompiled_types::pw<F, T>>)         \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::min, ::memsafe::precompiled_types::pw<F, T>>)         \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::max, ::memsafe::precompiled_types::pw<F, T>>)         \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argmin, ::memsafe::precompiled_types::pw<F, T>>)      \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argmax, ::memsafe::precompiled_types::pw<F, T>>)      \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argkmin, ::memsafe::precompiled_types::pw<F, T>>)     \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argkmax, ::memsafe::precompiled_types::pw<F, T>>)     \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::logsumexp, ::memsafe::precompiled_types::pw<F, T>>)   \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::sum, ::memsafe::precompiled_types::pwt<F, T>>)        \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::min, ::memsafe::precompiled_types::pwt<F, T>>)        \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::max, ::memsafe::precompiled_types::pwt<F, T>>)        \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argmin, ::memsafe::precompiled_types::pwt<F, T>>)     \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argmax, ::memsafe::precompiled_types::pwt<F, T>>)     \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argkmin, ::memsafe::precompiled_types::pwt<F, T>>)    \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::argkmax, ::memsafe::precompiled_types::pwt<F, T>>)    \
+  X(T, ::memsafe::detail::reduce_expr<::memsafe::red::logsumexp, ::memsafe::precompiled_types::pwt<F, T>>)  \
+  X(T, ::memsafe::detail::matmul_expr<::memsafe::precompiled_types::pw<F, T>>)                              \
+  X(T, ::memsafe::detail::matmul_expr<::memsafe::precompiled_types::pwt<F, T>, true>)                       \
+  X(T, ::memsafe::detail::softmax_sum_expr<::memsafe::precompiled_types::pw<F, T>>)
+
+/// Whether memsafe::precompiled holds expression type X (whether or not this translation unit
+/// links it: see `precompiled_linked`).
+template <class X>
+inline constexpr bool precompiled_expr = false;
+#define MEMSAFE_PRECOMPILED_TRAIT_(T_, ...) \
+  template <>                               \
+  inline constexpr bool precompiled_expr<__VA_ARGS__> = true;
+#define MEMSAFE_PRECOMPILED_TRAITS_(F_)                                                 \
+  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, float, MEMSAFE_PRECOMPILED_TRAIT_) \
+  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, double, MEMSAFE_PRECOMPILED_TRAIT_)
+MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_PRECOMPILED_TRAITS_)
+#undef MEMSAFE_PRECOMPILED_TRAITS_
+#undef MEMSAFE_PRECOMPILED_TRAIT_
+
+/// True in a translation unit that takes the listed evaluations from memsafe::precompiled.
+#if defined(MEMSAFE_PRECOMPILED) && !defined(MEMSAFE_PRECOMPILED_BUILD) && !defined(__CUDACC__)
+inline constexpr bool precompiled_linked = true;
+#else
+inline constexpr bool precompiled_linked = false;
+#endif
+}  // namespace memsafe
+
+#if (defined(MEMSAFE_PRECOMPILED) || defined(MEMSAFE_PRECOMPILED_BUILD)) && defined(MEMSAFE_NO_SIMD)
+#error "memsafe: MEMSAFE_NO_SIMD changes the code memsafe::precompiled holds: link memsafe::memsafe instead"
+#endif
+
+/// The declaration (`extern template`) or definition (`template`) of host::run for X_.
+/// (The expression type is the variadic part: its template arguments hold commas.)
+#define MEMSAFE_PRECOMPILED_RUN_(T_, ...)                                                                  \
+  template ::memsafe::eval_stats memsafe::host::run<__VA_ARGS__, T_>(const __VA_ARGS__&, T_*, ::memsafe::index_t*, \
+                                                                     const ::memsafe::options&);
+#define MEMSAFE_PRECOMPILED_EXTERN_(T_, ...) extern MEMSAFE_PRECOMPILED_RUN_(T_, __VA_ARGS__)
+#define MEMSAFE_PRECOMPILED_DECLARE_(F_)                                                        \
+  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, float, MEMSAFE_PRECOMPILED_EXTERN_) \
+  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, double, MEMSAFE_PRECOMPILED_EXTERN_)
+
+#if defined(MEMSAFE_PRECOMPILED) && !defined(MEMSAFE_PRECOMPILED_BUILD) && !defined(__CUDACC__)
+MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_PRECOMPILED_DECLARE_)
+#endif

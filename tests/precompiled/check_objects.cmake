@@ -1,0 +1,45 @@
+# cmake -DNM=<nm> -DOBJ=<consumer object> -DLIB=<libmemsafe_precompiled.a> -DEXPECTED=<n> -DLOCAL=<n> -P check_objects.cmake
+# The consumer's object must define none of the memsafe::host::run<...> the library defines (it
+# refers to them), and define LOCAL of its own (the expressions outside the list: the control that
+# this scan sees definitions); the library must define EXPECTED distinct ones (11 formulas × 2
+# value types × 19 expressions).
+cmake_minimum_required(VERSION 3.25)
+
+function(symbols out file mode)
+  execute_process(COMMAND ${NM} -C ${mode} ${file} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} ${mode} ${file} failed: ${err}")
+  endif()
+  string(REGEX MATCHALL "memsafe::host::run<[^\n]*" found "${text}")
+  list(REMOVE_DUPLICATES found)
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
+symbols(defined "${OBJ}" --defined-only)
+symbols(used "${OBJ}" --undefined-only)
+symbols(lib "${LIB}" --defined-only)
+list(LENGTH defined nd)
+list(LENGTH used nu)
+list(LENGTH lib nl)
+set(twice "")
+foreach(sym IN LISTS defined)
+  if(sym IN_LIST lib)
+    list(APPEND twice "${sym}")
+  endif()
+endforeach()
+list(LENGTH twice nt)
+message(STATUS "consumer object: ${nd} defined (${nt} of them also in the library), ${nu} referred to; "
+               "library: ${nl} defined")
+if(NOT nt EQUAL 0)
+  list(GET twice 0 first)
+  message(FATAL_ERROR "the consumer compiled ${nt} evaluations memsafe::precompiled holds, e.g. ${first}")
+endif()
+if(NOT nd EQUAL LOCAL)
+  message(FATAL_ERROR "the consumer defines ${nd} evaluations of its own, expected ${LOCAL}: ${defined}")
+endif()
+if(nu LESS 10)
+  message(FATAL_ERROR "the consumer refers to only ${nu} of the library's evaluations (expected at least 10)")
+endif()
+if(NOT nl EQUAL EXPECTED)
+  message(FATAL_ERROR "the library defines ${nl} evaluations, expected ${EXPECTED}")
+endif()
