@@ -218,18 +218,18 @@ TEST_CASE("select: data far from the origin (screened about the row block's cent
 /// Whether the FP32/FP64 screen of the first row block of argkmin(sqdist(X, Y), k) runs about its
 /// centre (select_worker::start): the decision the speed on offset data rests on.
 template <class T>
-bool first_block_centred(const std::vector<T>& x, const std::vector<T>& y, std::size_t d) {
+bool first_block_centred(const std::vector<T>& x, const std::vector<T>& y, std::size_t d, bool b16 = false) {
   const std::size_t n = x.size() / d, m = y.size() / d, k = 3;
   auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
   const auto e = memsafe::sqdist(X, Y);
   using E = std::remove_cvref_t<decltype(e)>;
   using Mon = host::topk_monoid<T, false>;
   const host::isa i = host::best_isa(host::isa_compiled & host::cpu_isas());
-  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, false) + 64);
+  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, b16) + 64);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 63) & ~std::uintptr_t{63});
   std::vector<T> v(n * k);
   const auto out = memsafe::jobs::row_major_out<T>(v.data(), nullptr, k);
-  host::select_worker<E, Mon> w(e, k, base, n, m, out, i, false);
+  host::select_worker<E, Mon> w(e, k, base, n, m, out, b16 ? host::isa::avx512 : i, b16);
   w.start(0, n);
   return w.centred;
 }
@@ -250,6 +250,9 @@ TEST_CASE("select: the FP32/FP64 screen centres a row block exactly when its que
     INFO("offset " << off);
     CHECK(first_block_centred(cast<float>(x), cast<float>(y), d) == want);
     CHECK(first_block_centred(x, y, d) == want);
+    // The bfloat16 screen runs about the centre whatever the offset (its margin is relative to ‖x − c‖).
+    if (host::best_isa(host::isa_compiled & host::cpu_isas()) == host::isa::avx512 && host::cpu_has_avx512bf16())
+      CHECK(first_block_centred(cast<float>(x), cast<float>(y), d, true));
   }
 }
 #endif

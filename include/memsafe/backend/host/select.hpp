@@ -82,7 +82,8 @@
 //   ≈ δ_b·N of the row's k-th value pass and are re-evaluated: many more than with the FP32 screen,
 //   but still few (random N(0, 1) data, d = 100, n = 10⁶: ≈ 160 per query), for half the
 //   instructions per feature (32 products per VDPBF16PS against 16 per FMA). The exact values are
-//   the FP32 path's (the float panels are packed too, for exact_value). Centred: the screen runs on
+//   the FP32 path's (the float panels are packed too, for exact_value). Centred, always (its panels and
+//   query pairs are packed from the same centred copies the FP32/FP64 screen uses): the screen runs on
 //   x − c and y − c, c the mean of the row block's queries (block_center; distances do not change), so N is
 //   ‖x − c‖² + ‖y − c‖² — small for data far from the origin, where ‖x‖² + ‖y‖² would let every
 //   lane through (N(0, 1) + 10 at d = 100: 62× slower uncentred). fl(x_k − c_k) errs by ≤ u|x_k − c_k|,
@@ -187,36 +188,30 @@ inline bool worth_centring(double centred_sum, double raw_sum) {
   return std::isfinite(raw_sum) && std::isfinite(centred_sum) && 2 * centred_sum < raw_sum;
 }
 
-/// The bfloat16 screen's panels from packed float panels (select_driver.hpp) and the row block's
-/// centre c (block_center): np panels of W points and dp = ⌈d/2⌉ feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16
-/// with ỹ_k = bf16(fl(y_k − c_k)) (0 past d), each lane's pair one 32-bit element as VDPBF16PS reads it.
-inline void pack_bf16_panels(const float* pack, std::size_t d, std::size_t np, std::size_t W, const float* c,
-                             std::uint32_t* pack2) {
+/// The bfloat16 screen's panels from packed float panels already less the row block's centre c
+/// (center_panels: the bfloat16 screen always runs about c): np panels of W points and dp = ⌈d/2⌉
+/// feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16 with ỹ_k = bf16(fl(y_k − c_k)) (0 past
+/// d), each lane's pair one 32-bit element as VDPBF16PS reads it.
+inline void pack_bf16_panels(const float* cpack, std::size_t d, std::size_t np, std::size_t W, std::uint32_t* pack2) {
   const std::size_t dp = (d + 1) / 2;
   for (std::size_t p = 0; p < np; ++p)
     for (std::size_t q = 0; q < dp; ++q) {
-      const float* lo = pack + p * d * W + 2 * q * W;
+      const float* lo = cpack + p * d * W + 2 * q * W;
       std::uint32_t* dst = pack2 + (p * dp + q) * W;
-      const float c0 = c[2 * q];
       if (2 * q + 1 < d) {
-        const float c1 = c[2 * q + 1];
-        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w] - c0) | (bf16_bits(lo[W + w] - c1) << 16);
+        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]) | (bf16_bits(lo[W + w]) << 16);
       } else {
-        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w] - c0);
+        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]);
       }
     }
 }
 
-/// A query row for the bfloat16 screen about the row block's centre c: the pairs of bf16(fl(x − c)) with
-/// both signs flipped (the kernel adds −x̃·ỹ, exactly the negated products). Returns ‖x − c‖² (double).
-inline double pack_bf16_row(const float* x, std::size_t d, const float* c, std::uint32_t* x2) {
-  double n2 = 0;
-  for (std::size_t q = 0; q < (d + 1) / 2; ++q) {
-    const float a = x[2 * q] - c[2 * q], b = 2 * q + 1 < d ? x[2 * q + 1] - c[2 * q + 1] : 0.0f;
-    n2 += double(a) * double(a) + double(b) * double(b);
-    x2[q] = (bf16_bits(a) | (2 * q + 1 < d ? bf16_bits(b) << 16 : 0u)) ^ 0x80008000u;
-  }
-  return n2;
+/// A query row for the bfloat16 screen from the row less the block's centre, xc = fl(x − c)
+/// (center_row): the pairs of bf16(xc) with both signs flipped (the kernel adds −x̃·ỹ, exactly the
+/// negated products).
+inline void pack_bf16_row(const float* xc, std::size_t d, std::uint32_t* x2) {
+  for (std::size_t q = 0; q < (d + 1) / 2; ++q)
+    x2[q] = (bf16_bits(xc[2 * q]) | (2 * q + 1 < d ? bf16_bits(xc[2 * q + 1]) << 16 : 0u)) ^ 0x80008000u;
 }
 
 /// Round a double to T upwards (so a threshold is never tightened by the conversion).
@@ -233,7 +228,7 @@ T round_up(double v) {
 /// representable squared norm (the tile is "clean": no NaN can arise in its screening values).
 template <class T, select_kind K>
 bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, T* init,
-                    double delta, const T* center = nullptr) {
+                    double delta) {
   const double big = double(std::numeric_limits<T>::max()) / 4;
   bool clean = true;
   for (std::size_t p = 0; p < np; ++p)
@@ -246,13 +241,7 @@ bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np
       }
       const T* y = pack + p * d * W + w;
       double s = 0;
-      if (center)  // the bfloat16 screen about the centre c: ‖fl(y − c)‖², as it screens
-        for (std::size_t k = 0; k < d; ++k) {
-          const double t = double(T(y[k * W] - center[k]));
-          s += t * t;
-        }
-      else
-        for (std::size_t k = 0; k < d; ++k) s += double(y[k * W]) * double(y[k * W]);
+      for (std::size_t k = 0; k < d; ++k) s += double(y[k * W]) * double(y[k * W]);
       const bool fin = std::isfinite(s) && s < big;
       clean = clean && fin;
       if constexpr (K == select_kind::l1 || K == select_kind::cosine) {

@@ -126,8 +126,9 @@ struct select_worker {
   static constexpr bool sq = K == host::select_kind::sqdist;
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
-  /// `b16`: with the bfloat16 screen's panels and query pairs (⌈d/2⌉ 32-bit pairs per point and row);
-  /// else, for sqdist, room to screen a row block about its centre (the panels and rows less c).
+  /// sqdist: room to screen a row block about its centre (the panels and rows less c, the centre);
+  /// `b16` (sqdist only): the bfloat16 screen's panels and query pairs too (⌈d/2⌉ 32-bit pairs per
+  /// point and row), packed from those.
   static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool b16) {
     using host::align64;
     const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
@@ -135,9 +136,8 @@ struct select_worker {
     return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + (cos ? align64(np * W * sizeof(T)) : 0) +
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
            align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
-           (b16  ? align64(np * W * dp * 4) + align64(ti * dp * 4) + centre
-            : sq ? align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + centre
-                 : 0);
+           (sq ? align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + centre : 0) +
+           (b16 ? align64(np * W * dp * 4) + align64(ti * dp * 4) : 0);
   }
 
   const E& e;
@@ -146,10 +146,10 @@ struct select_worker {
   double delta, eta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
-  T* center = nullptr;         // the row block's centre (the bfloat16 screen; sqdist's FP32/FP64 screen)
+  T* center = nullptr;         // sqdist: the row block's centre
   double* center_sum = nullptr;  // its scratch
-  T *cpack = nullptr, *cxs = nullptr;  // sqdist, FP32/FP64 screen: the panels and rows less the centre
-  bool centred = false;        // this row block's FP32/FP64 screen runs about its centre (worth_centring)
+  T *cpack = nullptr, *cxs = nullptr;  // sqdist: the panels and rows less the centre
+  bool centred = false;        // this row block screens about its centre (always for bfloat16, else worth_centring)
   host::row_screen<T>* rs;
   ranked<T>* heap;
   std::size_t* count;
@@ -179,16 +179,15 @@ struct select_worker {
     heap = carve<ranked<T>>(cur, ti * k);
     count = carve<std::size_t>(cur, ti);
     scratch = carve<ranked<T>>(cur, k);
+    if constexpr (sq) {
+      cpack = carve<T>(cur, np * W * d);
+      cxs = carve<T>(cur, ti * d);
+      center = carve<T>(cur, d);
+      center_sum = carve<double>(cur, d);
+    }
     if (b16) {
       pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
       xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
-    } else if constexpr (sq) {
-      cpack = carve<T>(cur, np * W * d);
-      cxs = carve<T>(cur, ti * d);
-    }
-    if (b16 || sq) {
-      center = carve<T>(cur, d);
-      center_sum = carve<double>(cur, d);
     }
   }
 
@@ -225,27 +224,25 @@ struct select_worker {
     centred = false;
     if constexpr (sq) {  // about the block's centre (select.hpp): the rows less c and ‖fl(x − c)‖²
       host::block_center(xs, d, ni, center, center_sum);
-      const auto recentre = [&](std::size_t r, double n2) {
-        rs[r].xn2 = n2;
-        rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
-      };
+      double centred_sum = 0, raw_sum = 0;  // over the finite rows (the others screen nothing out)
+      for (std::size_t r = 0; r < ni; ++r) {
+        const double n2 = host::center_row(xs + r * d, d, center, cxs + r * d);
+        if (rs[r].finite) {
+          centred_sum += n2;
+          raw_sum += rs[r].xn2;
+        }
+      }
+      // The bfloat16 screen always runs about the centre (its margin is relative to ‖x − c‖, select.hpp).
+      centred = b16 || host::worth_centring(centred_sum, raw_sum);
+      if (centred)
+        for (std::size_t r = 0; r < ni; ++r) {
+          const double n2 = host::row_sqnorm(cxs + r * d, d);
+          rs[r].xn2 = n2;
+          rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
+        }
       if constexpr (std::is_same_v<T, float>)
         if (b16)
-          for (std::size_t r = 0; r < ni; ++r)
-            recentre(r, host::pack_bf16_row(xs + r * d, d, center, xs2 + r * ((d + 1) / 2)));
-      if (!b16) {
-        double centred_sum = 0, raw_sum = 0;  // over the finite rows (the others screen nothing out)
-        for (std::size_t r = 0; r < ni; ++r) {
-          const double n2 = host::center_row(xs + r * d, d, center, cxs + r * d);
-          if (rs[r].finite) {
-            centred_sum += n2;
-            raw_sum += rs[r].xn2;
-          }
-        }
-        centred = host::worth_centring(centred_sum, raw_sum);
-        if (centred)
-          for (std::size_t r = 0; r < ni; ++r) recentre(r, host::row_sqnorm(cxs + r * d, d));
-      }
+          for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(cxs + r * d, d, xs2 + r * ((d + 1) / 2));
     }
     for (std::size_t r = 0; r < ni; ++r) {
       count[r] = 0;
@@ -293,13 +290,12 @@ struct select_worker {
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
-      if constexpr (std::is_same_v<T, float>)
-        if (b16) host::pack_bf16_panels(pack, d, np, W, center, pack2);  // about the row block's centre
       if (centred) host::center_panels(pack, d, np, W, center, cpack);
+      if constexpr (std::is_same_v<T, float>)
+        if (b16) host::pack_bf16_panels(cpack, d, np, W, pack2);  // about the row block's centre
       // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
       // the exact values (hit) always read pack.
-      const bool clean = host::screening_init<T, K>(centred ? cpack : pack, d, nj, np, W, init, delta,
-                                                    b16 ? center : nullptr);
+      const bool clean = host::screening_init<T, K>(centred ? cpack : pack, d, nj, np, W, init, delta);
       tile_j0 = j0;
       tile_nj = nj;
       host::screen_args<T> a;
