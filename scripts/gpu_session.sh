@@ -19,7 +19,7 @@
 # CASE_TIMEOUT (seconds per test case), BENCH_TIMEOUT (seconds for the whole bench phase), SANITIZE_TOOLS (default memcheck racecheck synccheck initcheck),
 # PREBUILT (a folder with memsafe_gpu_tests, memsafe_bench_cuda and fma_peak_cuda built on another
 # machine for this GPU, e.g. .carry/bin: used when they start here, else everything is built here),
-# BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000"),
+# NCCL_TESTS (0: skip the NCCL tests), BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000"),
 # MEMSAFE_GIT_REV (the revision the results rows record, where the copy's .git is not the code's).
 #
 # Every test case runs in its own process (doctest --order-by=name --first=i --last=i), so that a
@@ -132,7 +132,9 @@ if [[ $phase == test || $phase == all ]]; then
         for c in /usr/local/cuda/include /usr/include /usr/local/include $(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "include"))' 2>/dev/null); do
           [[ -f $c/nccl.h ]] && { nccl_inc=$c; break; }
         done
-        if [[ -n $nccl_inc ]]; then
+        if [[ ${NCCL_TESTS:-1} == 0 ]]; then
+          echo "NCCL_TESTS=0: the NCCL tests are skipped"
+        elif [[ -n $nccl_inc ]]; then
           if usable memsafe_gpu_nccl_tests; then cp "$prebuilt/memsafe_gpu_nccl_tests" "$build/"
           else "${nv[@]}" "${flags[@]}" -I"$nccl_inc" -x cu tests/gpu/test_mpi_nccl.cu -o "$build/memsafe_gpu_nccl_tests" \
                  -lcublas -lnccl "${links[@]}" || return 1

@@ -258,6 +258,52 @@ TEST_CASE("warp-list selections at d = 100: tied duplicates go to the lowest ind
   }
 }
 
+TEST_CASE("fused selections (d <= 64): tied duplicates, ragged row blocks, every coordinate width, f32 and f64") {
+  // The fused selection kernel: a warp owns 4 query rows (45 rows: the last warp's rows partly past
+  // the end), each row's k best spread over the lanes, the lanes splitting the columns; 16 distinct
+  // database points repeated over m = 5000 columns, so every value ties ~312 times and the kept
+  // keys are the lowest columns of the nearest points, across column chunks and splits. The widths
+  // cover one and several chunks of four coordinates, the padded shared-memory columns (8, 16 and
+  // 64 coordinates) and, in double at d = 64, a layout above 48 KiB (the raised launch limit).
+  // Integer coordinates: every value is exact, so the device equals the host bit for bit.
+  const std::size_t n = 45, m = 5000, distinct = 16;
+  const auto check_type = [&](auto zero, std::size_t d) {
+    using T = decltype(zero);
+    auto x = data(n, d, 81 + unsigned(d), true), base = data(distinct, d, 82 + unsigned(d), true);
+    std::vector<double> y(m * d);
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t c = 0; c < d; ++c) y[j * d + c] = base[(j % distinct) * d + c];
+    auto xt = cast<T>(x), yt = cast<T>(y);
+    dvec<T> X(xt), Y(yt);
+    const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, m, d);
+    const auto Xh = memsafe::points(xt.data(), n, d), Yh = memsafe::points(yt.data(), m, d);
+    const memsafe::options host{memsafe::unlimited, 1};
+    const auto same = [&](const memsafe::result<T>& g, const memsafe::result<T>& h, const char* what, std::size_t b) {
+      INFO(what << ", d = " << d << ", " << sizeof(T) * 8 << "-bit, budget " << b << ", plan: " << g.stats.plan.reduction);
+      CHECK(g.stats.plan.reduction.find("fused") != std::string::npos);
+      CHECK(g.indices == h.indices);
+      CHECK(g.values == h.values);
+      CHECK(g.stats.peak_temp_bytes <= b);
+    };
+    for (std::size_t b : {std::size_t(64) << 10, std::size_t(64) << 20}) {
+      for (std::size_t k : {1u, 4u, 10u, 16u}) {
+        same(mc::eval(memsafe::argkmin(memsafe::sqdist(Xd, Yd), k), mc::options{b}),
+             memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xh, Yh), k), host), "argkmin sqdist", b);
+        same(mc::eval(memsafe::argkmax(memsafe::l1(Xd, Yd), k), mc::options{b}),
+             memsafe::eval(memsafe::argkmax(memsafe::l1(Xh, Yh), k), host), "argkmax l1", b);
+      }
+      same(mc::eval(memsafe::argmin(memsafe::sqdist(Xd, Yd)), mc::options{b}),
+           memsafe::eval(memsafe::argmin(memsafe::sqdist(Xh, Yh)), host), "argmin sqdist", b);
+      same(mc::eval(memsafe::max(memsafe::l1(Xd, Yd)), mc::options{b}),
+           memsafe::eval(memsafe::max(memsafe::l1(Xh, Yh)), host), "max l1", b);
+    }
+  };
+  for (std::size_t d : {1u, 3u, 5u, 8u, 10u, 16u, 33u, 64u}) {
+    check_type(0.0f, d);
+    check_type(0.0, d);
+  }
+}
+
 TEST_CASE("top-k by block sort: k = 17, 300 and 2048 equal the reference") {
   const std::size_t n = 40, m = 5000, d = 4;
   auto x = data(n, d, 31, true), y = data(m, d, 32, true);

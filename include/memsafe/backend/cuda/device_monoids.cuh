@@ -9,6 +9,7 @@
 // (value, index) with NaN after every number (rank_key), ties to the lower index; logsumexp is
 // NaN if any NaN, else +inf if any +inf, with the online max/sum merge.
 #pragma once
+#include <concepts>
 #include <cstdint>
 
 #include "../../core/config.hpp"
@@ -76,9 +77,6 @@ struct dmon_best {
   static constexpr int capacity = 1;
   MEMSAFE_HD int kept() const { return 1; }
   MEMSAFE_HD static rank_key* keys(state& s) { return &s; }
-  /// The value an entry must not rank after to change the state (NaN while it is empty): the fused
-  /// kernel skips an entry beyond it (beyond_value) without building its key.
-  MEMSAFE_HD T threshold(const state& s) const { return key_value<Max, T>(s); }
   MEMSAFE_HD void fold(state& s, T v, std::int64_t jg, std::int64_t) const {
     const rank_key k = make_key<Max>(v, jg);
     if (k < s) s = k;
@@ -111,7 +109,6 @@ struct dmon_topk {
   static constexpr int capacity = K;
   MEMSAFE_HD int kept() const { return k; }
   MEMSAFE_HD static rank_key* keys(state& s) { return s.k; }
-  MEMSAFE_HD T threshold(const state& s) const { return key_value<Max, T>(s.k[K - 1]); }
   MEMSAFE_HD void init(state& s) const {
 MEMSAFE_UNROLL
     for (int q = 0; q < K; ++q) s.k[q] = q < K - k ? pad_key() : empty_key();
@@ -149,6 +146,21 @@ MEMSAFE_UNROLL
     }
   }
 };
+
+/// A selection monoid in the warp-list protocol (kernels_fold.cuh, select_rows_kernel; the fused
+/// selection kernel, kernels_pairwise.cuh): min/max/argmin/argmax and top-k in registers.
+template <class Mon>
+concept warp_selection = requires(typename Mon::state& s) {
+  Mon::capacity;
+  Mon::max_first;
+  { Mon::keys(s) } -> std::same_as<rank_key*>;
+};
+
+/// The fused selection kernel's shape: a warp owns fsel_rows query rows, a lane fsel_cols columns
+/// of each step of 32·fsel_cols; fsel_warps warps per block share a tile of Y.
+inline constexpr int fsel_warps = 8, fsel_rows = 4, fsel_cols = 2;
+inline constexpr int fsel_block_rows = fsel_warps * fsel_rows;
+inline constexpr int fsel_step = 32 * fsel_cols;
 
 template <class T>
 struct dmon_logsumexp {

@@ -72,13 +72,50 @@ __device__ __forceinline__ rank_key shfl_up_key(const rank_key& k, int by) {
   return {__shfl_up_sync(0xffffffffu, k.v, by), __shfl_up_sync(0xffffffffu, k.i, by)};
 }
 
+/// A row's k best keys spread over a warp (k ≤ 32): lane q holds its q-th best, so a lane's
+/// registers hold one key, not a list. Every lane of the warp calls each member (shuffles).
+struct warp_list {
+  rank_key mine = empty_key();
+  int k = 1;
+  /// Start from a state's keys (pad keys first, then the k best in order), or empty when fresh.
+  __device__ void load(const rank_key* keys, int kept, int capacity, bool fresh, int lane) {
+    k = kept;
+    mine = (!fresh && lane < k) ? keys[capacity - k + lane] : empty_key();
+  }
+  /// The k-th best key (the empty key while fewer than k are held): the same in every lane.
+  __device__ rank_key kth() const { return shfl_key(mine, k - 1); }
+  /// Insert the candidates of the lanes with `cand` one at a time, in lane order (a shift by one
+  /// lane); whether any lane offered one.
+  __device__ bool offer(bool cand, const rank_key& key, int lane) {
+    unsigned mask = __ballot_sync(0xffffffffu, cand);
+    if (mask == 0) return false;
+    rank_key thr = kth();
+    while (mask) {
+      const int from = __ffs(mask) - 1;
+      mask &= mask - 1;
+      const rank_key c = shfl_key(key, from);
+      if (!(c < thr)) continue;  // uniform: every lane holds the same c and thr
+      const rank_key prev = shfl_up_key(mine, 1);
+      if (lane < k && c < mine) mine = (lane > 0 && c < prev) ? prev : c;
+      thr = kth();
+    }
+    return true;
+  }
+  /// Back to the state's layout: capacity − k pad keys first, then the k best in order.
+  __device__ void store(rank_key* keys, int capacity, int lane) const {
+    const int pad = capacity - k;
+    const rank_key shifted = shfl_key(mine, lane >= pad ? lane - pad : 0);
+    if (lane < capacity) keys[lane] = lane < pad ? pad_key() : shifted;
+  }
+};
+
 /// Selections (min, max, argmin, argmax, top-k with k ≤ 32): one warp per tile row, the row's list
-/// spread over the warp — lane q holds its q-th best key, so a lane's registers hold one key, not
-/// a list, and the SM runs many warps. Each lane reads its column (coalesced), skips an entry its
-/// filter (Src::lane_filter) or the list's k-th rules out, builds the key of the rest (a screen
-/// re-evaluates them exactly); the warp then inserts its candidates one at a time, in lane order
-/// (a shift by one lane), and every lane learns the new k-th. Entries are taken in increasing
-/// column order, so an entry that ties the k-th's value always loses the tie (kernels_screen.cuh).
+/// spread over the warp (warp_list), so the SM runs many warps. Each lane reads its column
+/// (coalesced), skips an entry its filter (Src::lane_filter) or the list's k-th rules out, builds
+/// the key of the rest (a screen re-evaluates them exactly); the warp then inserts its candidates
+/// one at a time, in lane order, and every lane learns the new k-th. Entries are taken in
+/// increasing column order, so an entry that ties the k-th's value always loses the tie
+/// (kernels_screen.cuh).
 template <class Mon, class T, class Src>
 __global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t ld, std::int64_t ni, std::int64_t nj,
                                    std::int64_t j_base, std::int64_t cps, typename Mon::state* part, bool first) {
@@ -89,25 +126,15 @@ __global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t
   const int lane = threadIdx.x % 32;
   if (i >= ni) return;  // whole warps leave together
   const std::int64_t s = blockIdx.y;
-  const int k = mon.kept(), pad = C - k;
   rank_key* const keys = Mon::keys(part[s * ni + i]);
-  rank_key mine = empty_key();
-  if (!first && lane < k) mine = keys[pad + lane];
-  rank_key thr = shfl_key(mine, k - 1);
+  warp_list list;
+  list.load(keys, mon.kept(), C, first, lane);
+  rank_key thr = list.kth();
   auto f = src.filter(i);
   src.template update<Max>(f, thr);
   const auto offer = [&](bool cand, const rank_key& key) {
-    unsigned mask = __ballot_sync(0xffffffffu, cand);
-    if (mask == 0) return;
-    while (mask) {
-      const int from = __ffs(mask) - 1;
-      mask &= mask - 1;
-      const rank_key c = shfl_key(key, from);
-      if (!(c < thr)) continue;  // uniform: every lane holds the same c and thr
-      const rank_key prev = shfl_up_key(mine, 1);
-      if (lane < k && c < mine) mine = (lane > 0 && c < prev) ? prev : c;
-      thr = shfl_key(mine, k - 1);
-    }
+    if (!list.offer(cand, key, lane)) return;
+    thr = list.kth();
     src.template update<Max>(f, thr);
   };
   const std::int64_t jb = s * cps, je = jb + cps < nj ? jb + cps : nj;
@@ -137,9 +164,7 @@ __global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t
     const bool cand = jj < je && src.template select<Max>(f, thr, row[jj], src.at(jj), i, jj, j_base + jj, key);
     offer(cand, key);
   }
-  // Back to the state's layout: pad keys first, then the k best in order.
-  const rank_key shifted = shfl_key(mine, lane >= pad ? lane - pad : 0);
-  if (lane < C) keys[lane] = lane < pad ? pad_key() : shifted;
+  list.store(keys, C, lane);
 }
 
 template <class Mon, class T>

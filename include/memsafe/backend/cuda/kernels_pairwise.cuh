@@ -1,10 +1,12 @@
 // memsafe/backend/cuda/kernels_pairwise.cuh — the kernels that evaluate the pairwise formula.
 //
 // The formula's base (squared difference, absolute difference, product or cosine) is accumulated
-// over the coordinates here, then the elementwise map runs on the entry. fused_rows_kernel folds
-// each entry straight into a register monoid state (no tile is written): the j-tile of Y in shared
-// memory, R query rows per thread with their d ≤ 64 coordinates in registers, a partial state per
-// (row, column split). tile_kernel writes a ti×tj tile for any d (64×64 per block, 4×4 per thread,
+// over the coordinates here, then the elementwise map runs on the entry. The fused kernels write no
+// tile: fused_rows_kernel folds each entry straight into a register monoid state (sums, K·v,
+// logsumexp: the j-tile of Y in shared memory, R query rows per thread with their d ≤ 64
+// coordinates in registers, a partial state per (row, column split)); fused_select_kernel serves
+// the selections (rows over warps, each row's k best spread over the lanes, the lanes splitting
+// the columns). tile_kernel writes a ti×tj tile for any d (64×64 per block, 4×4 per thread,
 // k-chunks of 16 through shared memory). For dot-based formulas the tile may instead come from a
 // cuBLAS X·Yᵀ: norms_kernel and gemm_epilogue_kernel turn it into the formula's values in place.
 #pragma once
@@ -12,6 +14,7 @@
 #include <cstdint>
 
 #include "device_expr.cuh"
+#include "kernels_fold.cuh"
 
 namespace memsafe::cuda::detail::kernels {
 
@@ -52,16 +55,9 @@ concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
   m.add_partial(s, m.weight(std::int64_t(0)));
 };
 
-/// A selection monoid whose state has a threshold value (its k-th best): an entry beyond it cannot
-/// enter, so the fused kernel compares the entry's value with it before building a key.
-template <class Mon, class T>
-concept value_threshold = requires(const Mon& m, const typename Mon::state& s) {
-  { m.threshold(s) } -> std::same_as<T>;
-  Mon::max_first;
-};
-
-/// Threads own rows; each block walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ
-/// points staged in shared memory (zero-padded to DB coordinates, so the d-loop is unrolled).
+/// Sums, K·v and logsumexp (selections: fused_select_kernel below). Threads own rows; each block
+/// walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ points staged in shared memory
+/// (zero-padded to DB coordinates, so the d-loop is unrolled).
 template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T>
 __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_points<T> X, dev_scale<T> sx,
                                                         dev_points<T> Y, dev_scale<T> sy, T ysign,
@@ -92,12 +88,6 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     xinv[r] = inv_norm(sq);
     if (i < ni && !first) st[r] = part[s * ni + i];
     else mon.init(st[r]);
-  }
-  constexpr bool thresholds = value_threshold<Mon, T>;
-  T thr[R];  // the rows' thresholds (selections only)
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if constexpr (thresholds) thr[r] = mon.threshold(st[r]);
   }
   const std::int64_t jb = s * cps;
   const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
@@ -142,12 +132,6 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
         if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
         if constexpr (partials) {
           part[r] = ::fma(map(v), wts[jj], part[r]);
-        } else if constexpr (thresholds) {
-          const T mv = map(v);
-          if (!beyond_value<Mon::max_first>(mv, thr[r])) {  // NaN, ties and a list not yet full go to the keys
-            mon.fold(st[r], mv, j_base + jt + jj, jt + jj);
-            thr[r] = mon.threshold(st[r]);
-          }
         } else {
           mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
         }
@@ -162,6 +146,148 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
   for (int r = 0; r < R; ++r) {
     const std::int64_t i = row0 + r * TJ + t;
     if (i < ni) part[s * ni + i] = st[r];
+  }
+}
+
+// ---- fused selections ------------------------------------------------------------------------------
+
+/// Four consecutive coordinates from 16-byte-aligned shared memory (one or two vector loads).
+template <class T>
+__device__ __forceinline__ void load4(const T* p, T (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  }
+}
+
+/// The fused selection's shared-memory layout for dp coordinates (a multiple of 4): the block's
+/// query rows (dp each, read by every lane at once), then tp columns of Y (ldy each: dp, plus 16
+/// bytes when a column's bytes are a multiple of 32, so that the lanes' 16-byte reads of
+/// consecutive columns fall in distinct banks), then the columns' 1/‖y‖ (cosine).
+struct fsel_layout {
+  int dp, ldy, tp;
+  template <class T>
+  static constexpr int ld_for(int dp) {
+    return (dp * int(sizeof(T))) % 32 == 0 ? dp + 16 / int(sizeof(T)) : dp;
+  }
+  template <class T>
+  constexpr std::size_t bytes() const {
+    return sizeof(T) * (std::size_t(fsel_block_rows) * dp + std::size_t(tp) * ldy + tp);
+  }
+};
+
+/// Selections folded straight from the coordinates (no tile), for d ≤ 64: a warp owns
+/// fsel_rows query rows and keeps each row's k best spread over its lanes (warp_list: one key per
+/// lane and row, not a list per thread); the lanes split the columns of a shared-memory tile of Y,
+/// fsel_cols each per step, so every lane evaluates fsel_rows × fsel_cols entries at once (x from
+/// a broadcast read, y from its own 16-byte reads, the coordinates in chunks of four). An entry
+/// beyond its row's k-th value is dropped by one float comparison; the warp inserts the rest.
+/// Entries are the fused kernel's bit for bit: the coordinates are summed in order, zero-padded.
+template <class Map, class Mon, base_kind B, class T>
+__global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
+    Map map, Mon mon, dev_points<T> X, dev_scale<T> sx, dev_points<T> Y, dev_scale<T> sy, T ysign,
+    std::int64_t j_base, std::int64_t cps, typename Mon::state* part, std::int64_t ni, bool first, fsel_layout L) {
+  constexpr bool Max = Mon::max_first;
+  constexpr int C = Mon::capacity, R = fsel_rows, U = fsel_cols;
+  static_assert(C <= 32, "memsafe::cuda: a warp list holds at most 32 keys");
+  extern __shared__ __align__(16) unsigned char fsel_smem[];
+  T* const xs = reinterpret_cast<T*>(fsel_smem);
+  T* const ys = xs + fsel_block_rows * L.dp;
+  T* const yinv = ys + L.tp * L.ldy;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const std::int64_t s = blockIdx.y;
+  const std::int64_t block_row0 = std::int64_t(blockIdx.x) * fsel_block_rows;
+  const std::int64_t row0 = block_row0 + w * R;  // this warp's rows
+  const std::int64_t d = X.d;
+  for (int q = threadIdx.x; q < fsel_block_rows * L.dp; q += blockDim.x) {
+    const int r = q / L.dp, k = q % L.dp;
+    const std::int64_t i = block_row0 + r;
+    xs[q] = (i < ni && k < d) ? sx.apply(k, X.at(i, k)) : T(0);
+  }
+  __syncthreads();
+  const T* const xw = xs + w * R * L.dp;
+  T xinv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    xinv[r] = T(0);
+    if constexpr (B == base_kind::cosine) {
+      T sq = 0;
+      for (int k = 0; k < L.dp; ++k) sq = ::fma(xw[r * L.dp + k], xw[r * L.dp + k], sq);
+      xinv[r] = inv_norm(sq);
+    }
+  }
+  warp_list list[R];
+  T thr[R];  // the rows' k-th values (NaN while a list is not full): warp-uniform
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t i = row0 + r;
+    list[r].load(i < ni ? Mon::keys(part[s * ni + i]) : nullptr, mon.kept(), C, first || i >= ni, lane);
+    thr[r] = key_value<Max, T>(list[r].kth());
+  }
+  const std::int64_t jb = s * cps;
+  const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
+  for (std::int64_t jt = jb; jt < je; jt += L.tp) {
+    __syncthreads();
+    for (int q = threadIdx.x; q < L.tp * L.dp; q += blockDim.x) {
+      const int c = q / L.dp, k = q % L.dp;
+      const std::int64_t j = jt + c;
+      ys[c * L.ldy + k] = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
+    }
+    __syncthreads();
+    if constexpr (B == base_kind::cosine) {
+      for (int c = threadIdx.x; c < L.tp; c += blockDim.x) {
+        T sq = 0;
+        for (int k = 0; k < L.dp; ++k) sq = ::fma(ys[c * L.ldy + k], ys[c * L.ldy + k], sq);
+        yinv[c] = inv_norm(sq);
+      }
+      __syncthreads();
+    }
+    const int nt = je - jt < L.tp ? int(je - jt) : L.tp;
+    for (int c0 = 0; c0 < nt; c0 += fsel_step) {  // warp-uniform: every lane takes part in the ballots
+      T acc[R][U];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc[r][u] = T(0);
+      for (int k0 = 0; k0 < L.dp; k0 += 4) {
+        T yv[U][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) load4(ys + (c0 + lane + 32 * u) * L.ldy + k0, yv[u]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          T xv[4];
+          load4(xw + r * L.dp + k0, xv);
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+#pragma unroll
+            for (int u = 0; u < U; ++u) acc[r][u] = base_step<B>(xv[k], yv[u][k], acc[r][u]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int c = c0 + lane + 32 * u;
+          T v = acc[r][u];
+          if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[c]);
+          const T mv = map(v);
+          // NaN, ties and a list not yet full go to the keys (beyond_value is false for them).
+          const bool cand = c < nt && row0 + r < ni && !beyond_value<Max>(mv, thr[r]);
+          if (__any_sync(0xffffffffu, cand)) {
+            list[r].offer(cand, make_key<Max>(mv, j_base + jt + c), lane);
+            thr[r] = key_value<Max, T>(list[r].kth());
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t i = row0 + r;
+    if (i < ni) list[r].store(Mon::keys(part[s * ni + i]), C, lane);
   }
 }
 

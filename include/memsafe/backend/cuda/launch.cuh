@@ -83,12 +83,45 @@ void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const de
       map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, cps, part, ni, first);
   MEMSAFE_CUDA_LAUNCHED("fused_rows_kernel");
 }
+/// The fused selection kernel's shared memory for d coordinates: columns per tile from 256 down
+/// to one step while the layout passes 48 KiB (the launch raises the limit when one step does).
+template <class T>
+kernels::fsel_layout fsel_layout_for(std::size_t d) {
+  kernels::fsel_layout L;
+  L.dp = int(std::max<std::size_t>(4, (d + 3) / 4 * 4));
+  L.ldy = kernels::fsel_layout::ld_for<T>(L.dp);
+  L.tp = 256;
+  while (L.tp > fsel_step && L.template bytes<T>() > 48 * 1024) L.tp -= fsel_step;
+  return L;
+}
+/// Launch the fused selection kernel (kernels_pairwise.cuh) for one (row block, column chunk).
+template <class Map, class DMon, class Leaf, class T>
+void launch_fused_select(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc,
+                         const dev_points<T>& Xb, const dev_points<T>& Yc, std::int64_t j_base, int S,
+                         typename DMon::state* part, bool first, cudaStream_t s) {
+  using F = typename Leaf::formula_type;
+  const std::int64_t ni = Xb.n;
+  const std::int64_t cps = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(Yc.n, 1), S)));
+  const kernels::fsel_layout L = fsel_layout_for<T>(leaf.dim());
+  const std::size_t bytes = L.template bytes<T>();
+  const auto kernel = kernels::fused_select_kernel<Map, DMon, F::base, T>;
+  // Set before each launch on the kernel it launches (kernel host stubs are per translation unit:
+  // see the top-k launch in rows.cuh).
+  if (bytes > 48 * 1024)
+    MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  const dim3 grid(unsigned(cdiv(std::max<std::int64_t>(ni, 1), fsel_block_rows)), unsigned(S));
+  kernel<<<grid, fsel_warps * 32, bytes, s>>>(map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base,
+                                                       cps, part, ni, first, L);
+  MEMSAFE_CUDA_LAUNCHED("fused_select_kernel");
+}
+/// The fused path: selections by the warp-list kernel, the other monoids by fused_rows_kernel.
 template <class Map, class DMon, class Leaf, class T>
 void launch_fused(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& Xb,
                   const dev_points<T>& Yc, std::int64_t j_base, int S, typename DMon::state* part, bool first,
                   cudaStream_t s) {
   const std::size_t d = leaf.dim();
-  if (d <= 4) launch_fused_db<4, fused_rows_per_thread<4, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  if constexpr (warp_selection<DMon>) launch_fused_select(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  else if (d <= 4) launch_fused_db<4, fused_rows_per_thread<4, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
   else if (d <= 16) launch_fused_db<16, fused_rows_per_thread<16, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
   else launch_fused_db<64, fused_rows_per_thread<64, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
 }

@@ -215,10 +215,15 @@ constexpr int fused_rows_per_thread() {
   if (sb > 64) return 1;
   return DB <= 4 ? 4 : DB <= 16 ? 2 : 1;
 }
+/// Query rows per thread block of the fused path: fused_rows_kernel's threads × rows per thread,
+/// or the fused selection kernel's warps × rows per warp.
 template <class DMon>
-int rows_per_thread_for(std::size_t d) {
-  return d <= 4 ? fused_rows_per_thread<4, DMon>() : d <= 16 ? fused_rows_per_thread<16, DMon>()
-                                                               : fused_rows_per_thread<64, DMon>();
+int fused_rows_per_block(std::size_t d) {
+  if constexpr (warp_selection<DMon>) return fsel_block_rows;
+  else
+    return fused_tj * (d <= 4    ? fused_rows_per_thread<4, DMon>()
+                       : d <= 16 ? fused_rows_per_thread<16, DMon>()
+                                 : fused_rows_per_thread<64, DMon>());
 }
 
 }  // namespace detail

@@ -35,7 +35,7 @@ struct job_shape {
   bool with_index = false;
   std::size_t rhs_cols = 0;
   kernel_path path = kernel_path::fused;
-  int rows_per_thread = 1;
+  int rows_per_block = 128;  ///< query rows per thread block of the fused path
   int sms = 0;  ///< from device_resources
 };
 
@@ -84,7 +84,7 @@ inline std::size_t min_layout_bytes(const job_shape& s) {
 /// Column splits: enough thread blocks to fill the GPU (4 per SM), no more than the column tiles.
 inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
   if (s.path != kernel_path::fused && s.path != kernel_path::tile_fold) return 1;
-  const std::size_t rows_per_block = s.path == kernel_path::fused ? fused_tj * s.rows_per_thread : 8;
+  const std::size_t rows_per_block = s.path == kernel_path::fused ? std::size_t(s.rows_per_block) : 8;
   const std::size_t groups = cdiv(std::max<std::size_t>(ti, 1), rows_per_block);
   const std::size_t want = cdiv(std::size_t(4) * s.sms, groups);
   const std::size_t most = std::max<std::size_t>(1, cdiv(std::max<std::size_t>(tj, 1), fused_tj));
@@ -175,7 +175,7 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
     with_dmon<T>(job.red, [&](const auto& dm) {
       using DM = std::remove_cvref_t<decltype(dm)>;
       s.state_bytes = sizeof(typename DM::state);
-      s.rows_per_thread = rows_per_thread_for<DM>(s.d);
+      s.rows_per_block = fused_rows_per_block<DM>(s.d);
     });
   }
   return s;
