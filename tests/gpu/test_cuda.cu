@@ -259,7 +259,7 @@ TEST_CASE("warp-list selections at d = 100: tied duplicates go to the lowest ind
 }
 
 TEST_CASE("fused selections (d <= 64): tied duplicates, ragged row blocks, every coordinate width, f32 and f64") {
-  // The fused selection kernel: a warp owns 4 query rows (45 rows: the last warp's rows partly past
+  // The fused selection kernel: a warp owns 8 query rows (45 rows: the last warp's rows partly past
   // the end), each row's k best spread over the lanes, the lanes splitting the columns; 16 distinct
   // database points repeated over m = 5000 columns, so every value ties ~312 times and the kept
   // keys are the lowest columns of the nearest points, across column chunks and splits. The widths

@@ -158,7 +158,7 @@ concept warp_selection = requires(typename Mon::state& s) {
 
 /// The fused selection kernel's shape: a warp owns fsel_rows query rows, a lane fsel_cols columns
 /// of each step of 32·fsel_cols; fsel_warps warps per block share a tile of Y.
-inline constexpr int fsel_warps = 8, fsel_rows = 4, fsel_cols = 2;
+inline constexpr int fsel_warps = 8, fsel_rows = 8, fsel_cols = 2;
 inline constexpr int fsel_block_rows = fsel_warps * fsel_rows;
 inline constexpr int fsel_step = 32 * fsel_cols;
 

@@ -163,6 +163,29 @@ __device__ __forceinline__ void load4(const T* p, T (&v)[4]) {
   }
 }
 
+/// Four consecutive values to 16-byte-aligned shared memory (one or two vector stores).
+template <class T>
+__device__ __forceinline__ void store4(T* p, const T (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
+    reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+  }
+}
+/// Point i's coordinates (scaled, times `sign`) into shared memory at `dst`, zero-padded to dp, four
+/// at a time; zeros for a point past the end.
+template <class T>
+__device__ __forceinline__ void stage_point(T* dst, const dev_points<T>& P, const dev_scale<T>& sc, T sign,
+                                            std::int64_t i, bool live, int dp) {
+  for (int k0 = 0; k0 < dp; k0 += 4) {
+    T v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) v[q] = (live && k0 + q < P.d) ? sign * sc.apply(k0 + q, P.at(i, k0 + q)) : T(0);
+    store4(dst + k0, v);
+  }
+}
+
 /// The fused selection's shared-memory layout for dp coordinates (a multiple of 4): the block's
 /// query rows (dp each, read by every lane at once), then tp columns of Y (ldy each: dp, plus 16
 /// bytes when a column's bytes are a multiple of 32, so that the lanes' 16-byte reads of
@@ -187,7 +210,7 @@ struct fsel_layout {
 /// beyond its row's k-th value is dropped by one float comparison; the warp inserts the rest.
 /// Entries are the fused kernel's bit for bit: the coordinates are summed in order, zero-padded.
 template <class Map, class Mon, base_kind B, class T>
-__global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
+__global__ void __launch_bounds__(fsel_warps * 32, 2) fused_select_kernel(
     Map map, Mon mon, dev_points<T> X, dev_scale<T> sx, dev_points<T> Y, dev_scale<T> sy, T ysign,
     std::int64_t j_base, std::int64_t cps, typename Mon::state* part, std::int64_t ni, bool first, fsel_layout L) {
   constexpr bool Max = Mon::max_first;
@@ -201,12 +224,8 @@ __global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
   const std::int64_t s = blockIdx.y;
   const std::int64_t block_row0 = std::int64_t(blockIdx.x) * fsel_block_rows;
   const std::int64_t row0 = block_row0 + w * R;  // this warp's rows
-  const std::int64_t d = X.d;
-  for (int q = threadIdx.x; q < fsel_block_rows * L.dp; q += blockDim.x) {
-    const int r = q / L.dp, k = q % L.dp;
-    const std::int64_t i = block_row0 + r;
-    xs[q] = (i < ni && k < d) ? sx.apply(k, X.at(i, k)) : T(0);
-  }
+  for (int r = threadIdx.x; r < fsel_block_rows; r += blockDim.x)
+    stage_point(xs + r * L.dp, X, sx, T(1), block_row0 + r, block_row0 + r < ni, L.dp);
   __syncthreads();
   const T* const xw = xs + w * R * L.dp;
   T xinv[R];
@@ -220,10 +239,12 @@ __global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
     }
   }
   warp_list list[R];
-  T thr[R];  // the rows' k-th values (NaN while a list is not full): warp-uniform
+  T thr[R];        // the rows' k-th values (NaN while a list is not full): warp-uniform
+  bool row_live[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const std::int64_t i = row0 + r;
+    row_live[r] = i < ni;
     list[r].load(i < ni ? Mon::keys(part[s * ni + i]) : nullptr, mon.kept(), C, first || i >= ni, lane);
     thr[r] = key_value<Max, T>(list[r].kth());
   }
@@ -231,11 +252,7 @@ __global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
   const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
   for (std::int64_t jt = jb; jt < je; jt += L.tp) {
     __syncthreads();
-    for (int q = threadIdx.x; q < L.tp * L.dp; q += blockDim.x) {
-      const int c = q / L.dp, k = q % L.dp;
-      const std::int64_t j = jt + c;
-      ys[c * L.ldy + k] = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
-    }
+    for (int c = threadIdx.x; c < L.tp; c += blockDim.x) stage_point(ys + c * L.ldy, Y, sy, ysign, jt + c, jt + c < je, L.dp);
     __syncthreads();
     if constexpr (B == base_kind::cosine) {
       for (int c = threadIdx.x; c < L.tp; c += blockDim.x) {
@@ -247,6 +264,9 @@ __global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
     }
     const int nt = je - jt < L.tp ? int(je - jt) : L.tp;
     for (int c0 = 0; c0 < nt; c0 += fsel_step) {  // warp-uniform: every lane takes part in the ballots
+      bool col_live[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) col_live[u] = c0 + lane + 32 * u < nt;
       T acc[R][U];
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -275,7 +295,7 @@ __global__ void __launch_bounds__(fsel_warps * 32) fused_select_kernel(
           if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[c]);
           const T mv = map(v);
           // NaN, ties and a list not yet full go to the keys (beyond_value is false for them).
-          const bool cand = c < nt && row0 + r < ni && !beyond_value<Max>(mv, thr[r]);
+          const bool cand = col_live[u] && row_live[r] && !beyond_value<Max>(mv, thr[r]);
           if (__any_sync(0xffffffffu, cand)) {
             list[r].offer(cand, make_key<Max>(mv, j_base + jt + c), lane);
             thr[r] = key_value<Max, T>(list[r].kth());
