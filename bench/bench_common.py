@@ -5,9 +5,12 @@ bench/gpu/peers/gpu_common.py). Standard library only."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import resource
+import shutil
+import subprocess
 
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
@@ -74,3 +77,53 @@ def keops_argkmin(lazy_tensor, queries, database, metric: str, k: int):
     else:
         D = (qi - xj).abs().sum(-1)
     return D.argKmin(k, dim=1)
+
+
+def loaded_libstdcxx() -> str | None:
+    """The real path of the libstdc++ this process uses (loaded now if it is not yet), or None."""
+    def mapped():
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    if "libstdc++.so" in line:
+                        return os.path.realpath(line.split()[-1])
+        except OSError:
+            pass
+        return None
+    if mapped() is None:
+        try:
+            ctypes.CDLL("libstdc++.so.6")
+        except OSError:
+            return None
+    return mapped()
+
+
+def compiler_libstdcxx(cxx: str) -> str | None:
+    """The real path of the libstdc++ a g++-like compiler links against, or None."""
+    try:
+        out = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return os.path.realpath(out) if os.path.isabs(out) and os.path.exists(out) else None
+
+
+def keops_compatible_cxx() -> tuple[str | None, str]:
+    """Sets $CXX, which KeOps compiles its helpers with, to a compiler whose libstdc++ is the one this
+    process loads, and says what it chose. KeOps' helpers are shared objects loaded into this process:
+    built by a newer GCC than the process's libstdc++ (an image whose CXX is, say, /opt/gcc/bin/g++),
+    they bind some of the standard library's stream and locale symbols to themselves and others to
+    the process's libstdc++, and the first std::ostringstream crashes (SIGSEGV in KeOps' Compile,
+    seen on an H100 with CUDA 13). $CXX is kept when it matches, or when nothing can be checked."""
+    loaded = loaded_libstdcxx()
+    env = os.environ.get("CXX")
+    if loaded is None:
+        return env, "kept: the process's libstdc++ could not be found"
+    candidates = [c for c in (env, "g++", "c++", "/usr/bin/g++", "/usr/bin/c++") if c and shutil.which(c)]
+    for c in candidates:
+        if compiler_libstdcxx(c) == loaded:
+            if c != env:
+                os.environ["CXX"] = c
+            return c, ("kept" if c == env else f"chosen instead of CXX={env}" if env else "chosen") + \
+                f": its libstdc++ is the process's ({loaded})"
+    return env, f"kept: no compiler found whose libstdc++ is the process's ({loaded})"

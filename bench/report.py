@@ -1426,6 +1426,50 @@ def section_gpu_memory(rows) -> str:
                                              body), ""])
 
 
+def section_gpu_goals(rows, peak_gflops) -> str:
+    """The GPU issue's goals, from the rows above (memsafe-cuda at the 1 GiB budget, f32, k = 10)."""
+    out = []
+
+    def same(x, y):
+        return "" if not (x and y) or x.get("run_id") == y.get("run_id") else " (different invocations)"
+
+    def verdict(v, target):
+        return NM if v is None else ("**pass**" if v >= target else "**FAIL**")
+
+    for d, target in ((100, 2), (3, 2)):
+        w = dict(metric="l2", n=10**6, m=10**4, d=d, k=10, precision="f32")
+        ms, ko = gpu_find(rows, "gpu_knn", "memsafe-cuda", w), gpu_find(rows, "gpu_knn", "keops", w)
+        r = ko["median_s"] / ms["median_s"] if ok(ms) and ok(ko) else None
+        out.append([f"kNN L2 n=10⁶ m=10⁴ k=10 f32 d={d}, 1 GiB: memsafe vs KeOps (time ratio)", f"≥ {target}×",
+                    NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same(ms, ko)}",
+                    verdict(r, target)])
+    w = dict(metric="l2", n=10**6, m=10**4, d=100, k=10, precision="f32")
+    ms = gpu_find(rows, "gpu_knn", "memsafe-cuda", w)
+    share = None
+    if ok(ms) and peak_gflops:
+        g = 2.0 * ms["n"] * ms["m"] * ms["d"] / ms["median_s"] / 1e9
+        share = g / peak_gflops
+    out.append(["kNN L2 n=10⁶ d=100: share of the measured FP32 FMA peak (2·n·m·d flops; exact results)", "≥ 50%",
+                NM if share is None else f"{share * 100:.1f}% ({g:,.0f} of {peak_gflops:,.0f} GFLOP/s)",
+                verdict(share, 0.5)])
+    out.append(["kNN L2 n=10⁶ d=100: memsafe vs FAISS-GPU", "≥ 1×",
+                f"{NM} (FAISS-GPU's wheel needs CUDA 12 runtime wheels, more than a GPU call can carry)", NM])
+    w = dict(precision="f32", d=3, n=10**6)
+    ms, ko = gpu_find(rows, "gpu_matvec", "memsafe-cuda", w), gpu_find(rows, "gpu_matvec", "keops", w)
+    r = ko["median_s"] / ms["median_s"] if ok(ms) and ok(ko) else None
+    out.append(["K·v RBF d=3 f32 n=10⁶: memsafe vs KeOps (time ratio)", "≥ 1.5×",
+                NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same(ms, ko)}",
+                verdict(r, 1.5)])
+    ms_rows = [r for r in rows if r.get("suite") in ("gpu_knn", "gpu_matvec") and
+               str(r.get("impl", "")).startswith("memsafe") and ok(r) and r.get("budget_bytes")]
+    counted = [r for r in ms_rows if r.get("peak_temp_bytes") is not None and r.get("device_peak_bytes") is not None]
+    good = [r for r in counted if r["peak_temp_bytes"] <= r["budget_bytes"] and r["device_peak_bytes"] <= r["budget_bytes"]]
+    out.append(["peak device memory (counted and seen from outside) ≤ budget in every memsafe-cuda row", "all rows",
+                f"{len(good)} of {len(counted)} rows" if counted else NM,
+                NM if not counted else ("**pass**" if len(good) == len(counted) else "**FAIL**")])
+    return "\n".join(["### GPU goals", "", table(["goal", "target", "measured", "verdict"], out), ""])
+
+
 def section_gpu(rows, results_rel="bench/results") -> str:
     s = ["## GPU", "",
          "`bash bench/gpu/run_gpu.sh` builds `memsafe_bench_cuda` and `fma_peak_cuda` and runs "
@@ -1457,7 +1501,8 @@ def section_gpu(rows, results_rel="bench/results") -> str:
         ["results taken", f"{stamps[0]} … {stamps[-1]}" if stamps else NM],
         ["git revisions", ", ".join(f"`{r}`" for r in revs) if revs else "unknown"],
     ]), "", "**FP32 peak.** " + pk_text + ".", ""]
-    s += [section_gpu_knn(rows, notes, pk, gpus), section_gpu_matvec(rows, notes, gpus), section_gpu_memory(rows)]
+    s += [section_gpu_goals(rows, pk), section_gpu_knn(rows, notes, pk, gpus), section_gpu_matvec(rows, notes, gpus),
+          section_gpu_memory(rows)]
     if notes.items:
         s += ["#### Notes to the GPU tables", "", notes.render(), ""]
     return "\n".join(s)

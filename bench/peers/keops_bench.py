@@ -57,7 +57,7 @@ DEFAULT_CACHE = os.path.join(REPO, "bench", ".cache", "keops")
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(HERE))  # bench/
 import bench_common  # noqa: E402
-from bench_common import cpu_count, cpu_model, max_rss_bytes  # noqa: E402  (shared with the GPU peers)
+from bench_common import cpu_count, cpu_model, keops_compatible_cxx, max_rss_bytes  # noqa: E402  (shared with the GPU peers)
 
 
 def parse_bytes(text: str) -> int:
@@ -243,6 +243,7 @@ def main(argv=None) -> int:
     cache = a.cache_dir or os.environ.get("KEOPS_CACHE_FOLDER") or DEFAULT_CACHE
     os.makedirs(cache, exist_ok=True)
     os.environ["KEOPS_CACHE_FOLDER"] = cache
+    cxx, cxx_choice = keops_compatible_cxx()  # its helpers are loaded into this process
 
     # KeOps prints its progress messages on stdout: send everything to stderr and keep the
     # real stdout for the one JSON line.
@@ -259,7 +260,7 @@ def main(argv=None) -> int:
         "input_bytes": None, "setup_s": None, "status": "error", "message": "", "cpu": cpu_model(),
         "cores": cpu_count(), "tile_rows": None, "tile_cols": None, "seed": a.seed,
         "data_generator": "numpy default_rng N(0,1): same distribution as memsafe_bench, different numbers",
-        "cxxflags": flags, "keops_cache": cache,
+        "cxxflags": flags, "keops_cache": cache, "keops_cxx": cxx, "keops_cxx_choice": cxx_choice,
     }
     status = "error"
     try:

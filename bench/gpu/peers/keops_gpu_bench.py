@@ -32,7 +32,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_common as gc  # noqa: E402
-from bench_common import keops_argkmin  # noqa: E402  (the formula shared with the CPU peer)
+from bench_common import keops_argkmin, keops_compatible_cxx  # noqa: E402  (shared with the CPU peer)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_CACHE = os.path.join(REPO, "bench", ".cache", "keops-gpu")
@@ -107,7 +107,8 @@ def main(argv=None) -> int:
     os.makedirs(cache, exist_ok=True)
     os.environ["KEOPS_CACHE_FOLDER"] = cache  # read when pykeops is imported
     row = gc.new_row(a, "keops")
-    row.update(keops_backend="cuda", keops_cache=cache)
+    cxx, why = keops_compatible_cxx()  # $CXX is read when pykeops is imported
+    row.update(keops_backend="cuda", keops_cache=cache, keops_cxx=cxx, keops_cxx_choice=why)
     with gc.JsonStdout() as out:
         try:
             import numpy as np
