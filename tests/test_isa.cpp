@@ -157,7 +157,7 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   CHECK(memsafe::plan_for(wide).screen == (bf16 ? "bf16" : (avx512 || (available() & host::isa_bit(host::isa::avx2)) ? "fp32" : "")));
   if (available() != host::isa_bit(host::isa::portable)) {
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
-    CHECK(memsafe::plan_for(dbl).screen == "fp32");
+    CHECK(memsafe::plan_for(dbl).screen == "fp64");  // double screens in double
     CHECK(memsafe::plan_for(l1).screen == "fp32");
     CHECK(contains(memsafe::explain(wide), std::string("screen:       ") + (bf16 ? "bf16" : "fp32") + "\n"));
   }
@@ -168,7 +168,7 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   if (bf16) {
     scoped_env force("MEMSAFE_SCREEN", "bf16");
     CHECK(memsafe::plan_for(narrow).screen == "bf16");  // forced at every d
-    CHECK(memsafe::plan_for(dbl).screen == "fp32");     // where it applies only
+    CHECK(memsafe::plan_for(dbl).screen == "fp64");     // where it applies only
     CHECK(memsafe::plan_for(l1).screen == "fp32");
     const auto r = memsafe::eval(narrow, memsafe::options{memsafe::unlimited, 2});
     CHECK(contains(r.stats.plan.reduction, "bfloat16"));

@@ -407,7 +407,7 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
   p.isa = isa_name(i);
-  p.screen = b16 ? "bf16" : "fp32";
+  p.screen = b16 ? "bf16" : (sizeof(T) == 8 ? "fp64" : "fp32");  // the screen runs in T unless bfloat16
   p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa +
                 (b16 ? ", bfloat16 dot products with a proven margin" : "") + "), " +
                 "passing lanes re-evaluated exactly; no distance tile";
