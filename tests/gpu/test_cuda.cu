@@ -30,6 +30,15 @@ std::vector<std::int64_t> knn_ref(const std::vector<double>& x, const std::vecto
   return out;
 }
 
+/// m database points cycling through the `distinct` points of `base` (column j is point j % distinct):
+/// every value ties with about m / distinct others.
+std::vector<double> repeated(const std::vector<double>& base, std::size_t distinct, std::size_t m, std::size_t d) {
+  std::vector<double> y(m * d);
+  for (std::size_t j = 0; j < m; ++j)
+    for (std::size_t c = 0; c < d; ++c) y[j * d + c] = base[(j % distinct) * d + c];
+  return y;
+}
+
 std::size_t used_device_bytes() {
   std::size_t free = 0, total = 0;
   MEMSAFE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -222,10 +231,7 @@ TEST_CASE("warp-list selections at d = 100: tied duplicates go to the lowest ind
   // the shift-by-one-lane insertion are both exercised, across column chunks and splits. Integer
   // coordinates: every distance is exact in FP32, so the values equal the host's bit for bit.
   const std::size_t n = 40, m = 20000, d = 100, distinct = 16;
-  auto x = data(n, d, 71, true), base = data(distinct, d, 72, true);
-  std::vector<double> y(m * d);
-  for (std::size_t j = 0; j < m; ++j)
-    for (std::size_t c = 0; c < d; ++c) y[j * d + c] = base[(j % distinct) * d + c];
+  auto x = data(n, d, 71, true), y = repeated(data(distinct, d, 72, true), distinct, m, d);
   auto xf = cast<float>(x), yf = cast<float>(y);
   dvec<float> X(xf), Y(yf);
   const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, m, d);
@@ -269,10 +275,7 @@ TEST_CASE("fused selections (d <= 64): tied duplicates, ragged row blocks, every
   const std::size_t n = 45, m = 5000, distinct = 16;
   const auto check_type = [&](auto zero, std::size_t d) {
     using T = decltype(zero);
-    auto x = data(n, d, 81 + unsigned(d), true), base = data(distinct, d, 82 + unsigned(d), true);
-    std::vector<double> y(m * d);
-    for (std::size_t j = 0; j < m; ++j)
-      for (std::size_t c = 0; c < d; ++c) y[j * d + c] = base[(j % distinct) * d + c];
+    auto x = data(n, d, 81 + unsigned(d), true), y = repeated(data(distinct, d, 82 + unsigned(d), true), distinct, m, d);
     auto xt = cast<T>(x), yt = cast<T>(y);
     dvec<T> X(xt), Y(yt);
     const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, m, d);

@@ -70,6 +70,16 @@ void generate_tile(const Map& map, const Leaf& leaf, const dev_scale<T>& sc, con
   MEMSAFE_CUDA_LAUNCHED("tile_kernel");
 }
 
+/// The fused kernels' grid: blocks of `rows` query rows over the row block, and the S column
+/// splits of the chunk, `cps` columns each.
+struct fused_grid {
+  dim3 grid;
+  std::int64_t cps;
+  fused_grid(std::int64_t ni, std::int64_t nj, int rows, int S)
+      : grid(unsigned(cdiv(std::max<std::int64_t>(ni, 1), rows)), unsigned(S)),
+        cps(std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(nj, 1), S)))) {}
+};
+
 /// Launch the fused kernel for one (row block, column chunk) with DB coordinates in registers.
 template <int DB, int R, class Map, class DMon, class Leaf, class T>
 void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc,
@@ -77,10 +87,9 @@ void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const de
                      typename DMon::state* part, bool first, cudaStream_t s) {
   using F = typename Leaf::formula_type;
   const std::int64_t ni = Xb.n;
-  const std::int64_t cps = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(Yc.n, 1), S)));
-  const dim3 grid(unsigned(cdiv(std::max<std::int64_t>(ni, 1), fused_tj * R)), unsigned(S));
-  kernels::fused_rows_kernel<Map, DMon, F::base, DB, R, fused_tj><<<grid, fused_tj, 0, s>>>(
-      map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, cps, part, ni, first);
+  const fused_grid g(ni, Yc.n, fused_tj * R, S);
+  kernels::fused_rows_kernel<Map, DMon, F::base, DB, R, fused_tj><<<g.grid, fused_tj, 0, s>>>(
+      map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, g.cps, part, ni, first);
   MEMSAFE_CUDA_LAUNCHED("fused_rows_kernel");
 }
 /// The fused selection kernel's shared memory for d coordinates: columns per tile from 256 down
@@ -101,7 +110,7 @@ void launch_fused_select(const Map& map, const DMon& mon, const Leaf& leaf, cons
                          typename DMon::state* part, bool first, cudaStream_t s) {
   using F = typename Leaf::formula_type;
   const std::int64_t ni = Xb.n;
-  const std::int64_t cps = std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(Yc.n, 1), S)));
+  const fused_grid g(ni, Yc.n, fsel_block_rows, S);
   const kernels::fsel_layout L = fsel_layout_for<T>(leaf.dim());
   const std::size_t bytes = L.template bytes<T>();
   const auto kernel = kernels::fused_select_kernel<Map, DMon, F::base, T>;
@@ -109,9 +118,8 @@ void launch_fused_select(const Map& map, const DMon& mon, const Leaf& leaf, cons
   // see the top-k launch in rows.cuh).
   if (bytes > 48 * 1024)
     MEMSAFE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  const dim3 grid(unsigned(cdiv(std::max<std::int64_t>(ni, 1), fsel_block_rows)), unsigned(S));
-  kernel<<<grid, fsel_warps * 32, bytes, s>>>(map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base,
-                                                       cps, part, ni, first, L);
+  kernel<<<g.grid, fsel_warps * 32, bytes, s>>>(map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, g.cps,
+                                               part, ni, first, L);
   MEMSAFE_CUDA_LAUNCHED("fused_select_kernel");
 }
 /// The fused path: selections by the warp-list kernel, the other monoids by fused_rows_kernel.
