@@ -78,7 +78,8 @@ void same_as_reference(const X& x, const std::string& what) {
                        what.find("sqdist") != std::string::npos;
       for (const auto& r : eval_all(x)) {
         CHECK(r.stats.plan.isa == host::isa_name(i));
-        CHECK(r.stats.plan.screen == (b16 ? "bf16" : "fp32"));
+        const char* own = sizeof(typename X::value_type) == 8 ? "fp64" : "fp32";  // the value type's precision
+        CHECK(r.stats.plan.screen == (b16 ? "bf16" : own));
         CHECK(fused(r.stats.plan));
         CHECK(r.indices == want.indices);
         CHECK(identical(r.values, want.values));
