@@ -1101,13 +1101,20 @@ def section_compile(rows) -> str:
 
 # ---- goals -------------------------------------------------------------------------------------
 
+def verdict(value, target, higher=True) -> str:
+    """A goal's verdict cell: pass or FAIL against the target, "not measured" without a value."""
+    if value is None:
+        return NM
+    return "**pass**" if (value >= target if higher else value <= target) else "**FAIL**"
+
+
+def same_run(x, y) -> str:
+    """The mark of a ratio whose two rows come from different invocations of a driver."""
+    return "" if not (x and y) or x.get("run_id") == y.get("run_id") else " (different invocations)"
+
+
 def goals(rows, peak_gflops) -> str:
     out = []
-
-    def verdict(value, target, higher=True):
-        if value is None:
-            return NM
-        return "**pass**" if (value >= target if higher else value <= target) else "**FAIL**"
 
     def knn_pair(d, suite="knn", data="random", metric="l2", n=10**6, m=10**4, peer="faiss"):
         w = dict(suite=suite, data=data, metric=metric, n=n, m=m, d=d, k=10, precision="f32")
@@ -1116,9 +1123,6 @@ def goals(rows, peak_gflops) -> str:
         a = ms.get("qps_median") if ok(ms) else None
         b = pr.get("qps_median") if ok(pr) else None
         return ms, pr, a, b
-
-    def same_run(x, y):
-        return "" if not (x and y) or x.get("run_id") == y.get("run_id") else " (different invocations)"
 
     def ratio_goal(name, target, ms, pr, a, b, peer_name):
         r = a / b if a is not None and b else None
@@ -1430,18 +1434,12 @@ def section_gpu_goals(rows, peak_gflops) -> str:
     """The GPU issue's goals, from the rows above (memsafe-cuda at the 1 GiB budget, f32, k = 10)."""
     out = []
 
-    def same(x, y):
-        return "" if not (x and y) or x.get("run_id") == y.get("run_id") else " (different invocations)"
-
-    def verdict(v, target):
-        return NM if v is None else ("**pass**" if v >= target else "**FAIL**")
-
     for d, target in ((100, 2), (3, 2)):
         w = dict(metric="l2", n=10**6, m=10**4, d=d, k=10, precision="f32")
         ms, ko = gpu_find(rows, "gpu_knn", "memsafe-cuda", w), gpu_find(rows, "gpu_knn", "keops", w)
         r = ko["median_s"] / ms["median_s"] if ok(ms) and ok(ko) else None
         out.append([f"kNN L2 n=10⁶ m=10⁴ k=10 f32 d={d}, 1 GiB: memsafe vs KeOps (time ratio)", f"≥ {target}×",
-                    NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same(ms, ko)}",
+                    NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same_run(ms, ko)}",
                     verdict(r, target)])
     w = dict(metric="l2", n=10**6, m=10**4, d=100, k=10, precision="f32")
     ms = gpu_find(rows, "gpu_knn", "memsafe-cuda", w)
@@ -1458,7 +1456,7 @@ def section_gpu_goals(rows, peak_gflops) -> str:
     ms, ko = gpu_find(rows, "gpu_matvec", "memsafe-cuda", w), gpu_find(rows, "gpu_matvec", "keops", w)
     r = ko["median_s"] / ms["median_s"] if ok(ms) and ok(ko) else None
     out.append(["K·v RBF d=3 f32 n=10⁶: memsafe vs KeOps (time ratio)", "≥ 1.5×",
-                NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same(ms, ko)}",
+                NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same_run(ms, ko)}",
                 verdict(r, 1.5)])
     ms_rows = [r for r in rows if r.get("suite") in ("gpu_knn", "gpu_matvec") and
                str(r.get("impl", "")).startswith("memsafe") and ok(r) and r.get("budget_bytes")]
