@@ -12,6 +12,7 @@
 // unsplit expression is evaluated (a `guarded` node holds both forms).
 #pragma once
 #include <cmath>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -24,15 +25,16 @@
 
 namespace memsafe::rewrite {
 
-/// A diagonal split_linear stripped: the constant s, or the caller's vector (p, stride) when p is set
-/// (the diagonal's at<T>(i), without a std::function: <functional> costs every translation unit
-/// ≈ 0.04 s of parsing).
+/// A diagonal split_linear stripped: a diag_plus node's constant or caller vector, read by its own
+/// at<T>(i) (a value, not a std::function: <functional> costs every translation unit ≈ 0.04 s of
+/// parsing).
 template <class T>
 struct stripped_diagonal {
-  double s = 0;
-  const T* p = nullptr;
-  std::size_t stride = 1;
-  T operator()(std::size_t i) const { return p ? p[i * stride] : static_cast<T>(s); }
+  detail::scalar_diagonal constant{0};
+  std::optional<detail::vector_diagonal<T>> vector;  ///< diag(v): v has the lazy matrix's value type
+  stripped_diagonal(const detail::scalar_diagonal& c) : constant(c) {}
+  stripped_diagonal(const detail::vector_diagonal<T>& v) : vector(v) {}
+  T operator()(std::size_t i) const { return vector ? vector->template at<T>(i) : constant.template at<T>(i); }
 };
 
 /// What split_linear stripped: result = scale · (inner · M) + Σ coef_k · D_k · M (M = ones for sums).
@@ -84,10 +86,7 @@ split_linear_t<Diags, E> split_linear(const E& e, linear_post<T>& post, rule_log
     log.add("scalar_hoist: " + w + "(-E) -> -" + w + "(E)");
     return split_linear<Diags>(e.e, post, log, where);
   } else if constexpr (Diags && is_diag_plus<E>) {
-    if constexpr (requires { e.d.d; })  // K + diag(v): v has K's value type (expr/diag.hpp)
-      post.diags.emplace_back(post.scale, stripped_diagonal<T>{0, e.d.d.data(), e.d.d.stride()});
-    else
-      post.diags.emplace_back(post.scale, stripped_diagonal<T>{e.d.s});
+    post.diags.emplace_back(post.scale, stripped_diagonal<T>(e.d));
     log.add("diag_in_product: " + w + "(E + D) -> " + w + "(E) + " + w + "(D)");
     return split_linear<Diags>(e.e, post, log, where);
   } else {
