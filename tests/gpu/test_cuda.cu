@@ -307,6 +307,57 @@ TEST_CASE("fused selections (d <= 64): tied duplicates, ragged row blocks, every
   }
 }
 
+TEST_CASE("RBF K*v in float by the hardware 2^x: d = 1..5 and 16, ARD, NaN and inf rows, within its error bound at every budget") {
+  // fused_rows_kernel's exp2 form (kernels_pairwise.cuh): each entry 2^(l·r²) by ex2.approx.ftz
+  // with l = −log2(e)/(2ℓ²) rounded once, the amplitude σ² once per tile partial, the exact
+  // coordinate counts at d < 4. Bound on the float64 reference Σ_j σ² e^(−r²/2ℓ²) v_j (inputs as
+  // rounded to float): per entry 2 ulp (the instruction) + the exponent's roundings, at most
+  // (d + 3)·2^−24 relative, which move σ²·2^(l·r²) by at most (d + 3)·2^−25·σ² (max of e·2^−e·ln 2);
+  // the tile's float partial sums of ≤ 128 terms; the amplitude and the final rounding.
+  const std::size_t n = 200, m = 3000;
+  const double ls = 0.9, var = 1.7;
+  const double ls_ard[3] = {0.6, 1.4, 2.5};
+  for (std::size_t d : {1u, 2u, 3u, 4u, 5u, 16u}) {
+    for (bool ard : {false, true}) {
+      if (ard && d != 3) continue;
+      auto x = data(n, d, 91 + unsigned(d), false), y = data(m, d, 92 + unsigned(d), false), v = data(m, 1, 93, false);
+      x[0] = std::nan("");                               // row 0: NaN
+      for (std::size_t c = 0; c < d; ++c) x[d + c] = 1e30;  // row 1: beyond float: +inf
+      auto xf = cast<float>(x), yf = cast<float>(y), vf = cast<float>(v);
+      std::vector<float> lf(ls_ard, ls_ard + 3);
+      const auto xs = seen<float>(x), ys = seen<float>(y), vs = seen<float>(v);
+      float* Xd = on_device(xf);
+      float* Yd = on_device(yf);
+      float* Vd = on_device(vf);
+      const auto X = memsafe::points(Xd, n, d), Y = memsafe::points(Yd, m, d);
+      const auto run_all = [&](const auto& K) { return eval_all(K * memsafe::vec(Vd, m)); };
+      const auto rs = ard ? run_all(memsafe::rbf(X, Y, memsafe::ard(lf.data(), 3), var)) : run_all(memsafe::rbf(X, Y, ls, var));
+      double lsq[3];
+      for (std::size_t c = 0; c < 3; ++c) lsq[c] = double(lf[c]);
+      for (const auto& r : rs) {
+        INFO("d = " << d << (ard ? " (ARD)" : "") << ", plan: " << r.stats.plan.reduction);
+        CHECK(r.stats.plan.reduction.find("fused") != std::string::npos);
+        REQUIRE(r.values.size() == n);
+        CHECK(std::isnan(r.values[0]));
+        CHECK(r.values[1] == 0.0f);
+        int bad = 0;
+        for (std::size_t i = 2; i < n; ++i) {
+          double want = 0, mag = 0, vabs = 0;
+          for (std::size_t j = 0; j < m; ++j) {
+            const double r2 = ard ? sq(&xs[i * d], &ys[j * d], d, lsq) : sq(&xs[i * d], &ys[j * d], d) / (ls * ls);
+            const double t = var * std::exp(-0.5 * r2) * vs[j];
+            want += t, mag += std::abs(t), vabs += std::abs(vs[j]);
+          }
+          const double bound = (0x1p-22 + 132 * 0x1p-24) * mag + double(d + 3) * 0x1p-25 * var * vabs + 0x1p-24 * std::abs(want);
+          if (!(std::abs(double(r.values[i]) - want) <= bound) && bad++ < 3)
+            CHECK_MESSAGE(false, "row " << i << ": " << r.values[i] << " vs " << want << " (bound " << bound << ")");
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("top-k by block sort: k = 17, 300 and 2048 equal the reference") {
   const std::size_t n = 40, m = 5000, d = 4;
   auto x = data(n, d, 31, true), y = data(m, d, 32, true);

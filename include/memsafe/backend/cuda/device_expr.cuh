@@ -81,6 +81,18 @@ struct dev_map_of<pairwise<F, T, RX, RY, D>> {
       if constexpr (F::has_finalise) F::finalise(&base, 1, p);
       return base;
     }
+    /// The RBF kernel as amplitude() · 2^(log2_scale() · base): σ² and −log₂(e)/(2ℓ²), the product
+    /// rounded once to T (kernels_pairwise.cuh, exp2_map).
+    MEMSAFE_HD T log2_scale() const
+      requires std::is_same_v<F, formula::rbf>
+    {
+      return static_cast<T>(-0.5 * 1.4426950408889634074 * static_cast<double>(p.acc_scale));
+    }
+    MEMSAFE_HD T amplitude() const
+      requires std::is_same_v<F, formula::rbf>
+    {
+      return p.variance;
+    }
   };
   static type make(const leaf& e) { return {e.params}; }
   static const leaf& leaf_of(const leaf& e) { return e; }

@@ -44,6 +44,29 @@ __device__ __forceinline__ T cosine_value(T dot, T xinv, T yinv) {
   return (xinv == T(0) || yinv == T(0)) ? T(1) : ::fma(-(dot * xinv), yinv, T(1));
 }
 
+/// Four consecutive coordinates from 16-byte-aligned shared memory (one or two vector loads).
+template <class T>
+__device__ __forceinline__ void load4(const T* p, T (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  }
+}
+
+/// Four consecutive values to 16-byte-aligned shared memory (one or two vector stores).
+template <class T>
+__device__ __forceinline__ void store4(T* p, const T (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
+    reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+  }
+}
+
 // ---- fused map-reduce ---------------------------------------------------------------------------
 
 /// A weighted-sum monoid (K·v) whose tile of weights the fused kernel stages in shared memory, and
@@ -55,25 +78,56 @@ concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
   m.add_partial(s, m.weight(std::int64_t(0)));
 };
 
+/// An elementwise map of the form amplitude() · 2^(log2_scale() · base) (the RBF kernel: σ² and
+/// −log₂e/(2ℓ²)), which the fused kernel may evaluate as one hardware 2^x per entry with the
+/// amplitude applied once per tile partial (see exp2_approx).
+template <class Map, class T>
+concept exp2_map = requires(const Map& m) {
+  { m.log2_scale() } -> std::same_as<T>;
+  { m.amplitude() } -> std::same_as<T>;
+};
+
+/// Whether fused_rows_kernel sums Map's entries with Mon by the hardware 2^x (K·v of the RBF
+/// kernel in float); the launch then also instantiates the exact small-d kernels (DE = d ≤ 3).
+template <class Map, class Mon, base_kind B, class T>
+inline constexpr bool exp2_sum =
+    tile_partial_sums<Mon> && std::is_same_v<T, float> && B == base_kind::sqeuclid && exp2_map<Map, T>;
+
+/// 2^x by the special-function unit (PTX ex2.approx.ftz.f32): the instruction CUDA's exp2f
+/// compiles to, whose documented error is 2 ulp, without exp2f's rescaling of results below
+/// 2^−126, which are flushed to zero here (an absolute error below 2^−126 per entry, before the
+/// amplitude and weight). exp2(−inf) = +0, exp2(NaN) = NaN.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 /// Sums, K·v and logsumexp (selections: fused_select_kernel below). Threads own rows; each block
 /// walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ points staged in shared memory
-/// (zero-padded to DB coordinates, so the d-loop is unrolled).
-template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T>
+/// (zero-padded to DB coordinates, read four at a time, so the d-loop is unrolled). The first DE
+/// coordinates are evaluated (DE = DB but for the exact small-d instances: the padding's zero
+/// terms are skipped, the sum and its order are the same). K·v of an exp2_map in float (the RBF
+/// kernel) takes the hardware 2^x per entry and applies the amplitude once per tile partial.
+template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T, int DE = DB>
 __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_points<T> X, dev_scale<T> sx,
                                                         dev_points<T> Y, dev_scale<T> sy, T ysign,
                                                         std::int64_t j_base, std::int64_t cps,
                                                         typename Mon::state* part, std::int64_t ni, bool first) {
+  static_assert(DB % 4 == 0 && DE >= 1 && DE <= DB, "fused_rows_kernel: DB a multiple of 4, 1 <= DE <= DB");
   // Points per shared-memory tile: TJ, fewer when their coordinates would pass 32 KiB.
   constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
   constexpr bool partials = tile_partial_sums<Mon>;
-  __shared__ T ys[TP * DB];
+  constexpr bool ex2 = exp2_sum<Map, Mon, B, T>;
+  constexpr int KE = (DE + 3) / 4 * 4;  // coordinates read (whole groups of four)
+  __shared__ __align__(16) T ys[TP * DB];
   __shared__ T yinv[TP];
   __shared__ T wts[partials ? TP : 1];  // the tile's weights (K·v's v), for tile partial sums
   const int t = threadIdx.x;
   const std::int64_t s = blockIdx.y;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * TJ * R;
   const std::int64_t d = X.d;
-  T xr[R][DB];
+  T xr[R][KE];
   T xinv[R];
   typename Mon::state st[R];
 #pragma unroll
@@ -81,7 +135,7 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     const std::int64_t i = row0 + r * TJ + t;
     T sq = 0;
 #pragma unroll
-    for (int k = 0; k < DB; ++k) {
+    for (int k = 0; k < KE; ++k) {
       xr[r][k] = (i < ni && k < d) ? sx.apply(k, X.at(i, k)) : T(0);
       sq = ::fma(xr[r][k], xr[r][k], sq);
     }
@@ -89,6 +143,8 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     if (i < ni && !first) st[r] = part[s * ni + i];
     else mon.init(st[r]);
   }
+  T l2s = T(0), amp = T(1);  // ex2: 2^(l2s·base), times amp once per tile
+  if constexpr (ex2) l2s = map.log2_scale(), amp = map.amplitude();
   const std::int64_t jb = s * cps;
   const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
   for (std::int64_t jt = jb; jt < je; jt += TP) {
@@ -115,22 +171,31 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     T part[R];  // tile partial sums (partials only): in T, added to the state once per tile
 #pragma unroll
     for (int r = 0; r < R; ++r) part[r] = T(0);
+#pragma unroll 2
     for (int jj = 0; jj < nt; ++jj) {
       const T* y = ys + jj * DB;
       T acc[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] = T(0);
 #pragma unroll
-      for (int k = 0; k < DB; ++k) {
-        const T yk = y[k];
+      for (int k0 = 0; k0 < KE; k0 += 4) {
+        T yv[4];
+        load4(y + k0, yv);
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] = base_step<B>(xr[r][k], yk, acc[r]);
+        for (int q = 0; q < 4; ++q) {
+          if (k0 + q < DE) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] = base_step<B>(xr[r][k0 + q], yv[q], acc[r]);
+          }
+        }
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         T v = acc[r];
         if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
-        if constexpr (partials) {
+        if constexpr (ex2) {
+          part[r] = ::fma(exp2_approx(v * l2s), wts[jj], part[r]);
+        } else if constexpr (partials) {
           part[r] = ::fma(map(v), wts[jj], part[r]);
         } else {
           mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
@@ -139,7 +204,7 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     }
     if constexpr (partials) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) mon.add_partial(st[r], part[r]);
+      for (int r = 0; r < R; ++r) mon.add_partial(st[r], ex2 ? amp * part[r] : part[r]);
     }
   }
 #pragma unroll
@@ -151,28 +216,6 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
 
 // ---- fused selections ------------------------------------------------------------------------------
 
-/// Four consecutive coordinates from 16-byte-aligned shared memory (one or two vector loads).
-template <class T>
-__device__ __forceinline__ void load4(const T* p, T (&v)[4]) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-  } else {
-    const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-  }
-}
-
-/// Four consecutive values to 16-byte-aligned shared memory (one or two vector stores).
-template <class T>
-__device__ __forceinline__ void store4(T* p, const T (&v)[4]) {
-  if constexpr (sizeof(T) == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-    reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
-    reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
-  }
-}
 /// Point i's coordinates (scaled, times `sign`) into shared memory at `dst`, zero-padded to dp, four
 /// at a time; zeros for a point past the end.
 template <class T>

@@ -80,15 +80,16 @@ struct fused_grid {
         cps(std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(nj, 1), S)))) {}
 };
 
-/// Launch the fused kernel for one (row block, column chunk) with DB coordinates in registers.
-template <int DB, int R, class Map, class DMon, class Leaf, class T>
+/// Launch the fused kernel for one (row block, column chunk) with DB coordinates in registers, DE
+/// of them evaluated.
+template <int DB, int R, int DE = DB, class Map, class DMon, class Leaf, class T>
 void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc,
                      const dev_points<T>& Xb, const dev_points<T>& Yc, std::int64_t j_base, int S,
                      typename DMon::state* part, bool first, cudaStream_t s) {
   using F = typename Leaf::formula_type;
   const std::int64_t ni = Xb.n;
   const fused_grid g(ni, Yc.n, fused_tj * R, S);
-  kernels::fused_rows_kernel<Map, DMon, F::base, DB, R, fused_tj><<<g.grid, fused_tj, 0, s>>>(
+  kernels::fused_rows_kernel<Map, DMon, F::base, DB, R, fused_tj, T, DE><<<g.grid, fused_tj, 0, s>>>(
       map, mon, Xb, sc, Yc, sc, T(leaf.params.y_sign), j_base, g.cps, part, ni, first);
   MEMSAFE_CUDA_LAUNCHED("fused_rows_kernel");
 }
@@ -127,11 +128,24 @@ template <class Map, class DMon, class Leaf, class T>
 void launch_fused(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& Xb,
                   const dev_points<T>& Yc, std::int64_t j_base, int S, typename DMon::state* part, bool first,
                   cudaStream_t s) {
+  using F = typename Leaf::formula_type;
   const std::size_t d = leaf.dim();
-  if constexpr (warp_selection<DMon>) launch_fused_select(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-  else if (d <= 4) launch_fused_db<4, fused_rows_per_thread<4, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-  else if (d <= 16) launch_fused_db<16, fused_rows_per_thread<16, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-  else launch_fused_db<64, fused_rows_per_thread<64, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  if constexpr (warp_selection<DMon>) {
+    launch_fused_select(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  } else {
+    constexpr int R4 = fused_rows_per_thread<4, DMon>();
+    if constexpr (kernels::exp2_sum<Map, DMon, F::base, T>) {  // exact coordinate counts below 4
+      if (d < 4) {
+        if (d <= 1) launch_fused_db<4, R4, 1>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+        else if (d == 2) launch_fused_db<4, R4, 2>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+        else launch_fused_db<4, R4, 3>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+        return;
+      }
+    }
+    if (d <= 4) launch_fused_db<4, R4>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+    else if (d <= 16) launch_fused_db<16, fused_rows_per_thread<16, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+    else launch_fused_db<64, fused_rows_per_thread<64, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+  }
 }
 
 /// acc (ni × c, row-major, ld c) += tile (ni × nj, ld) · B (rows of the column operand, nj × c).
