@@ -329,18 +329,29 @@ __global__ void __launch_bounds__(fsel_warps * 32, 2) fused_select_kernel(
             for (int u = 0; u < U; ++u) acc[r][u] = base_step<B>(xv[k], yv[u][k], acc[r][u]);
         }
       }
+      // The entries' values, and one vote for the whole step: an entry beyond its row's k-th value
+      // at the step's start stays beyond it (the k-th only improves within the step), so when no
+      // lane has a candidate the per-entry votes below would all be false and are skipped.
+      bool any = false;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int c = c0 + lane + 32 * u;
           T v = acc[r][u];
-          if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[c]);
-          const T mv = map(v);
+          if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[c0 + lane + 32 * u]);
+          acc[r][u] = map(v);
           // NaN, ties and a list not yet full go to the keys (beyond_value is false for them).
-          const bool cand = col_live[u] && row_live[r] && !beyond_value<Max>(mv, thr[r]);
+          any |= col_live[u] && row_live[r] && !beyond_value<Max>(acc[r][u], thr[r]);
+        }
+      }
+      if (!__any_sync(0xffffffffu, any)) continue;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const bool cand = col_live[u] && row_live[r] && !beyond_value<Max>(acc[r][u], thr[r]);
           if (__any_sync(0xffffffffu, cand)) {
-            list[r].offer(cand, make_key<Max>(mv, j_base + jt + c), lane);
+            list[r].offer(cand, make_key<Max>(acc[r][u], j_base + jt + c0 + lane + 32 * u), lane);
             thr[r] = key_value<Max, T>(list[r].kth());
           }
         }
