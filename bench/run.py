@@ -738,7 +738,8 @@ def suite_isa(R: Runner) -> None:
     consumer builds it), each with the kernels chosen at run time and with every instruction set this
     CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512), and at d = 100 the native build with each
     screen of the fused selection forced (MEMSAFE_SCREEN=fp32, and bf16 where the CPU has AVX512-BF16:
-    the dispatched default there). FAISS (IndexFlatL2, with --impls faiss) runs in the same rounds, and
+    the dispatched default there; and the AVX2 kernels with MEMSAFE_SCREEN=fp32 beside their default,
+    the int16 screen). FAISS (IndexFlatL2, with --impls faiss) runs in the same rounds, and
     on an AVX-512 CPU a second time with OPENBLAS_CORETYPE=Haswell — OpenBLAS's AVX2 kernels, what FAISS
     runs on an AVX2-only CPU — beside memsafe's forced AVX2 kernels. One process per variant and round, the
     variants alternating in every round (--reps rounds, one timed call each after the warm-up), so
@@ -768,6 +769,8 @@ def suite_isa(R: Runner) -> None:
             variants.append(("native", a.bin, None, "fp32", "memsafe", None))
             if "avx512_bf16" in flags:
                 variants.append(("native", a.bin, None, "bf16", "memsafe", None))
+        if d >= 32 and "avx2" in forced:  # the AVX2 kernels' FP32 screen beside their default int16 one
+            variants.append(("native", a.bin, "avx2", "fp32", "memsafe", None))
         if R.wants("faiss"):
             variants.append(("native", a.bin, None, None, "faiss", R.blas_coretype or ""))
             if "avx512f" in flags and "avx2" in forced:

@@ -153,13 +153,16 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
-  // By default: float sqdist at d >= 8 on AVX-512 with AVX512-BF16; the rest keeps the FP32 screen.
-  CHECK(memsafe::plan_for(wide).screen == (bf16 ? "bf16" : (avx512 || (available() & host::isa_bit(host::isa::avx2)) ? "fp32" : "")));
+  // By default: float sqdist at d >= 8 in bfloat16 on AVX-512 with AVX512-BF16, in int16 on an
+  // AVX2-only CPU; the rest keeps the FP32 screen.
+  const bool avx2 = available() & host::isa_bit(host::isa::avx2);
+  const std::string want = bf16 ? "bf16" : avx512 ? "fp32" : avx2 ? "i16" : "";
+  CHECK(memsafe::plan_for(wide).screen == want);
   if (available() != host::isa_bit(host::isa::portable)) {
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
     CHECK(memsafe::plan_for(dbl).screen == "fp64");  // double screens in double
     CHECK(memsafe::plan_for(l1).screen == "fp32");
-    CHECK(contains(memsafe::explain(wide), std::string("screen:       ") + (bf16 ? "bf16" : "fp32") + "\n"));
+    CHECK(contains(memsafe::explain(wide), "screen:       " + want + "\n"));
   }
   {
     scoped_env off("MEMSAFE_SCREEN", "fp32");
@@ -186,6 +189,44 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
     scoped_env force("MEMSAFE_SCREEN", bad);
     if (available() == host::isa_bit(host::isa::portable)) break;  // no fused selection: nothing reads it
     const std::string e = argument_error_of([&] { (void)memsafe::plan_for(wide); });
-    CHECK_MESSAGE(contains(e, std::string("MEMSAFE_SCREEN must be fp32 or bf16, got \"") + bad + "\""), e);
+    CHECK_MESSAGE(contains(e, std::string("MEMSAFE_SCREEN must be fp32, bf16 or i16, got \"") + bad + "\""), e);
+  }
+}
+
+TEST_CASE("isa: the int16 screen — chosen on the AVX2 kernels, MEMSAFE_SCREEN=i16, and what the plan says") {
+  scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  scoped_env unset_screen("MEMSAFE_SCREEN", nullptr);
+  if (!(available() & host::isa_bit(host::isa::avx2))) {
+    MESSAGE("skipped: the AVX2 kernels (this CPU and build run: " << host::isa_list(available()) << ")");
+    return;
+  }
+  const std::size_t n = 9, m = 150;
+  std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
+  std::vector<double> x64 = ref::data(n, 40, 11), y64 = ref::data(m, 40, 12);
+  auto wide = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  auto narrow = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 7), memsafe::points(y32.data(), m, 7)), 3);
+  auto dbl = memsafe::argkmin(memsafe::sqdist(memsafe::points(x64.data(), n, 40), memsafe::points(y64.data(), m, 40)), 3);
+  auto l1 = memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  {
+    scoped_env avx2("MEMSAFE_ISA", "avx2");
+    // By default on the AVX2 kernels: float sqdist at d >= 8; the rest keeps the FP32/FP64 screen.
+    CHECK(memsafe::plan_for(wide).screen == "i16");
+    CHECK(memsafe::plan_for(narrow).screen == "fp32");
+    CHECK(memsafe::plan_for(dbl).screen == "fp64");
+    CHECK(memsafe::plan_for(l1).screen == "fp32");
+    CHECK(contains(memsafe::explain(wide), "screen:       i16\n"));
+    const auto r = memsafe::eval(wide, memsafe::options{memsafe::unlimited, 2});
+    CHECK(contains(r.stats.plan.reduction, "int16 dot products with a proven margin"));
+    scoped_env force("MEMSAFE_SCREEN", "i16");
+    CHECK(memsafe::plan_for(narrow).screen == "i16");  // forced at every d
+    CHECK(memsafe::plan_for(dbl).screen == "fp64");    // where it applies only
+    scoped_env off("MEMSAFE_SCREEN", "fp32");
+    CHECK(memsafe::plan_for(wide).screen == "fp32");
+  }
+  if (available() & host::isa_bit(host::isa::avx512)) {
+    scoped_env avx512("MEMSAFE_ISA", "avx512");
+    scoped_env force("MEMSAFE_SCREEN", "i16");
+    const std::string e = argument_error_of([&] { (void)memsafe::plan_for(wide); });
+    CHECK_MESSAGE(contains(e, "MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not avx512"), e);
   }
 }

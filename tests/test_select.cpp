@@ -5,7 +5,8 @@
 // both precisions, and on every instruction set of the kernels this CPU runs (forced with
 // MEMSAFE_ISA; the others are skipped with a message, tests/test_isa.cpp) — with the FP32 screen
 // and, on AVX-512 where the CPU has AVX512-BF16, with the bfloat16 screen forced at every d
-// (MEMSAFE_SCREEN=bf16: float sqdist; the other formulas and double keep the FP32 screen).
+// (MEMSAFE_SCREEN=bf16), on AVX2 with the int16 screen forced at every d (MEMSAFE_SCREEN=i16) —
+// both for float sqdist; the other formulas and double keep the FP32 screen.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -47,10 +48,11 @@ std::vector<host::isa> fused_isas() {
   return v;
 }
 
-/// The screens to force on instruction set i: fp32, and bf16 where this CPU runs it (AVX-512).
+/// The screens to force on instruction set i: fp32, bf16 where this CPU runs it (AVX-512), i16 on AVX2.
 std::vector<const char*> screens(host::isa i) {
   std::vector<const char*> v{"fp32"};
   if (i == host::isa::avx512 && host::cpu_has_avx512bf16()) v.push_back("bf16");
+  if (i == host::isa::avx2) v.push_back("i16");
   return v;
 }
 
@@ -74,12 +76,13 @@ void same_as_reference(const X& x, const std::string& what) {
     for (const char* s : screens(i)) {
       INFO("MEMSAFE_SCREEN=" << std::string(s));
       scoped_env screen("MEMSAFE_SCREEN", s);
-      const bool b16 = std::string(s) == "bf16" && std::is_same_v<typename X::value_type, float> &&
-                       what.find("sqdist") != std::string::npos;
+      // bf16 and i16 apply to float sqdist only
+      const bool paired = std::string(s) != "fp32" && std::is_same_v<typename X::value_type, float> &&
+                          what.find("sqdist") != std::string::npos;
       for (const auto& r : eval_all(x)) {
         CHECK(r.stats.plan.isa == host::isa_name(i));
         const char* own = sizeof(typename X::value_type) == 8 ? "fp64" : "fp32";  // the value type's precision
-        CHECK(r.stats.plan.screen == (b16 ? "bf16" : own));
+        CHECK(r.stats.plan.screen == (paired ? s : own));
         CHECK(fused(r.stats.plan));
         CHECK(r.indices == want.indices);
         CHECK(identical(r.values, want.values));
@@ -199,6 +202,28 @@ void near_ties(std::size_t d) {
   same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "near ties argmin sqdist " + tag);
 }
 
+TEST_CASE("select: values at extreme scales take the same answers (the int16 screen's scales, or T's screen beyond them)") {
+  // The int16 screen scales each row block and column tile by a power of two; where the product of
+  // the two leaves [2^-100, 2^100] the tile falls back to T's own screen. Tiny, huge and mixed data
+  // (a tile of huge points among normal ones), with near ties, at d = 8 (its smallest default d) and 64.
+  for (std::size_t d : {std::size_t{8}, std::size_t{64}}) {
+    for (double scale : {1e-30, 1e-12, 1e12, 1e30}) {
+      auto x = cast<float>(data(19, d, 41)), y = cast<float>(data(700, d, 42));
+      for (auto& v : x) v = float(v * scale);
+      for (auto& v : y) v = float(v * scale);
+      auto X = memsafe::points(x.data(), 19, d), Y = memsafe::points(y.data(), 700, d);
+      same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), 7),
+                        "extreme scale sqdist d=" + std::to_string(d) + " scale " + std::to_string(scale));
+    }
+    auto x = cast<float>(data(19, d, 43)), y = cast<float>(data(700, d, 44));
+    for (std::size_t j = 300; j < 364; ++j)
+      for (std::size_t k = 0; k < d; ++k) y[j * d + k] *= 1e33f;  // one column tile's worth of huge points
+    for (std::size_t j = 500; j < 540; ++j) y[j * d] = x[(j % 19) * d] + 1e-3f;  // near ties
+    auto X = memsafe::points(x.data(), 19, d), Y = memsafe::points(y.data(), 700, d);
+    same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), 7), "mixed scales sqdist d=" + std::to_string(d));
+  }
+}
+
 TEST_CASE("select: near ties far from the origin are exact (the margin at work)") {
   for (std::size_t d : {std::size_t{2}, std::size_t{16}, std::size_t{101}}) {
     near_ties<float>(d);
@@ -219,18 +244,20 @@ TEST_CASE("select: data far from the origin (screened about the row block's cent
 /// Whether the FP32/FP64 screen of the first row block of argkmin(sqdist(X, Y), k) runs about its
 /// centre (select_worker::start): the decision the speed on offset data rests on.
 template <class T>
-bool first_block_centred(const std::vector<T>& x, const std::vector<T>& y, std::size_t d, bool b16 = false) {
+bool first_block_centred(const std::vector<T>& x, const std::vector<T>& y, std::size_t d,
+                         host::screen_mode sm = host::screen_mode::native) {
   const std::size_t n = x.size() / d, m = y.size() / d, k = 3;
   auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
   const auto e = memsafe::sqdist(X, Y);
   using E = std::remove_cvref_t<decltype(e)>;
   using Mon = host::topk_monoid<T, false>;
   const host::isa i = host::best_isa(host::isa_compiled & host::cpu_isas());
-  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, b16) + 64);
+  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, sm != host::screen_mode::native) + 64);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 63) & ~std::uintptr_t{63});
   std::vector<T> v(n * k);
   const auto out = memsafe::jobs::row_major_out<T>(v.data(), nullptr, k);
-  host::select_worker<E, Mon> w(e, k, base, n, m, out, b16 ? host::isa::avx512 : i, b16);
+  const host::isa wi = sm == host::screen_mode::bf16 ? host::isa::avx512 : sm == host::screen_mode::i16 ? host::isa::avx2 : i;
+  host::select_worker<E, Mon> w(e, k, base, n, m, out, wi, sm);
   w.start(0, n);
   return w.centred;
 }
@@ -253,7 +280,10 @@ TEST_CASE("select: the FP32/FP64 screen centres a row block exactly when its que
     CHECK(first_block_centred(x, y, d) == want);
     // The bfloat16 screen runs about the centre whatever the offset (its margin is relative to ‖x − c‖).
     if (host::best_isa(host::isa_compiled & host::cpu_isas()) == host::isa::avx512 && host::cpu_has_avx512bf16())
-      CHECK(first_block_centred(cast<float>(x), cast<float>(y), d, true));
+      CHECK(first_block_centred(cast<float>(x), cast<float>(y), d, host::screen_mode::bf16));
+    // The int16 screen centres as the FP32 screen does (its scale then follows the largest |x − c|).
+    if (host::isa_compiled & host::cpu_isas() & host::isa_bit(host::isa::avx2))
+      CHECK(first_block_centred(cast<float>(x), cast<float>(y), d, host::screen_mode::i16) == want);
   }
 }
 #endif

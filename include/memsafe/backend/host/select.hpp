@@ -91,6 +91,29 @@
 //   2u_b' + u_b'² < (2u_b + u_b²)(1 + 2⁻¹⁰): the same δ_b holds; init = ½(1 − δ_b)‖fl(y − c)‖² and
 //   thr's ‖x − c‖² are those of the rounded differences (within γ of the exact ones, covered as
 //   before).
+// * sqdist, int16 screen (float data, the AVX2 kernels: select_driver.hpp chooses it, MEMSAFE_SCREEN).
+//   A row block's rows and a column tile's points (less the block's centre when it is centred) are
+//   scaled by powers of two 2^−e_x, 2^−e_y (i16_exponent: the largest finite |value| maps to at most
+//   q = i16_qmax(d), with d·q² ≤ 2³¹ − 1) and rounded to integers x̃_k, ỹ_k, so x_k = 2^e_x(x̃_k + ε_k),
+//   y_k = 2^e_y(ỹ_k + ε'_k), |ε|, |ε'| ≤ ½. VPMADDWD/VPADDD sum Q = Σ x̃_k ỹ_k exactly (every partial
+//   sum is at most d·q² in magnitude). With s = 2^(e_x+e_y) (a normal float: the tile takes T's own
+//   screen when e_x + e_y leaves [−100, 100]),
+//     |x·y − sQ| ≤ s(½Σ|x̃_k| + ½Σ|ỹ_k| + d/4) = E_x + E_y,   E_x = s(½Σ|x̃_k| + d/4), E_y = ½sΣ|ỹ_k|.
+//   The lane computes ŝ = fl(init' − s·fl(Q)) (one conversion, one fused multiply-add) with
+//   init' = init − E_y(1 + 2⁻²⁰) rounded down (pack_i16_panels), and the row's threshold is
+//   thr' = thr + E_x(1 + 2⁻²⁰) rounded up (select_worker::threshold). Then
+//   init' − sQ ≤ (init − x·y) − 2⁻²⁰E_y + E_x, so ŝ − thr' ≤ (S_init − thr) + ρ − 2⁻²⁰(E_x + E_y),
+//   S_init = init − x·y the FP32 chain's exact value, whose distance below thr the sqdist proof
+//   bounds with the chain's rounding allowance γ_d·N(1 + γ_{d+3}) unused here; ρ, the two roundings,
+//   is at most u(2s|Q| + |init'|)(1 + u) ≤ u(1.5N + 2(E_x + E_y))(1 + u): the N part fits the unused
+//   γ_d·N for d ≥ 2 (the int16 screen runs at d ≥ 8 by default, and forced at any d the allowance
+//   is γ_{d+3} + 2γ_d ≥ 5u·N), the E part in 2⁻²⁰(E_x + E_y) ≥ 16u(E_x + E_y). So v̂ < w still implies
+//   ŝ < thr'. Non-finite inputs quantise to 0: such a lane's init is −inf (it passes), such a row's
+//   threshold NaN (everything passes). The margin is absolute, ≈ s·(‖x̃‖₁ + ‖ỹ‖₁)/2 ≈ (2^e_y‖x‖₁ +
+//   2^e_x‖y‖₁)/2: on N(0, 1) data at d = 100 (q = 4634, 2^e ≈ 2⁻¹⁰) ≈ 0.16 on a squared distance of
+//   ≈ 200, far tighter than bfloat16's δ_b·N ≈ 3. VPMADDWD does 16 products per instruction against
+//   an AVX2 FMA's 8: the screen's kernel runs ≈ 1.6× faster; packing the int16 panels costs
+//   O(d) per point and row block.
 //
 // Non-finite data. Lanes whose screening inputs are not finite (overflowing norms, NaN, inf) always
 // pass (their init is −inf, or the row threshold is NaN), so unusual data costs time, never
@@ -108,6 +131,10 @@
 namespace memsafe::host {
 
 enum class select_kind { sqdist, l1, cosine, dot_max };
+
+/// The precision a fused selection screens in: T's own (the FP32/FP64 chain), bfloat16 pairs
+/// (AVX-512 with AVX512-BF16) or int16 pairs (AVX2), the last two for float sqdist only.
+enum class screen_mode { native, bf16, i16 };
 
 /// δ of the table above for T and feature dimension d.
 template <class T>
@@ -212,6 +239,97 @@ inline void pack_bf16_panels(const float* cpack, std::size_t d, std::size_t np, 
 inline void pack_bf16_row(const float* xc, std::size_t d, std::uint32_t* x2) {
   for (std::size_t q = 0; q < (d + 1) / 2; ++q)
     x2[q] = (bf16_bits(xc[2 * q]) | (2 * q + 1 < d ? bf16_bits(xc[2 * q + 1]) << 16 : 0u)) ^ 0x80008000u;
+}
+
+/// The int16 screen's largest quantised magnitude at d features: d·q² ≤ 2³¹ − 1, so that no partial
+/// sum of the products leaves int32 (a pair's sum 2q² ≤ 2³¹ − 1 too: q ≤ 32767, never −32768).
+inline std::int32_t i16_qmax(std::size_t d) {
+  const double q = std::floor(std::sqrt(2147483647.0 / double(d > 0 ? d : 1)));
+  return static_cast<std::int32_t>(q < 32767.0 ? q : 32767.0);
+}
+
+/// The exponent e of the int16 screen's scale 2^e for values of magnitude ≤ maxabs: the smallest
+/// with maxabs ≤ qmax·2^e (0 when maxabs is 0), so every |v|·2^−e rounds to at most qmax.
+inline int i16_exponent(double maxabs, std::int32_t qmax) {
+  if (!(maxabs > 0)) return 0;
+  int e = std::ilogb(maxabs) - std::ilogb(double(qmax)) - 2;
+  while (std::ldexp(double(qmax), e) < maxabs) ++e;
+  return e;
+}
+
+/// The largest finite |v| of n floats (0 when there is none).
+inline double max_abs_finite(const float* v, std::size_t n) {
+  float m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = std::fabs(v[i]);
+    if (a > m && a <= std::numeric_limits<float>::max()) m = a;
+  }
+  return double(m);
+}
+
+/// round(v·inv) to nearest even, inv = 2^−e (i16_exponent: |v·inv| ≤ 32767, and the product is
+/// exact in double); 0 for a non-finite v (its lane or row passes anyway). The rounding adds and
+/// removes 1.5·2⁵², exact in double for |v·inv| < 2⁵¹ (no libm call, no SSE4.1 needed; like
+/// core/math.hpp, not for -ffast-math, which would fold it away).
+inline std::int32_t i16_round(float v, double inv) {
+  const bool fin = std::fabs(v) <= std::numeric_limits<float>::max();
+  const double shifted = double(fin ? v : 0.0f) * inv + 0x1.8p52;
+  return static_cast<std::int32_t>(shifted - 0x1.8p52);
+}
+
+/// The int16 screen's panels from packed float panels (about the row block's centre when it is
+/// centred; the layout of pack_bf16_panels: pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16,
+/// ỹ_k = round(y_k·2^−e), 0 past d), and the column half of its margin: each real point's offset
+/// (init, from screening_init) lowered by half_scale·Σ_k|ỹ_k| and rounded down (select.hpp's int16
+/// proof); half_scale = ½·2^(e_x+e)·(1 + 2⁻²⁰). W ≤ 16 (float panels).
+inline void pack_i16_panels(const float* ypack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, int e,
+                            double half_scale, std::uint32_t* pack2, float* init) {
+  const std::size_t dp = (d + 1) / 2;
+  const double inv = std::ldexp(1.0, -e);
+  for (std::size_t p = 0; p < np; ++p) {
+    std::int32_t l1[16] = {};
+    for (std::size_t q = 0; q < dp; ++q) {
+      const float* lo = ypack + (p * d + 2 * q) * W;
+      const float* hi = lo + W;  // read only when 2q + 1 < d
+      std::uint32_t* dst = pack2 + (p * dp + q) * W;
+      if (2 * q + 1 < d) {
+        for (std::size_t w = 0; w < W; ++w) {
+          const std::int32_t a = i16_round(lo[w], inv), b = i16_round(hi[w], inv);
+          l1[w] += (a < 0 ? -a : a) + (b < 0 ? -b : b);
+          dst[w] = (static_cast<std::uint32_t>(a) & 0xffffu) | (static_cast<std::uint32_t>(b) << 16);
+        }
+      } else {
+        for (std::size_t w = 0; w < W; ++w) {
+          const std::int32_t a = i16_round(lo[w], inv);
+          l1[w] += a < 0 ? -a : a;
+          dst[w] = static_cast<std::uint32_t>(a) & 0xffffu;
+        }
+      }
+    }
+    for (std::size_t w = 0; w < W && p * W + w < nj; ++w) {
+      float& o = init[p * W + w];
+      if (!(std::fabs(o) <= std::numeric_limits<float>::max())) continue;  // −inf: passes anyway
+      const double v = double(o) - half_scale * double(l1[w]);
+      float t = static_cast<float>(v);
+      if (double(t) > v) t = std::nextafter(t, -std::numeric_limits<float>::infinity());
+      o = t;
+    }
+  }
+}
+
+/// A query row for the int16 screen (the row less the block's centre when it is centred): the
+/// pairs of round(x_k·2^−e) (zeros for a row with a non-finite value: its threshold passes
+/// everything). Returns the row half of its margin in units of the tile's scale: ½Σ_k|x̃_k| + d/4.
+inline double pack_i16_row(const float* x, std::size_t d, int e, bool finite, std::uint32_t* x2) {
+  const double inv = std::ldexp(1.0, -e);
+  std::int64_t l1 = 0;
+  for (std::size_t q = 0; q < (d + 1) / 2; ++q) {
+    const std::int32_t a = finite ? i16_round(x[2 * q], inv) : 0;
+    const std::int32_t b = finite && 2 * q + 1 < d ? i16_round(x[2 * q + 1], inv) : 0;
+    l1 += (a < 0 ? -a : a) + (b < 0 ? -b : b);
+    x2[q] = (static_cast<std::uint32_t>(a) & 0xffffu) | (static_cast<std::uint32_t>(b) << 16);
+  }
+  return 0.5 * double(l1) + 0.25 * double(d);
 }
 
 /// Round a double to T upwards (so a threshold is never tightened by the conversion).
@@ -325,8 +443,9 @@ struct screen_args {
   const T* thr = nullptr;   ///< the R rows' thresholds
   std::size_t np = 0;
   bool clean = false;       ///< every screening input finite (screen_kernel.inc)
-  const std::uint32_t* xs2 = nullptr;    ///< bfloat16 screen: the R rows' negated pairs, R × ⌈d/2⌉
-  const std::uint32_t* pack2 = nullptr;  ///< bfloat16 screen: np panels of ⌈d/2⌉ × P pairs
+  const std::uint32_t* xs2 = nullptr;    ///< bfloat16 / int16 screen: the R rows' pairs, R × ⌈d/2⌉
+  const std::uint32_t* pack2 = nullptr;  ///< bfloat16 / int16 screen: np panels of ⌈d/2⌉ × P pairs
+  T qscale = T(0);                       ///< int16 screen: 2^(e_x + e_y), the product of the scales
   void (*hit)(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) = nullptr;
   void* ctx = nullptr;
 };

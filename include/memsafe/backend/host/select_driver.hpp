@@ -14,8 +14,9 @@
 //   heaps and counts                                          ti·k·(T + index)
 //   merge scratch (threads splitting one row block's columns) k·(T + index)
 //   sqdist: the tile and the block's rows less the centre      panels(tj)·W·d·T + ti·d·T + d·(T + 8)
-//     (the FP32/FP64 screen about the row block's centre, select.hpp), or the bfloat16 screen's
-//     pairs instead                                            (panels(tj)·W + ti)·⌈d/2⌉·4 + d·(T + 8)
+//     (the FP32/FP64 screen about the row block's centre, select.hpp)
+//   the bfloat16 or int16 screen: their pairs, and the int16
+//     screen's per-row margins                                 (panels(tj)·W + ti)·⌈d/2⌉·4 + ti·8
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -127,9 +128,9 @@ struct select_worker {
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
   /// sqdist: room to screen a row block about its centre (the panels and rows less c, the centre);
-  /// `b16` (sqdist only): the bfloat16 screen's panels and query pairs too (⌈d/2⌉ 32-bit pairs per
-  /// point and row), packed from those.
-  static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool b16) {
+  /// `paired` (float sqdist only: the bfloat16 or int16 screen): their panels and query pairs too
+  /// (⌈d/2⌉ 32-bit pairs per point and row), packed from those, and a row margin per row.
+  static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool paired) {
     using host::align64;
     const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
     const std::size_t centre = align64(d * sizeof(T)) + align64(d * 8);
@@ -137,15 +138,18 @@ struct select_worker {
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
            align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
            (sq ? align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + centre : 0) +
-           (b16 ? align64(np * W * dp * 4) + align64(ti * dp * 4) : 0);
+           (paired ? align64(np * W * dp * 4) + align64(ti * dp * 4) + align64(ti * 8) : 0);
   }
 
   const E& e;
   std::size_t k, d;
-  bool b16;  // the bfloat16 screen (select.hpp)
+  bool b16, q16;  // the bfloat16 or the int16 screen (select.hpp)
   double delta, eta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
+  double* row_q = nullptr;  // int16: each row's margin in units of the tile's scale (pack_i16_row)
+  int ex = 0;               // int16: the row block's scale exponent
+  double tile_q = 0;        // int16: the current tile's scale 2^(ex + ey)·(1 + 2⁻²⁰); 0 when it screens in T
   T* center = nullptr;         // sqdist: the row block's centre
   double* center_sum = nullptr;  // its scratch
   T *cpack = nullptr, *cxs = nullptr;  // sqdist: the panels and rows less the centre
@@ -158,15 +162,18 @@ struct select_worker {
   std::size_t tj, m;
   const out_spec<T>* out;
   host::screen_kernels<T> kernels;
+  host::screen_kernels<T> native;  // int16: T's own screen, for a tile whose scales leave the int16 screen's range
   std::size_t group_r0 = 0, group_rows = 0, tile_j0 = 0, tile_nj = 0;  // what `hit` works on
 
-  select_worker(const E& ex, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
-                isa i, bool bf16)
-      : e(ex), k(k_), d(ex.dim()), b16(bf16), delta(bf16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)),
-        eta(bf16 ? host::select_eta_bf16 : 0.0), tj(tj_), m(ex.cols()), out(&o),
-        kernels(host::screen_kernels_for<T, K>(i, bf16)) {
-    if (!kernels.group)
-      throw error(std::string("memsafe: internal: no ") + isa_name(i) + (bf16 ? " bfloat16" : "") + " selection kernels");
+  select_worker(const E& e_, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
+                isa i, host::screen_mode sm)
+      : e(e_), k(k_), d(e_.dim()), b16(sm == host::screen_mode::bf16), q16(sm == host::screen_mode::i16),
+        delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)), eta(b16 ? host::select_eta_bf16 : 0.0),
+        tj(tj_), m(e_.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i, sm)),
+        native(q16 ? host::screen_kernels_for<T, K>(i) : host::screen_kernels<T>{}) {
+    if (!kernels.group || (q16 && !native.group))
+      throw error(std::string("memsafe: internal: no ") + isa_name(i) + (b16 ? " bfloat16" : q16 ? " int16" : "") +
+                  " selection kernels");
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -185,9 +192,10 @@ struct select_worker {
       center = carve<T>(cur, d);
       center_sum = carve<double>(cur, d);
     }
-    if (b16) {
+    if (b16 || q16) {
       pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
       xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
+      row_q = carve<double>(cur, ti);
     }
   }
 
@@ -195,7 +203,9 @@ struct select_worker {
 
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
-    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r], delta, eta);
+    // int16: plus the row half of the quantisation margin (select.hpp) on the tile's scale
+    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r], delta,
+                                        tile_q > 0 ? eta + tile_q * row_q[r] : eta);
   }
 
   /// Offer (v, j) to row r's heap (the heap top ranks last: it is the k-th best).
@@ -232,7 +242,8 @@ struct select_worker {
           raw_sum += rs[r].xn2;
         }
       }
-      // The bfloat16 screen always runs about the centre (its margin is relative to ‖x − c‖, select.hpp).
+      // The bfloat16 screen always runs about the centre (its margin is relative to ‖x − c‖); the
+      // int16 screen's scale follows the largest |x − c| only when the block is centred.
       centred = b16 || host::worth_centring(centred_sum, raw_sum);
       if (centred)
         for (std::size_t r = 0; r < ni; ++r) {
@@ -240,10 +251,21 @@ struct select_worker {
           rs[r].xn2 = n2;
           rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
         }
-      if constexpr (std::is_same_v<T, float>)
+      if constexpr (std::is_same_v<T, float>) {
         if (b16)
           for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(cxs + r * d, d, xs2 + r * ((d + 1) / 2));
+        if (q16) {  // one scale for the block's rows: 2^ex ≥ their largest |x| (|x − c|, centred) / qmax
+          const T* sx = centred ? cxs : xs;
+          double mx = 0;
+          for (std::size_t r = 0; r < ni; ++r)
+            if (rs[r].finite) mx = std::max(mx, host::max_abs_finite(sx + r * d, d));
+          ex = host::i16_exponent(mx, host::i16_qmax(d));
+          for (std::size_t r = 0; r < ni; ++r)
+            row_q[r] = host::pack_i16_row(sx + r * d, d, ex, rs[r].finite, xs2 + r * ((d + 1) / 2));
+        }
+      }
     }
+    tile_q = 0;
     for (std::size_t r = 0; r < ni; ++r) {
       count[r] = 0;
       thr[r] = threshold(r);  // accept everything until k values are held
@@ -271,22 +293,22 @@ struct select_worker {
   }
 
   /// Screen rows [r, r + rows) (rows: the kernels' block or 1) against the packed tile.
-  void group(host::screen_args<T>& a, std::size_t r, std::size_t rows, bool tile_clean) {
+  void group(host::screen_args<T>& a, const host::screen_kernels<T>& ks, std::size_t r, std::size_t rows,
+             bool tile_clean) {
     bool clean = tile_clean;
     for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
     a.xs = (centred ? cxs : xs) + r * d;
-    if (b16) a.xs2 = xs2 + r * ((d + 1) / 2);
+    if (b16 || q16) a.xs2 = xs2 + r * ((d + 1) / 2);
     a.thr = thr + r;
     a.clean = clean;
     group_r0 = r;
     group_rows = rows;
-    (rows == 1 ? kernels.single : kernels.group)(a);
+    (rows == 1 ? ks.single : ks.group)(a);
   }
 
   /// Fold column tiles [cb0, cb1) into the row block's heaps, then sort each heap best first
   /// (what merge_from and finish read).
   void fold(std::size_t, std::size_t ni, std::size_t cb0, std::size_t cb1) {
-    const std::size_t R = static_cast<std::size_t>(kernels.rows);
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
@@ -296,6 +318,23 @@ struct select_worker {
       // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
       // the exact values (hit) always read pack.
       const bool clean = host::screening_init<T, K>(centred ? cpack : pack, d, nj, np, W, init, delta);
+      // int16: the tile's scale 2^ey, and the screen on int16 pairs where the scales' product
+      // 2^(ex + ey) is a normal float far from overflow (else T's own screen for this tile).
+      const double was = tile_q;
+      T qscale = T(0);
+      if constexpr (std::is_same_v<T, float>)
+        if (q16) {
+          const T* yq = centred ? cpack : pack;
+          const int ey = host::i16_exponent(host::max_abs_finite(yq, np * W * d), host::i16_qmax(d));
+          const bool in_range = ex + ey >= -100 && ex + ey <= 100;
+          qscale = in_range ? std::ldexp(1.0f, ex + ey) : 0.0f;
+          tile_q = in_range ? std::ldexp(1.0, ex + ey) * (1.0 + 0x1p-20) : 0.0;
+          if (in_range) host::pack_i16_panels(yq, d, nj, np, W, ey, 0.5 * tile_q, pack2, init);
+        }
+      if (tile_q != was)  // the row half of the int16 margin moved with the tile's scale
+        for (std::size_t r = 0; r < ni; ++r) thr[r] = threshold(r);
+      const host::screen_kernels<T>& ks = q16 && tile_q == 0 ? native : kernels;
+      const std::size_t R = static_cast<std::size_t>(ks.rows);
       tile_j0 = j0;
       tile_nj = nj;
       host::screen_args<T> a;
@@ -305,11 +344,12 @@ struct select_worker {
       a.yinv = yinv;
       a.np = np;
       a.pack2 = pack2;
+      a.qscale = qscale;
       a.hit = &select_worker::hit;
       a.ctx = this;
       std::size_t r = 0;
-      for (; r + R <= ni; r += R) group(a, r, R, clean);
-      for (; r < ni; ++r) group(a, r, 1, clean);
+      for (; r + R <= ni; r += R) group(a, ks, r, R, clean);
+      for (; r < ni; ++r) group(a, ks, r, 1, clean);
     }
     for (std::size_t r = 0; r < ni; ++r) std::sort_heap(heap + r * k, heap + r * k + count[r], cmp);
   }
@@ -340,36 +380,53 @@ struct select_worker {
   }
 };
 
-/// Bytes per thread of the fused selection on ti × tj tiles (`b16`: with the bfloat16 screen).
+/// Bytes per thread of the fused selection on ti × tj tiles (`paired`: with the bfloat16 or int16 screen).
 template <class E, class Mon>
-std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj, bool b16) {
-  return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj, b16);
+std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj, bool paired) {
+  return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj, paired);
 }
 
-/// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share
-/// of the work is small and its wider margin lets more lanes through (select.hpp).
-inline constexpr std::size_t bf16_screen_min_d = 8;
+/// The smallest d at which the bfloat16 or int16 screen is chosen by default: below it the screen's
+/// share of the work is small and its wider margin lets more lanes through (select.hpp).
+inline constexpr std::size_t paired_screen_min_d = 8;
 
-/// Whether the fused selection of (T, K) at dimension d screens in bfloat16 with instruction set i:
-/// MEMSAFE_SCREEN (core/env.hpp) — fp32: no; bf16: yes where it applies (float sqdist), an
-/// argument_error where this CPU or instruction set lacks it; unset: where it applies, the CPU has
-/// AVX512-BF16, i is AVX-512 and d ≥ bf16_screen_min_d.
+/// The screen of the fused selection of (T, K) at dimension d with instruction set i. MEMSAFE_SCREEN
+/// (core/env.hpp) — fp32: T's own; bf16 or i16: that screen where it applies (float sqdist), an
+/// argument_error where this CPU or instruction set lacks it (bf16: AVX-512 with AVX512-BF16; i16:
+/// the AVX2 kernels); unset: where it applies and d ≥ paired_screen_min_d, bf16 on AVX-512 with
+/// AVX512-BF16, i16 on AVX2 (whose VPMADDWD does 16 products per instruction against an FMA's 8).
 template <class T, select_kind K>
-MEMSAFE_COLD bool choose_bf16_screen(isa i, std::size_t d) {
+MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
-  if (e && *e != "fp32" && *e != "bf16")
-    throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32 or bf16, got \"" + std::string(*e) + "\"");
+  if (e && *e != "fp32" && *e != "bf16" && *e != "i16")
+    throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32, bf16 or i16, got \"" + std::string(*e) + "\"");
   constexpr bool applies = std::is_same_v<T, float> && K == select_kind::sqdist;
-  if (!applies || (e && *e == "fp32")) return false;
-  const bool can = i == isa::avx512 && cpu_has_avx512bf16();
-  if (e) {  // bf16, forced
-    if (!can)
+  if (!applies || (e && *e == "fp32")) return screen_mode::native;
+  const bool bf16 = i == isa::avx512 && cpu_has_avx512bf16();
+  if (e && *e == "bf16") {
+    if (!bf16)
       throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=bf16: ") +
                            (cpu_has_avx512bf16() ? "the bfloat16 screen runs on the AVX-512 kernels, not " + std::string(isa_name(i))
                                                  : std::string("this CPU has no AVX512-BF16 (or AVX-512F)")));
-    return true;
+    return screen_mode::bf16;
   }
-  return can && d >= bf16_screen_min_d;
+  if (e) {  // i16, forced
+    if (i != isa::avx2)
+      throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not ") +
+                           isa_name(i) + " (MEMSAFE_ISA=avx2 selects them)");
+    return screen_mode::i16;
+  }
+  if (d < paired_screen_min_d) return screen_mode::native;
+  return bf16 ? screen_mode::bf16 : i == isa::avx2 ? screen_mode::i16 : screen_mode::native;
+}
+
+/// The plan's name of a screen (tile_plan::screen) and back.
+template <class T>
+const char* screen_name(screen_mode m) {
+  return m == screen_mode::bf16 ? "bf16" : m == screen_mode::i16 ? "i16" : sizeof(T) == 8 ? "fp64" : "fp32";
+}
+inline screen_mode parse_screen(const std::string& s) {
+  return s == "bf16" ? screen_mode::bf16 : s == "i16" ? screen_mode::i16 : screen_mode::native;
 }
 
 /// Preferred column tiles: a packed tile of about 24 KiB (L1) for small d; at least 64 points.
@@ -392,10 +449,11 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
     if (std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end()) tjs.push_back(std::min(c, e.cols()));
   constexpr host::select_kind K = select_kind_of<typename E::formula_type, select_monoid<Mon>::max>::kind;
   const isa i = choose_isa(isa_compiled);
-  const bool b16 = choose_bf16_screen<T, K>(i, e.dim());
+  const screen_mode sm = choose_screen<T, K>(i, e.dim());
+  const bool paired = sm != screen_mode::native;
   auto p = plan::tiles_2d(
       e.rows(), e.cols(), budget, threads,
-      [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj, b16); }, what, tis, tjs);
+      [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj, paired); }, what, tis, tjs);
   // Even out the row blocks (a multiple of the threads, 8-row aligned); smaller tiles still fit.
   if (p.row_blocks > 1 && p.threads > 1 && !p.split_columns) {
     const std::size_t nb = (p.row_blocks + p.threads - 1) / p.threads * p.threads;
@@ -403,13 +461,16 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
     p.tile_rows = ti;
     p.row_blocks = (e.rows() + ti - 1) / ti;
     p.num_tiles = p.row_blocks * p.col_blocks;
-    p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols, b16);
+    p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols, paired);
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
   p.isa = isa_name(i);
-  p.screen = b16 ? "bf16" : (sizeof(T) == 8 ? "fp64" : "fp32");  // the screen runs in T unless bfloat16
+  p.screen = screen_name<T>(sm);  // the screen runs in T unless in bfloat16 or int16
   p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa +
-                (b16 ? ", bfloat16 dot products with a proven margin" : "") + "), " +
+                (sm == screen_mode::bf16  ? ", bfloat16 dot products with a proven margin"
+                 : sm == screen_mode::i16 ? ", int16 dot products with a proven margin"
+                                          : "") +
+                "), " +
                 "passing lanes re-evaluated exactly; no distance tile";
   return p;
 }
@@ -420,9 +481,9 @@ template <class E, class Mon>
 void run_select(const E& e, const Mon& mon, const out_spec<typename E::value_type>& out, const tile_plan& p,
                 accountant& acc) {
   const isa i = parse_isa(p.isa).value_or(isa::portable);
-  const bool b16 = p.screen == "bf16";
+  const screen_mode sm = parse_screen(p.screen);
   run_row_blocks(e.rows(), e.cols(), mon, out, p, acc, [&](std::byte* ws) {
-    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out, i, b16);
+    return select_worker<E, Mon>(e, select_monoid<Mon>::k(mon), ws, p.tile_rows, p.tile_cols, out, i, sm);
   });
 }
 

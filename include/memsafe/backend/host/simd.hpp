@@ -43,6 +43,7 @@ typedef std::int32_t i32x8 __attribute__((vector_size(32)));
 typedef std::int64_t i64x4 __attribute__((vector_size(32)));
 typedef std::int32_t i32x16 __attribute__((vector_size(64)));
 typedef std::int64_t i64x8 __attribute__((vector_size(64)));
+typedef short i16x16 __attribute__((vector_size(32)));
 }  // namespace memsafe::host::vec
 
 // ---- AVX-512F: 16 floats / 8 doubles, one register per 64-byte panel ------------------------------
@@ -158,6 +159,24 @@ struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
   static std::uint32_t not_ge(reg a, reg b) {
     return static_cast<std::uint32_t>(__builtin_ia32_movmskps256(__builtin_ia32_cmpps256(a, b, 0x19)));
   }
+  // The int16 screen (select.hpp): 8 lanes of two int16 each, summed in int32 lanes (ireg).
+  using ireg = vec::i32x8;
+  static ireg load_i(const std::uint32_t* p) {
+    ireg r;
+    __builtin_memcpy(&r, p, sizeof r);
+    return r;
+  }
+  static ireg keep_i(ireg a) {
+    __asm__("" : "+v"(a));
+    return a;
+  }
+  static ireg set1_i(std::uint32_t b) { return ireg{} + static_cast<std::int32_t>(b); }
+  /// acc + x₀y₀ + x₁y₁ per lane in int32 (VPMADDWD, then VPADDD): exact while no sum leaves int32.
+  static ireg madd16(ireg acc, ireg x, ireg y) {
+    return acc + (ireg)__builtin_ia32_pmaddwd256((vec::i16x16)x, (vec::i16x16)y);
+  }
+  /// The int32 lanes as floats (VCVTDQ2PS, rounded to nearest).
+  static reg cvt_i32(ireg a) { return __builtin_convertvector(a, vec::f32x8); }
 };
 
 template <>
@@ -191,18 +210,24 @@ struct simd<double> : simd_ops<double, vec::f64x4, vec::i64x4> {
 
 namespace memsafe::host {
 
-/// The screening kernels of (T, K) for instruction set `i` (none for portable, or where the
-/// translation unit has no SIMD kernels).
-/// `bf16`: the bfloat16 screen (AVX-512 only, float sqdist only: select_driver.hpp's choice).
+/// The screening kernels of (T, K) for instruction set `i` and screen mode `m` (none for portable,
+/// or where the translation unit has no SIMD kernels, or the mode does not run there). The paired
+/// modes are float sqdist's only: bf16 on AVX-512, i16 on AVX2 (select_driver.hpp's choice).
 template <class T, select_kind K>
-screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] bool bf16 = false) {
+screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] screen_mode m = screen_mode::native) {
   screen_kernels<T> s;
 #if defined(MEMSAFE_SIMD_DISPATCH)
-  if (bf16) {  // AVX-512, float sqdist only; none elsewhere
-    if constexpr (std::is_same_v<T, float> && K == select_kind::sqdist)
-      if (i == isa::avx512)
-        s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows, true>,
-             &avx512::screen_rows<T, K, 1, true>};
+  if (m != screen_mode::native) {
+    if constexpr (std::is_same_v<T, float> && K == select_kind::sqdist) {
+      if (m == screen_mode::bf16 && i == isa::avx512)
+        s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows, screen_mode::bf16>,
+             &avx512::screen_rows<T, K, 1, screen_mode::bf16>};
+      else if (m == screen_mode::i16 && i == isa::avx2)
+        // A block's last rows, one at a time, by T's own screen (one kernel fewer to compile): the
+        // offsets and thresholds it reads then carry the int16 margin too, which only loosens them.
+        s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
+             &avx2::screen_rows<T, K, 1>};
+    }
     return s;
   }
   if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
