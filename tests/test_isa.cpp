@@ -40,6 +40,22 @@ struct knn_data {
   auto knn() { return memsafe::argkmin(memsafe::sqdist(X(), Y()), 4); }
 };
 
+/// The selections whose screen the screen tests look at: float sqdist at d = 40 (wide) and 7
+/// (narrow), double sqdist and float l1 at d = 40.
+struct screen_cases {
+  static constexpr std::size_t n = 9, m = 150;
+  std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
+  std::vector<double> x64 = ref::data(n, 40, 11), y64 = ref::data(m, 40, 12);
+  template <class T>
+  static auto sq(std::vector<T>& x, std::vector<T>& y, std::size_t d) {
+    return memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)), 3);
+  }
+  auto wide() { return sq(x32, y32, 40); }
+  auto narrow() { return sq(x32, y32, 7); }
+  auto dbl() { return sq(x64, y64, 40); }
+  auto l1() { return memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3); }
+};
+
 }  // namespace
 
 TEST_CASE("isa: names parse strictly") {
@@ -143,13 +159,10 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
   scoped_env unset_isa("MEMSAFE_ISA", nullptr);
   scoped_env unset_screen("MEMSAFE_SCREEN", nullptr);
-  const std::size_t n = 9, m = 150;
-  std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
-  std::vector<double> x64 = ref::data(n, 40, 11), y64 = ref::data(m, 40, 12);
-  auto wide = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
-  auto narrow = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 7), memsafe::points(y32.data(), m, 7)), 3);
-  auto dbl = memsafe::argkmin(memsafe::sqdist(memsafe::points(x64.data(), n, 40), memsafe::points(y64.data(), m, 40)), 3);
-  auto l1 = memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  screen_cases c;
+  const auto wide = c.wide(), narrow = c.narrow();
+  const auto dbl = c.dbl();
+  const auto l1 = c.l1();
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
@@ -200,13 +213,10 @@ TEST_CASE("isa: the int16 screen — chosen on the AVX2 kernels, MEMSAFE_SCREEN=
     MESSAGE("skipped: the AVX2 kernels (this CPU and build run: " << host::isa_list(available()) << ")");
     return;
   }
-  const std::size_t n = 9, m = 150;
-  std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
-  std::vector<double> x64 = ref::data(n, 40, 11), y64 = ref::data(m, 40, 12);
-  auto wide = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
-  auto narrow = memsafe::argkmin(memsafe::sqdist(memsafe::points(x32.data(), n, 7), memsafe::points(y32.data(), m, 7)), 3);
-  auto dbl = memsafe::argkmin(memsafe::sqdist(memsafe::points(x64.data(), n, 40), memsafe::points(y64.data(), m, 40)), 3);
-  auto l1 = memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  screen_cases c;
+  const auto wide = c.wide(), narrow = c.narrow();
+  const auto dbl = c.dbl();
+  const auto l1 = c.l1();
   {
     scoped_env avx2("MEMSAFE_ISA", "avx2");
     // By default on the AVX2 kernels: float sqdist at d >= 8; the rest keeps the FP32/FP64 screen.
