@@ -92,28 +92,29 @@
 //   thr's ‖x − c‖² are those of the rounded differences (within γ of the exact ones, covered as
 //   before).
 // * sqdist, int16 screen (float data, the AVX2 kernels: select_driver.hpp chooses it, MEMSAFE_SCREEN).
-//   A row block's rows and a column tile's points (less the block's centre when it is centred) are
-//   scaled by powers of two 2^−e_x, 2^−e_y (i16_exponent: the largest finite |value| maps to at most
-//   q = i16_qmax(d), with d·q² ≤ 2³¹ − 1) and rounded to integers x̃_k, ỹ_k, so x_k = 2^e_x(x̃_k + ε_k),
-//   y_k = 2^e_y(ỹ_k + ε'_k), |ε|, |ε'| ≤ ½. VPMADDWD/VPADDD sum Q = Σ x̃_k ỹ_k exactly (every partial
-//   sum is at most d·q² in magnitude). With s = 2^(e_x+e_y) (a normal float: the tile takes T's own
-//   screen when e_x + e_y leaves [−100, 100]),
-//     |x·y − sQ| ≤ s(½Σ|x̃_k| + ½Σ|ỹ_k| + d/4) = E_x + E_y,   E_x = s(½Σ|x̃_k| + d/4), E_y = ½sΣ|ỹ_k|.
-//   The lane computes ŝ = fl(init' − s·fl(Q)) (one conversion, one fused multiply-add) with
-//   init' = init − E_y(1 + 2⁻²⁰) rounded down (pack_i16_panels), and the row's threshold is
-//   thr' = thr + E_x(1 + 2⁻²⁰) rounded up (select_worker::threshold). Then
-//   init' − sQ ≤ (init − x·y) − 2⁻²⁰E_y + E_x, so ŝ − thr' ≤ (S_init − thr) + ρ − 2⁻²⁰(E_x + E_y),
+//   Each query row and each column tile (less the block's centre when it is centred) is scaled by a
+//   power of two, 2^−e_x for the row, 2^−e_y for the tile (i16_exponent: the largest finite |value|
+//   maps to at most q = i16_qmax(d)), and rounded to integers: x_k = 2^e_x(x̃_k + ε_k),
+//   y_k = 2^e_y(ỹ_k + ε'_k), |ε|, |ε'| ≤ ½. With s = 2^(e_x+e_y) (a normal float: the tile takes T's
+//   own screen when some row's e_x + e_y leaves [−100, 100]),
+//     |x·y − sΣx̃_kỹ_k| ≤ s(½Σ|x̃_k| + ½Σ|ỹ_k| + d/4) = E_x + E_y,  E_x = s(½Σ|x̃_k| + d/4), E_y = ½sΣ|ỹ_k|.
+//   The kernel starts a lane's int32 sum at A = ⌈½Σ|ỹ_k|(1 + 2⁻²⁰)⌉ (pack_i16_panels) and adds the
+//   products with VPMADDWD/VPADDD — exactly: every partial sum is at most A + d·q² < 2³¹ — then
+//   ŝ = fl(init − s·fl(Q + A)) (one conversion, one FMA; init the FP32 screen's offset), and the row's
+//   threshold is thr' = thr + E_x(1 + 2⁻²⁰) rounded up (select_worker::threshold). So
+//   init − s(Q + A) ≤ (init − x·y) + E_x − 2⁻²⁰E_y, and ŝ − thr' ≤ (S_init − thr) + ρ − 2⁻²⁰(E_x + E_y),
 //   S_init = init − x·y the FP32 chain's exact value, whose distance below thr the sqdist proof
-//   bounds with the chain's rounding allowance γ_d·N(1 + γ_{d+3}) unused here; ρ, the two roundings,
-//   is at most u(2s|Q| + |init'|)(1 + u) ≤ u(1.5N + 2(E_x + E_y))(1 + u): the N part fits the unused
-//   γ_d·N for d ≥ 2 (the int16 screen runs at d ≥ 8 by default, and forced at any d the allowance
-//   is γ_{d+3} + 2γ_d ≥ 5u·N), the E part in 2⁻²⁰(E_x + E_y) ≥ 16u(E_x + E_y). So v̂ < w still implies
-//   ŝ < thr'. Non-finite inputs quantise to 0: such a lane's init is −inf (it passes), such a row's
-//   threshold NaN (everything passes). The margin is absolute, ≈ s·(‖x̃‖₁ + ‖ỹ‖₁)/2 ≈ (2^e_y‖x‖₁ +
-//   2^e_x‖y‖₁)/2: on N(0, 1) data at d = 100 (q = 4634, 2^e ≈ 2⁻¹⁰) ≈ 0.16 on a squared distance of
-//   ≈ 200, far tighter than bfloat16's δ_b·N ≈ 3. VPMADDWD does 16 products per instruction against
-//   an AVX2 FMA's 8: the screen's kernel runs ≈ 1.6× faster; packing the int16 panels costs
-//   O(d) per point and row block.
+//   bounds with the chain's rounding allowance (2|ŝ − S| ≤ 2γ_d·N(1 + γ_{d+3}) of it) unused here;
+//   ρ, the lane's two roundings, is at most u(2s|Q + A| + |init|)(1 + u) ≤ u(1.5N + 2(E_x + E_y) + 2s)(1 + u).
+//   Its N part, 3uN(1 + u) in 2ρ, fits the chain's allowance for d ≥ 2 (the int16 screen's default
+//   is d ≥ 8); forced at d = 1 it exceeds it by uN, inside the proof's final slack (2d + 7)uN. Its
+//   E part fits 2⁻²⁰(E_x + E_y) = 16u(E_x + E_y), and 2us(1 + u) the d/4 in E_x's own widening. So
+//   v̂ < w still implies ŝ < thr'. The column part is in the sum, so each row pays it on its own scale:
+//   a query with huge values coarsens no other row. Non-finite inputs quantise to 0: such a lane's
+//   init is −inf (it passes), such a row's threshold NaN (everything passes). The margin is absolute,
+//   E_x + E_y ≈ (2^e_y‖x‖₁ + 2^e_x‖y‖₁)/2: on N(0, 1) data at d = 100 (q = 4633, 2^e ≈ 2⁻¹⁰) ≈ 0.08
+//   on the halved squared distances of ≈ 100 the screen compares, far tighter than bfloat16's
+//   δ_b·N/2 ≈ 0.8. VPMADDWD does 16 products per instruction against an AVX2 FMA's 8.
 //
 // Non-finite data. Lanes whose screening inputs are not finite (overflowing norms, NaN, inf) always
 // pass (their init is −inf, or the row threshold is NaN), so unusual data costs time, never
@@ -241,11 +242,12 @@ inline void pack_bf16_row(const float* xc, std::size_t d, std::uint32_t* x2) {
     x2[q] = (bf16_bits(xc[2 * q]) | (2 * q + 1 < d ? bf16_bits(xc[2 * q + 1]) << 16 : 0u)) ^ 0x80008000u;
 }
 
-/// The int16 screen's largest quantised magnitude at d features: d·q² ≤ 2³¹ − 1, so that no partial
-/// sum of the products leaves int32 (a pair's sum 2q² ≤ 2³¹ − 1 too: q ≤ 32767, never −32768).
+/// The int16 screen's largest quantised magnitude at d features: d·(q + 1)² ≤ 2³¹ − 1, so that no
+/// partial sum of the products, from a start of at most ½d·q(1 + 2⁻²⁰) + 1 (the column's margin,
+/// pack_i16_panels), leaves int32; a pair's sum 2q² ≤ 2³¹ − 1 too (q ≤ 32766, never −32768).
 inline std::int32_t i16_qmax(std::size_t d) {
-  const double q = std::floor(std::sqrt(2147483647.0 / double(d > 0 ? d : 1)));
-  return static_cast<std::int32_t>(q < 32767.0 ? q : 32767.0);
+  const double q = std::floor(std::sqrt(2147483647.0 / double(d > 0 ? d : 1))) - 1.0;
+  return static_cast<std::int32_t>(q < 32766.0 ? q : 32766.0);
 }
 
 /// The exponent e of the int16 screen's scale 2^e for values of magnitude ≤ maxabs: the smallest
@@ -279,11 +281,10 @@ inline std::int32_t i16_round(float v, double inv) {
 
 /// The int16 screen's panels from packed float panels (about the row block's centre when it is
 /// centred; the layout of pack_bf16_panels: pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16,
-/// ỹ_k = round(y_k·2^−e), 0 past d), and the column half of its margin: each real point's offset
-/// (init, from screening_init) lowered by half_scale·Σ_k|ỹ_k| and rounded down (select.hpp's int16
-/// proof); half_scale = ½·2^(e_x+e)·(1 + 2⁻²⁰). W ≤ 16 (float panels).
-inline void pack_i16_panels(const float* ypack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, int e,
-                            double half_scale, std::uint32_t* pack2, float* init) {
+/// ỹ_k = round(y_k·2^−e), 0 past d), and each point's accumulator start, the column half of the
+/// margin in integer units: acc0[j] = ⌈½Σ_k|ỹ_k|·(1 + 2⁻²⁰)⌉ (select.hpp's int16 proof). W ≤ 16.
+inline void pack_i16_panels(const float* ypack, std::size_t d, std::size_t np, std::size_t W, int e,
+                            std::uint32_t* pack2, std::int32_t* acc0) {
   const std::size_t dp = (d + 1) / 2;
   const double inv = std::ldexp(1.0, -e);
   for (std::size_t p = 0; p < np; ++p) {
@@ -306,20 +307,14 @@ inline void pack_i16_panels(const float* ypack, std::size_t d, std::size_t nj, s
         }
       }
     }
-    for (std::size_t w = 0; w < W && p * W + w < nj; ++w) {
-      float& o = init[p * W + w];
-      if (!(std::fabs(o) <= std::numeric_limits<float>::max())) continue;  // −inf: passes anyway
-      const double v = double(o) - half_scale * double(l1[w]);
-      float t = static_cast<float>(v);
-      if (double(t) > v) t = std::nextafter(t, -std::numeric_limits<float>::infinity());
-      o = t;
-    }
+    for (std::size_t w = 0; w < W; ++w)
+      acc0[p * W + w] = static_cast<std::int32_t>(std::ceil(0.5 * double(l1[w]) * (1.0 + 0x1p-20)));
   }
 }
 
 /// A query row for the int16 screen (the row less the block's centre when it is centred): the
 /// pairs of round(x_k·2^−e) (zeros for a row with a non-finite value: its threshold passes
-/// everything). Returns the row half of its margin in units of the tile's scale: ½Σ_k|x̃_k| + d/4.
+/// everything). Returns the row half of its margin in units of the scales' product: ½Σ_k|x̃_k| + d/4.
 inline double pack_i16_row(const float* x, std::size_t d, int e, bool finite, std::uint32_t* x2) {
   const double inv = std::ldexp(1.0, -e);
   std::int64_t l1 = 0;
@@ -445,7 +440,8 @@ struct screen_args {
   bool clean = false;       ///< every screening input finite (screen_kernel.inc)
   const std::uint32_t* xs2 = nullptr;    ///< bfloat16 / int16 screen: the R rows' pairs, R × ⌈d/2⌉
   const std::uint32_t* pack2 = nullptr;  ///< bfloat16 / int16 screen: np panels of ⌈d/2⌉ × P pairs
-  T qscale = T(0);                       ///< int16 screen: 2^(e_x + e_y), the product of the scales
+  const T* qscale = nullptr;             ///< int16 screen: the R rows' 2^(e_x + e_y), the products of the scales
+  const std::int32_t* acc0 = nullptr;    ///< int16 screen: the points' accumulator starts, np·P (pack_i16_panels)
   void (*hit)(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) = nullptr;
   void* ctx = nullptr;
 };

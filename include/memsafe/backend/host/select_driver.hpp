@@ -16,12 +16,14 @@
 //   sqdist: the tile and the block's rows less the centre      panels(tj)·W·d·T + ti·d·T + d·(T + 8)
 //     (the FP32/FP64 screen about the row block's centre, select.hpp)
 //   the bfloat16 or int16 screen: their pairs, and the int16
-//     screen's per-row margins                                 (panels(tj)·W + ti)·⌈d/2⌉·4 + ti·8
+//     screen's per-row scales and margins, per-point starts    (panels(tj)·W + ti)·⌈d/2⌉·4 + ti·16 + panels(tj)·W·4
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include "isa.hpp"
@@ -129,7 +131,8 @@ struct select_worker {
 
   /// sqdist: room to screen a row block about its centre (the panels and rows less c, the centre);
   /// `paired` (float sqdist only: the bfloat16 or int16 screen): their panels and query pairs too
-  /// (⌈d/2⌉ 32-bit pairs per point and row), packed from those, and a row margin per row.
+  /// (⌈d/2⌉ 32-bit pairs per point and row), packed from those, and the int16 screen's scale and
+  /// margin per row and accumulator start per point.
   static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool paired) {
     using host::align64;
     const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
@@ -138,7 +141,9 @@ struct select_worker {
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
            align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
            (sq ? align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + centre : 0) +
-           (paired ? align64(np * W * dp * 4) + align64(ti * dp * 4) + align64(ti * 8) : 0);
+           (paired ? align64(np * W * dp * 4) + align64(ti * dp * 4) + align64(ti * 8) + 2 * align64(ti * 4) +
+                         align64(np * W * 4)
+                   : 0);
   }
 
   const E& e;
@@ -147,9 +152,16 @@ struct select_worker {
   double delta, eta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
-  double* row_q = nullptr;  // int16: each row's margin in units of the tile's scale (pack_i16_row)
-  int ex = 0;               // int16: the row block's scale exponent
-  double tile_q = 0;        // int16: the current tile's scale 2^(ex + ey)·(1 + 2⁻²⁰); 0 when it screens in T
+  // int16 (select.hpp): each row's margin in units of its scales' product (pack_i16_row), its scale
+  // exponent, its scales' product with the current tile (qs), the tile's accumulator starts, and
+  // the block's range of row exponents; tile_ey: the current tile's exponent, or none when it
+  // screens in T.
+  double* row_q = nullptr;
+  int* row_e = nullptr;
+  T* qs = nullptr;
+  std::int32_t* acc0 = nullptr;
+  int e_lo = 0, e_hi = 0;
+  std::optional<int> tile_ey;
   T* center = nullptr;         // sqdist: the row block's centre
   double* center_sum = nullptr;  // its scratch
   T *cpack = nullptr, *cxs = nullptr;  // sqdist: the panels and rows less the centre
@@ -196,6 +208,9 @@ struct select_worker {
       pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
       xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
       row_q = carve<double>(cur, ti);
+      row_e = carve<int>(cur, ti);
+      qs = carve<T>(cur, ti);
+      acc0 = carve<std::int32_t>(cur, np * W);
     }
   }
 
@@ -203,9 +218,10 @@ struct select_worker {
 
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
-    // int16: plus the row half of the quantisation margin (select.hpp) on the tile's scale
-    return host::screen_threshold<T, K>(full, full ? heap[r * k].v : T(0), rs[r], delta,
-                                        tile_q > 0 ? eta + tile_q * row_q[r] : eta);
+    // int16: plus the row half of the quantisation margin (select.hpp) on the row's and tile's scales
+    return host::screen_threshold<T, K>(
+        full, full ? heap[r * k].v : T(0), rs[r], delta,
+        tile_ey ? eta + std::ldexp(row_q[r], row_e[r] + *tile_ey) * (1.0 + 0x1p-20) : eta);
   }
 
   /// Offer (v, j) to row r's heap (the heap top ranks last: it is the k-th best).
@@ -254,18 +270,24 @@ struct select_worker {
       if constexpr (std::is_same_v<T, float>) {
         if (b16)
           for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(cxs + r * d, d, xs2 + r * ((d + 1) / 2));
-        if (q16) {  // one scale for the block's rows: 2^ex ≥ their largest |x| (|x − c|, centred) / qmax
+        if (q16) {  // each row's own scale: 2^e ≥ its largest |x| (|x − c|, centred) / qmax
           const T* sx = centred ? cxs : xs;
-          double mx = 0;
-          for (std::size_t r = 0; r < ni; ++r)
-            if (rs[r].finite) mx = std::max(mx, host::max_abs_finite(sx + r * d, d));
-          ex = host::i16_exponent(mx, host::i16_qmax(d));
-          for (std::size_t r = 0; r < ni; ++r)
-            row_q[r] = host::pack_i16_row(sx + r * d, d, ex, rs[r].finite, xs2 + r * ((d + 1) / 2));
+          const std::int32_t qmax = host::i16_qmax(d);
+          e_lo = std::numeric_limits<int>::max(), e_hi = std::numeric_limits<int>::min();
+          for (std::size_t r = 0; r < ni; ++r) {
+            const double mx = rs[r].finite ? host::max_abs_finite(sx + r * d, d) : 0.0;
+            row_e[r] = mx > 0 ? host::i16_exponent(mx, qmax) : std::numeric_limits<int>::min();
+            if (mx > 0) e_lo = std::min(e_lo, row_e[r]), e_hi = std::max(e_hi, row_e[r]);
+          }
+          if (e_lo > e_hi) e_lo = e_hi = 0;  // no row with a nonzero finite value
+          for (std::size_t r = 0; r < ni; ++r) {
+            if (row_e[r] == std::numeric_limits<int>::min()) row_e[r] = e_hi;  // zeros (or not finite): any scale
+            row_q[r] = host::pack_i16_row(sx + r * d, d, row_e[r], rs[r].finite, xs2 + r * ((d + 1) / 2));
+          }
         }
       }
     }
-    tile_q = 0;
+    tile_ey.reset();
     for (std::size_t r = 0; r < ni; ++r) {
       count[r] = 0;
       thr[r] = threshold(r);  // accept everything until k values are held
@@ -299,6 +321,7 @@ struct select_worker {
     for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
     a.xs = (centred ? cxs : xs) + r * d;
     if (b16 || q16) a.xs2 = xs2 + r * ((d + 1) / 2);
+    if (q16) a.qscale = qs + r;
     a.thr = thr + r;
     a.clean = clean;
     group_r0 = r;
@@ -318,22 +341,23 @@ struct select_worker {
       // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
       // the exact values (hit) always read pack.
       const bool clean = host::screening_init<T, K>(centred ? cpack : pack, d, nj, np, W, init, delta);
-      // int16: the tile's scale 2^ey, and the screen on int16 pairs where the scales' product
-      // 2^(ex + ey) is a normal float far from overflow (else T's own screen for this tile).
-      const double was = tile_q;
-      T qscale = T(0);
+      // int16: the tile's scale 2^ey, and the screen on int16 pairs where every row's scales'
+      // product 2^(e + ey) is a normal float far from overflow (else T's own screen for this tile).
       if constexpr (std::is_same_v<T, float>)
         if (q16) {
           const T* yq = centred ? cpack : pack;
           const int ey = host::i16_exponent(host::max_abs_finite(yq, np * W * d), host::i16_qmax(d));
-          const bool in_range = ex + ey >= -100 && ex + ey <= 100;
-          qscale = in_range ? std::ldexp(1.0f, ex + ey) : 0.0f;
-          tile_q = in_range ? std::ldexp(1.0, ex + ey) * (1.0 + 0x1p-20) : 0.0;
-          if (in_range) host::pack_i16_panels(yq, d, nj, np, W, ey, 0.5 * tile_q, pack2, init);
+          const std::optional<int> was = tile_ey;
+          tile_ey.reset();
+          if (e_lo + ey >= -100 && e_hi + ey <= 100) {
+            tile_ey = ey;
+            host::pack_i16_panels(yq, d, np, W, ey, pack2, acc0);
+            for (std::size_t r = 0; r < ni; ++r) qs[r] = std::ldexp(1.0f, row_e[r] + ey);
+          }
+          if (tile_ey != was)  // the row half of the int16 margin moved with the tile's scale
+            for (std::size_t r = 0; r < ni; ++r) thr[r] = threshold(r);
         }
-      if (tile_q != was)  // the row half of the int16 margin moved with the tile's scale
-        for (std::size_t r = 0; r < ni; ++r) thr[r] = threshold(r);
-      const host::screen_kernels<T>& ks = q16 && tile_q == 0 ? native : kernels;
+      const host::screen_kernels<T>& ks = q16 && !tile_ey ? native : kernels;
       const std::size_t R = static_cast<std::size_t>(ks.rows);
       tile_j0 = j0;
       tile_nj = nj;
@@ -344,7 +368,7 @@ struct select_worker {
       a.yinv = yinv;
       a.np = np;
       a.pack2 = pack2;
-      a.qscale = qscale;
+      a.acc0 = acc0;
       a.hit = &select_worker::hit;
       a.ctx = this;
       std::size_t r = 0;
