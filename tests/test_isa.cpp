@@ -166,8 +166,8 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
-  // By default: float sqdist at d >= 8 in bfloat16 on AVX-512 with AVX512-BF16, in int16 on an
-  // AVX2-only CPU; the rest keeps the FP32 screen.
+  // By default: float sqdist at d >= 8 in bfloat16 on AVX-512 with AVX512-BF16, at d >= 16 in int16
+  // on an AVX2-only CPU; the rest keeps the FP32 screen.
   const bool avx2 = available() & host::isa_bit(host::isa::avx2);
   const std::string want = bf16 ? "bf16" : avx512 ? "fp32" : avx2 ? "i16" : "";
   CHECK(memsafe::plan_for(wide).screen == want);
@@ -219,7 +219,7 @@ TEST_CASE("isa: the int16 screen — chosen on the AVX2 kernels, MEMSAFE_SCREEN=
   const auto l1 = c.l1();
   {
     scoped_env avx2("MEMSAFE_ISA", "avx2");
-    // By default on the AVX2 kernels: float sqdist at d >= 8; the rest keeps the FP32/FP64 screen.
+    // By default on the AVX2 kernels: float sqdist at d >= 16; the rest keeps the FP32/FP64 screen.
     CHECK(memsafe::plan_for(wide).screen == "i16");
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
     CHECK(memsafe::plan_for(dbl).screen == "fp64");

@@ -107,7 +107,7 @@
 //   bounds with the chain's rounding allowance (2|ŝ − S| ≤ 2γ_d·N(1 + γ_{d+3}) of it) unused here;
 //   ρ, the lane's two roundings, is at most u(2s|Q + A| + |init|)(1 + u) ≤ u(1.5N + 2(E_x + E_y) + 2s)(1 + u).
 //   Its N part, 3uN(1 + u) in 2ρ, fits the chain's allowance for d ≥ 2 (the int16 screen's default
-//   is d ≥ 8); forced at d = 1 it exceeds it by uN, inside the proof's final slack (2d + 7)uN. Its
+//   is d ≥ 16); forced at d = 1 it exceeds it by uN, inside the proof's final slack (2d + 7)uN. Its
 //   E part fits 2⁻²⁰(E_x + E_y) = 16u(E_x + E_y), and 2us(1 + u) the d/4 in E_x's own widening. So
 //   v̂ < w still implies ŝ < thr'. The column part is in the sum, so each row pays it on its own scale:
 //   a query with huge values coarsens no other row. Non-finite inputs quantise to 0: such a lane's

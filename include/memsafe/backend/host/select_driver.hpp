@@ -410,15 +410,20 @@ std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t
   return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj, paired);
 }
 
-/// The smallest d at which the bfloat16 or int16 screen is chosen by default: below it the screen's
-/// share of the work is small and its wider margin lets more lanes through (select.hpp).
+/// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share of
+/// the work is small and its wider margin lets more lanes through (select.hpp).
 inline constexpr std::size_t paired_screen_min_d = 8;
+/// The smallest d at which the int16 screen is chosen by default: below it packing the int16 panels
+/// (per point and row block) costs what the faster products save (this Zen 5, AVX2 kernels,
+/// n = 2·10⁵, m = 1000: d = 8 a tie, d = 16 1.05×, d = 32 1.23×, d = 100 1.35×; docs/design.md).
+inline constexpr std::size_t i16_screen_min_d = 16;
 
 /// The screen of the fused selection of (T, K) at dimension d with instruction set i. MEMSAFE_SCREEN
 /// (core/env.hpp) — fp32: T's own; bf16 or i16: that screen where it applies (float sqdist), an
 /// argument_error where this CPU or instruction set lacks it (bf16: AVX-512 with AVX512-BF16; i16:
-/// the AVX2 kernels); unset: where it applies and d ≥ paired_screen_min_d, bf16 on AVX-512 with
-/// AVX512-BF16, i16 on AVX2 (whose VPMADDWD does 16 products per instruction against an FMA's 8).
+/// the AVX2 kernels); unset: where it applies, bf16 on AVX-512 with AVX512-BF16 at d ≥
+/// paired_screen_min_d, i16 on AVX2 at d ≥ i16_screen_min_d (VPMADDWD does 16 products per
+/// instruction against an FMA's 8).
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
@@ -440,8 +445,8 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
                            isa_name(i) + " (MEMSAFE_ISA=avx2 selects them)");
     return screen_mode::i16;
   }
-  if (d < paired_screen_min_d) return screen_mode::native;
-  return bf16 ? screen_mode::bf16 : i == isa::avx2 ? screen_mode::i16 : screen_mode::native;
+  if (bf16) return d >= paired_screen_min_d ? screen_mode::bf16 : screen_mode::native;
+  return i == isa::avx2 && d >= i16_screen_min_d ? screen_mode::i16 : screen_mode::native;
 }
 
 /// The plan's name of a screen (tile_plan::screen) and back.
