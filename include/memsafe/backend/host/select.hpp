@@ -279,6 +279,13 @@ inline std::int32_t i16_round(float v, double inv) {
   return static_cast<std::int32_t>(shifted - 0x1.8p52);
 }
 
+/// Two quantised features as one 32-bit pair (a in the low half, b in the high), their magnitudes
+/// added to l1.
+inline std::uint32_t i16_pair(std::int32_t a, std::int32_t b, std::int64_t& l1) {
+  l1 += (a < 0 ? -a : a) + (b < 0 ? -b : b);
+  return (static_cast<std::uint32_t>(a) & 0xffffu) | (static_cast<std::uint32_t>(b) << 16);
+}
+
 /// The int16 screen's panels from packed float panels (about the row block's centre when it is
 /// centred; the layout of pack_bf16_panels: pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16,
 /// ỹ_k = round(y_k·2^−e), 0 past d), and each point's accumulator start, the column half of the
@@ -288,24 +295,13 @@ inline void pack_i16_panels(const float* ypack, std::size_t d, std::size_t np, s
   const std::size_t dp = (d + 1) / 2;
   const double inv = std::ldexp(1.0, -e);
   for (std::size_t p = 0; p < np; ++p) {
-    std::int32_t l1[16] = {};
+    std::int64_t l1[16] = {};
     for (std::size_t q = 0; q < dp; ++q) {
       const float* lo = ypack + (p * d + 2 * q) * W;
-      const float* hi = lo + W;  // read only when 2q + 1 < d
+      const bool two = 2 * q + 1 < d;  // the feature after 2q exists (its row is lo + W)
       std::uint32_t* dst = pack2 + (p * dp + q) * W;
-      if (2 * q + 1 < d) {
-        for (std::size_t w = 0; w < W; ++w) {
-          const std::int32_t a = i16_round(lo[w], inv), b = i16_round(hi[w], inv);
-          l1[w] += (a < 0 ? -a : a) + (b < 0 ? -b : b);
-          dst[w] = (static_cast<std::uint32_t>(a) & 0xffffu) | (static_cast<std::uint32_t>(b) << 16);
-        }
-      } else {
-        for (std::size_t w = 0; w < W; ++w) {
-          const std::int32_t a = i16_round(lo[w], inv);
-          l1[w] += a < 0 ? -a : a;
-          dst[w] = static_cast<std::uint32_t>(a) & 0xffffu;
-        }
-      }
+      for (std::size_t w = 0; w < W; ++w)
+        dst[w] = i16_pair(i16_round(lo[w], inv), two ? i16_round(lo[W + w], inv) : 0, l1[w]);
     }
     for (std::size_t w = 0; w < W; ++w)
       acc0[p * W + w] = static_cast<std::int32_t>(std::ceil(0.5 * double(l1[w]) * (1.0 + 0x1p-20)));
@@ -321,8 +317,7 @@ inline double pack_i16_row(const float* x, std::size_t d, int e, bool finite, st
   for (std::size_t q = 0; q < (d + 1) / 2; ++q) {
     const std::int32_t a = finite ? i16_round(x[2 * q], inv) : 0;
     const std::int32_t b = finite && 2 * q + 1 < d ? i16_round(x[2 * q + 1], inv) : 0;
-    l1 += (a < 0 ? -a : a) + (b < 0 ? -b : b);
-    x2[q] = (static_cast<std::uint32_t>(a) & 0xffffu) | (static_cast<std::uint32_t>(b) << 16);
+    x2[q] = i16_pair(a, b, l1);
   }
   return 0.5 * double(l1) + 0.25 * double(d);
 }

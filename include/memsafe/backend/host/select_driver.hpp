@@ -221,7 +221,7 @@ struct select_worker {
     // int16: plus the row half of the quantisation margin (select.hpp) on the row's and tile's scales
     return host::screen_threshold<T, K>(
         full, full ? heap[r * k].v : T(0), rs[r], delta,
-        tile_ey ? eta + std::ldexp(row_q[r], row_e[r] + *tile_ey) * (1.0 + 0x1p-20) : eta);
+        tile_ey ? eta + double(qs[r]) * row_q[r] * (1.0 + 0x1p-20) : eta);
   }
 
   /// Offer (v, j) to row r's heap (the heap top ranks last: it is the k-th best).
