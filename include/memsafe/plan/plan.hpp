@@ -55,8 +55,9 @@ struct tile_plan {
   /// selection (chosen at run time, backend/host/isa.hpp), "portable" for the tile path; empty
   /// where no such choice is made (other jobs, the CUDA backend).
   std::string isa;
-  /// The fused selection's screening precision on the host: "fp32" or "fp64" (the value type's), or
-  /// "bf16" (AVX512-BF16 dot products, backend/host/select.hpp); empty for other jobs.
+  /// The fused selection's screening precision on the host: "fp32" or "fp64" (the value type's),
+  /// "bf16" (AVX512-BF16 dot products) or "i16" (int16 dot products on the AVX2 kernels;
+  /// backend/host/select.hpp); empty for other jobs.
   std::string screen;
   std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
 
