@@ -47,8 +47,9 @@ def row_key(r: dict) -> tuple:
     key = (r.get("suite"), r.get("bench"), r.get("impl"), r.get("data"), r.get("metric"),
            r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"), r.get("k"),
            r.get("precision"), r.get("budget_bytes"), r.get("threads"))
-    if r.get("suite") == "isa":  # one row per build and forced instruction set
-        key += (r.get("build"), r.get("isa_forced"), r.get("screen_forced"), r.get("openblas_coretype"))
+    if r.get("suite") == "isa":  # one row per machine's instruction sets, build and forced instruction set
+        key += (r.get("build"), r.get("isa_forced"), r.get("screen_forced"), r.get("openblas_coretype"),
+                r.get("host_simd"))
     if r.get("suite") == "sums":  # exp peaks per instruction set and type; matvec per variant
         key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")))
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
@@ -746,7 +747,7 @@ def section_sgpr(rows, img) -> str:
     body = []
     groups = sorted({(r.get("dataset"), r.get("m"), r.get("iters_max")) for r in sg}, key=lambda g: (g[0], g[1], g[2] or 0))
     for ds, m, it in groups:
-        per_eval = {}  # mean seconds per evaluation of each implementation's good runs
+        per_split = {}  # seconds per evaluation of each implementation's good runs, by split
         lines = []
         for impl in SGPR_IMPLS:
             rs = [r for r in sg if r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
@@ -761,7 +762,7 @@ def section_sgpr(rows, img) -> str:
                 t = sum(r["seconds_per_evaluation"] for r in good) / len(good)
                 shared = any(r.get("cpu_shared") for r in good)
                 if not shared:  # a time taken beside other work is no speed comparison
-                    per_eval[impl] = t
+                    per_split[impl] = {r.get("split"): r["seconds_per_evaluation"] for r in good}
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(t) + (" †" if shared else ""), "/".join(str(r.get("iterations")) for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
@@ -771,11 +772,14 @@ def section_sgpr(rows, img) -> str:
                 cells += [why, "—", "—", "—", "—", f"> {fbytes(peak)}" if peak else "—"]
             lines.append((impl, cells))
         for impl, cells in lines:
-            cells.append(f"{per_eval[impl] / per_eval['memsafe']:.2f}×" if impl in per_eval and "memsafe" in per_eval
-                         and impl != "memsafe" else "—")
+            # Paired by split (each split's runs are back to back on one machine; the machine under this
+            # project changes between sessions): the mean of the per-split ratios.
+            mine, base = per_split.get(impl, {}), per_split.get("memsafe", {})
+            both = [sp for sp in mine if sp in base] if impl != "memsafe" else []
+            cells.append(f"{sum(mine[sp] / base[sp] for sp in both) / len(both):.2f}×" if both else "—")
             body.append(cells)
     head = ["data set", "m", "iterations (max)", "implementation", "splits (or why none)", "test RMSE", "test NLPD",
-            "s / evaluation", "iterations", "peak RSS", "its s / memsafe's s"]
+            "s / evaluation", "iterations", "peak RSS", "its s / memsafe's s (mean over splits)"]
     s += [table(head, body), ""]
     loads = [r.get("load_1m") for r in sg if r.get("load_1m") is not None]
     if loads:
@@ -927,7 +931,21 @@ def section_isa(rows) -> str:
          "AVX2-only CPU — to compare with memsafe's AVX2 kernels as an AVX2-only machine would see them.", ""]
     if not rs:
         return "\n".join(s + [NM + ".", ""])
-    first = rs[0]
+    # One table per machine (its instruction sets): the CPU under this project changes between sessions,
+    # and an AVX2-only CPU's rows must not sit beside an AVX-512 CPU's as if from the same run.
+    groups: dict[str, list] = {}
+    for r in rs:
+        groups.setdefault(r.get("host_simd") or "unknown", []).append(r)
+    for simd in sorted(groups, key=lambda g: (-len(g), g)):
+        s += isa_machine_table(groups[simd])
+    return "\n".join(s + ["*speed vs native dispatched*: the median of the -march=native build with the "
+                          "dispatched kernels divided by this row's median (above 1: faster).", ""])
+
+
+def isa_machine_table(rs) -> list[str]:
+    """The isa suite's table and FAISS ratios for the rows of one machine (one set of instruction sets)."""
+    s = []
+    first = max(rs, key=lambda r: r.get("timestamp") or "")
     s += [f"Machine: {first.get('host_cpu') or first.get('cpu')}, {first.get('host_cores') or first.get('cores')} cores, "
           f"{first.get('host_cpu_mhz') or 0:.0f} MHz (`cpu MHz`), instruction sets: {first.get('host_simd', 'unknown')}; "
           f"results of run `{first.get('run_id')}` at git `{first.get('git_rev')}`.", ""]
@@ -978,9 +996,7 @@ def section_isa(rows) -> str:
             parts.append(f"AVX2 kernels {fa2 / avx2:.2f}× FAISS on OpenBLAS's AVX2 kernels (the AVX2-only CPU comparison)")
         if parts:
             notes.append(f"- {n:,} × {m:,}, d = {d} (medians, same rounds): " + "; ".join(parts) + ".")
-    return "\n".join(s + ["", "*speed vs native dispatched*: the median of the -march=native build with the "
-                              "dispatched kernels divided by this row's median (above 1: faster).", ""] +
-                     (notes + [""] if notes else []))
+    return s + [""] + (notes + [""] if notes else [])
 
 
 # The network the scale model assumes (stated, not measured): a 100 Gb/s link per rank, 2 µs latency.

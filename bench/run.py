@@ -73,6 +73,7 @@ def log(msg: str) -> None:
 
 def host_info() -> dict:
     info = {"host_cpu": None, "host_cpu_mhz": None, "host_cores": None, "host_mem_bytes": None}
+    family = model = None
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -82,8 +83,16 @@ def host_info() -> dict:
                     info["host_cpu"] = val.strip()
                 elif key == "cpu MHz" and info["host_cpu_mhz"] is None:
                     info["host_cpu_mhz"] = float(val)
+                elif key == "cpu family" and family is None:
+                    family = val.strip()
+                elif key == "model" and model is None:
+                    model = val.strip()
     except OSError:
         pass
+    # A virtual machine's model name can be as vague as "AMD EPYC" for several generations (Zen 3 and
+    # Zen 5 alike): the family and model numbers tell them apart.
+    if info["host_cpu"] and family is not None and model is not None:
+        info["host_cpu"] += f" (family {family}, model {model})"
     try:
         info["host_cores"] = len(os.sched_getaffinity(0))
     except AttributeError:
