@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memsafe/memsafe.hpp>
@@ -300,15 +301,28 @@ void tiny_values(std::size_t d, double scale) {
   for (std::size_t j = 0; j + 1 < m; j += 9)
     for (std::size_t k = 0; k < d; ++k) ys[(j + 1) * d + k] = ys[j * d + k];  // duplicates: ties
   auto X = memsafe::points(xs.data(), n, d), Y = memsafe::points(ys.data(), m, d);
-  const std::string tag = "tiny sqdist d=" + std::to_string(d) + " scale=" + std::to_string(scale);
-  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), 10), tag);
-  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin " + tag);
+  char sc[32];
+  std::snprintf(sc, sizeof sc, "%g", scale);
+  const std::string tag = "tiny d=" + std::to_string(d) + " scale=" + sc;
+  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), 10), "sqdist " + tag);
+  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin sqdist " + tag);
+  same_as_reference(memsafe::argkmax(memsafe::dot(X, Y), 10), "dot " + tag);  // dot_max's η
 }
 
 TEST_CASE("select: values near and below the smallest normal float are exact (subnormals flushed by the bfloat16 screen)") {
   for (std::size_t d : {std::size_t{2}, std::size_t{33}, std::size_t{64}})
     for (double s : {1e-36, 1e-39, 1e-43}) tiny_values<float>(d, s);
   tiny_values<double>(40, 1e-300);
+}
+
+TEST_CASE("select: data whose products underflow gradually (subnormal, not zero) are exact on every screen") {
+  // The products x_k·y_k and the squares land in the subnormal range, where rounding errs by up to
+  // half the smallest subnormal absolutely: beyond the relative margins, covered by η_T (select.hpp,
+  // "Underflow"). Before it, float d = 10 at scale 6.4e-24 gave results that changed with the budget
+  // on the AVX2 kernels (a fuzz case).
+  for (std::size_t d : {std::size_t{3}, std::size_t{10}, std::size_t{33}})
+    for (double s : {6.4e-24, 1e-22, 3e-21}) tiny_values<float>(d, s);
+  for (double s : {4e-163, 1e-160}) tiny_values<double>(7, s);
 }
 
 TEST_CASE("select: independent dense reference (indices of the k nearest, exact)") {

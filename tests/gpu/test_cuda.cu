@@ -155,6 +155,36 @@ TEST_CASE("d = 100 far from the origin: cuBLAS only screens, values and ranks ar
   expect_close(r.values, want, scale, "matern12 K*v at d = 100");
 }
 
+TEST_CASE("d = 100 at a tiny scale (products underflow): the screened runs equal the direct run") {
+  // Coordinates ≈ 1e-22 (float) and 1e-160 (double): products and squares are subnormal, where
+  // rounding errs absolutely, beyond the relative margin δN; the margin's η_T covers it
+  // (kernels_screen.cuh, "Underflow"). Duplicates give ties at 0.
+  const std::size_t n = 48, m = 4096, d = 100;
+  const auto run = [&](auto zero, double scale) {
+    using T = decltype(zero);
+    auto x = data(n, d, 61), y = data(m, d, 62);
+    for (std::size_t j = 0; j + 1 < m; j += 7)
+      for (std::size_t c = 0; c < d; ++c) y[(j + 1) * d + c] = y[j * d + c];
+    std::vector<T> xs(n * d), ys(m * d);
+    for (std::size_t q = 0; q < n * d; ++q) xs[q] = T(x[q] * scale);
+    for (std::size_t q = 0; q < m * d; ++q) ys[q] = T(y[q] * scale * (q % 5 == 0 ? 30.0 : 1.0));
+    dvec<T> X(xs), Y(ys);
+    const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(X.p, n, d), memsafe::points(Y.p, m, d)), 10);
+    const std::size_t direct_b = std::size_t(1) << 20;
+    const auto direct = mc::eval(e, mc::options{direct_b});
+    CHECK(direct.stats.plan.reduction.find("screen") == std::string::npos);
+    for (std::size_t b : {std::size_t(8) << 20, std::size_t(64) << 20}) {
+      INFO("scale " << scale << ", budget " << b);
+      const auto r = mc::eval(e, mc::options{b});
+      if constexpr (std::is_same_v<T, float>) CHECK(r.stats.plan.reduction.find("screen") != std::string::npos);
+      CHECK(r.indices == direct.indices);
+      CHECK(r.values == direct.values);
+    }
+  };
+  for (double s : {1e-22, 3e-21}) run(0.0f, s);
+  run(0.0, 1e-160);
+}
+
 TEST_CASE("cosine at d = 100: the TF32 screen keeps the direct run's values and ranks bit for bit") {
   // Each query i ≥ 1 has, at scattered columns, an exact duplicate, a copy scaled by 2 (cosine
   // distance 0 in exact arithmetic as well), and three copies moved by q·77/256 (q = 1, 2, 3) along

@@ -30,6 +30,14 @@
 // ≤ 1 + (d + 4)u; the products and the FMAs of ŝ and v̂ round by ≤ 6u in all (|v̂| ≤ 2). So
 // |ŝ − v̂| ≤ τ + (2d + 8)u (1 + O(du)) and δ = 2τ + 8(d + 4)u (N = 1: the margin is absolute). Not
 // clamped: a computed v̂ may be slightly below 0.
+//
+// Underflow. Those bounds are relative; a product, sum or norm rounded into the subnormal range errs
+// by up to half the smallest subnormal absolutely, and a GEMM that flushes subnormal inputs (tensor
+// cores may) by < 2⁻¹²⁶|y_k| per flushed x_k (float): for data at a tiny scale (coordinates ≈ 1e-24
+// in float) δN is below either, and an entry that beats the state could be skipped. The margin adds
+// η_T = 2⁻¹⁰⁰ (float; it covers (8d + 16)·2⁻¹⁵⁰ of gradual underflow and 2⁻¹²⁶√(dN) of flushing for
+// d < 2⁴⁸ while N < 1 — above, 2⁻¹²⁶√(dN) is far inside δN) or 2⁻¹⁰⁰⁰ (double): tiny data is
+// re-evaluated more often, never wrongly skipped (the host's screens, select.hpp, "Underflow").
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -57,6 +65,13 @@ double screen_margin(base_kind B, std::size_t d, bool tf32) {
 template <class T>
 T screen_bounds_margin(double delta) {
   return static_cast<T>(delta + 16.0 * 0.5 * double(std::numeric_limits<T>::epsilon()));
+}
+
+/// η_T of the file comment ("Underflow"): the margin's absolute term.
+template <class T>
+__host__ __device__ constexpr T screen_eta() {
+  if constexpr (sizeof(T) == 4) return T(0x1p-100);
+  else return T(0x1p-1000);
 }
 
 namespace kernels {
@@ -137,7 +152,7 @@ struct screened_leaf {
   __device__ __forceinline__ bool bounds(T s, T N, T& lo, T& hi) const {
     constexpr T inf = math::detail::inf_v<T>();
     if (!(s > -inf && s < inf) || !(N < inf)) return false;
-    const T m = delta * N;
+    const T m = delta * N + screen_eta<T>();
     lo = s - m;
     if constexpr (B == base_kind::sqeuclid) lo = lo > T(0) ? lo : T(0);
     hi = s + m;

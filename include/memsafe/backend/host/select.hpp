@@ -116,6 +116,22 @@
 //   on the halved squared distances of ≈ 100 the screen compares, far tighter than bfloat16's
 //   δ_b·N/2 ≈ 0.8. VPMADDWD does 16 products per instruction against an AVX2 FMA's 8.
 //
+// Underflow. The bounds above are relative: they hold while no operation's result is subnormal.
+// Data at a tiny scale (coordinates ≈ 1e-24 in float, whose squares underflow) breaks them: a
+// product or sum rounded into the subnormal range errs by up to half the smallest subnormal,
+// u_min = 2⁻¹⁵⁰ (float) or 2⁻¹⁰⁷⁵ (double), absolutely, whatever its size — far above δN when N is
+// itself tiny, so a lane whose exact value beats w could be screened out (seen: the results of
+// such data changed with the budget on the AVX2 kernels). Gradual underflow keeps the errors
+// additive: ŝ has d + 1 roundings (init and the chain), v̂ ≤ 2d (the differences are exact when
+// subnormal, the d squares and sums are not), thr ≤ 2d + 3 (‖x‖² and thr's own arithmetic in double:
+// double data only), so the sqdist inequality loses at most (6d + 8)u_min in 2(thr − ŝ), dot_max's
+// at most (3d + 6)u_min in thr − ŝ. Adding η_T = 2⁻¹⁰⁰ (float) or 2⁻¹⁰⁰⁰ (double) to thr covers them for d < 2⁴⁸
+// (select_eta); it matters only where N is below ≈ 2⁻⁸⁰ (float), and there it lets the lanes
+// through: tiny data costs time, never correctness. (The bfloat16 screen's η covers its flushed
+// values and this alike; the int16 screen's threshold adds its own absolute margin, ≥ 2⁻¹⁰²d, and
+// η_T too. Cosine compares unit vectors against an absolute margin δ: nothing to add. Flushing
+// to zero — a program built with -ffast-math — is not gradual underflow and is not covered.)
+//
 // Non-finite data. Lanes whose screening inputs are not finite (overflowing norms, NaN, inf) always
 // pass (their init is −inf, or the row threshold is NaN), so unusual data costs time, never
 // correctness. A row holding fewer than k values, or whose k-th value is NaN (NaN ranks last), has
@@ -149,6 +165,12 @@ inline double select_margin_bf16(std::size_t d) {
 }
 /// η, the bfloat16 screen's absolute term for values flushed to zero (the table above).
 inline constexpr double select_eta_bf16 = 0x1p-100;
+/// η_T, the FP32/FP64 screens' absolute term for gradual underflow ("Underflow" above): 2⁻¹⁰⁰ for
+/// float, 2⁻¹⁰⁰⁰ for double.
+template <class T>
+constexpr double select_eta() {
+  return sizeof(T) == 4 ? 0x1p-100 : 0x1p-1000;
+}
 
 /// float → bfloat16 bits, rounded to nearest even; results in bfloat16's subnormal range flushed
 /// to zero. (NaN and ±inf need no care: their lanes always pass, see "Non-finite data".)
@@ -394,7 +416,7 @@ T screen_threshold(bool full, T worst, const row_screen<T>& rs, double delta, do
   // Computed in double: its rounding is far below the margin δ, which is at least 40 units of T's.
   if constexpr (K == select_kind::sqdist) return round_up<T>(0.5 * (w - (1.0 - delta) * rs.xn2) + eta);
   if constexpr (K == select_kind::cosine) return std::isfinite(rs.xnorm) ? round_up<T>((w - 1.0 + delta) * rs.xnorm) : all;
-  if constexpr (K == select_kind::dot_max) return round_up<T>(-w + 0.5 * delta * rs.xn2);
+  if constexpr (K == select_kind::dot_max) return round_up<T>(-w + 0.5 * delta * rs.xn2 + eta);
   return all;
 }
 

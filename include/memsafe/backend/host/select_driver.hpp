@@ -180,7 +180,7 @@ struct select_worker {
   select_worker(const E& e_, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
                 isa i, host::screen_mode sm)
       : e(e_), k(k_), d(e_.dim()), b16(sm == host::screen_mode::bf16), q16(sm == host::screen_mode::i16),
-        delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)), eta(b16 ? host::select_eta_bf16 : 0.0),
+        delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)), eta(b16 ? host::select_eta_bf16 : host::select_eta<T>()),
         tj(tj_), m(e_.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i, sm)),
         native(q16 ? host::screen_kernels_for<T, K>(i) : host::screen_kernels<T>{}) {
     if (!kernels.group || (q16 && !native.group))
