@@ -149,7 +149,7 @@ struct select_worker {
   const E& e;
   std::size_t k, d;
   bool b16, q16;  // the bfloat16 or the int16 screen (select.hpp)
-  double delta, eta;
+  double delta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
   // int16 (select.hpp): each row's margin in units of its scales' product (pack_i16_row), its scale
@@ -180,7 +180,7 @@ struct select_worker {
   select_worker(const E& e_, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
                 isa i, host::screen_mode sm)
       : e(e_), k(k_), d(e_.dim()), b16(sm == host::screen_mode::bf16), q16(sm == host::screen_mode::i16),
-        delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)), eta(b16 ? host::select_eta_bf16 : host::select_eta<T>()),
+        delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)),
         tj(tj_), m(e_.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i, sm)),
         native(q16 ? host::screen_kernels_for<T, K>(i) : host::screen_kernels<T>{}) {
     if (!kernels.group || (q16 && !native.group))
@@ -219,6 +219,7 @@ struct select_worker {
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
     // int16: plus the row half of the quantisation margin (select.hpp) on the row's and tile's scales
+    constexpr double eta = host::select_eta<T>();
     return host::screen_threshold<T, K>(
         full, full ? heap[r * k].v : T(0), rs[r], delta,
         tile_ey ? eta + double(qs[r]) * row_q[r] * (1.0 + 0x1p-20) : eta);
