@@ -43,14 +43,26 @@ def default_data_dir(repo: str) -> str:
 
 
 def cpu_model() -> str:
+    """The CPU's model name, with its family and model numbers where /proc/cpuinfo has them: a virtual
+    machine's model name can be as vague as "AMD EPYC" for several generations (Zen 3 and Zen 5 alike)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model"):
+                    fields.setdefault(key, val.strip())
+                if not line.strip():  # the first processor's block is enough
+                    break
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or "unknown"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def cpu_count() -> int:

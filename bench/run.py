@@ -55,7 +55,7 @@ UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine ca
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 if HERE not in sys.path:
     sys.path.insert(0, HERE)  # also when bench/gpu/run_gpu.py loads this file
-from bench_common import KIB, MIB, GIB, TIB, default_data_dir, parse_bytes  # noqa: E402
+from bench_common import KIB, MIB, GIB, TIB, cpu_model, default_data_dir, parse_bytes  # noqa: E402
 
 
 def fmt_bytes(b: int) -> str:
@@ -72,27 +72,16 @@ def log(msg: str) -> None:
 # ---- machine and revision ----------------------------------------------------------------------
 
 def host_info() -> dict:
-    info = {"host_cpu": None, "host_cpu_mhz": None, "host_cores": None, "host_mem_bytes": None}
-    family = model = None
+    info = {"host_cpu": cpu_model(), "host_cpu_mhz": None, "host_cores": None, "host_mem_bytes": None}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, val = line.partition(":")
-                key = key.strip()
-                if key == "model name" and info["host_cpu"] is None:
-                    info["host_cpu"] = val.strip()
-                elif key == "cpu MHz" and info["host_cpu_mhz"] is None:
+                if key.strip() == "cpu MHz":
                     info["host_cpu_mhz"] = float(val)
-                elif key == "cpu family" and family is None:
-                    family = val.strip()
-                elif key == "model" and model is None:
-                    model = val.strip()
+                    break
     except OSError:
         pass
-    # A virtual machine's model name can be as vague as "AMD EPYC" for several generations (Zen 3 and
-    # Zen 5 alike): the family and model numbers tell them apart.
-    if info["host_cpu"] and family is not None and model is not None:
-        info["host_cpu"] += f" (family {family}, model {model})"
     try:
         info["host_cores"] = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -40,7 +40,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rss_guard import available_bytes  # noqa: E402  (MemAvailable, shared with the training peers)
+from bench_common import cpu_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -67,17 +69,6 @@ def git_rev():
                               check=True).stdout.strip()
     except Exception:
         return None
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def load_split(data_dir, name, split, max_train=0, max_test=0):

@@ -54,10 +54,8 @@ for ds in $DATASETS; do
         [[ -n $line ]] || line="{\"status\": \"no output (exit $rc)\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"
         python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cmd"]=sys.argv[2]; r["impl"]=sys.argv[3]
 r["load_1m"]=float(sys.argv[4]) if sys.argv[4] != "null" else None; r.setdefault("iters_max", int(sys.argv[5]))
-r["suite"]="sgpr_train"; import datetime
-c=dict((k.strip(), v.strip()) for k, _, v in (l.partition(":") for l in open("/proc/cpuinfo") if l.startswith(("model name", "cpu family", "model\t"))))
-r.setdefault("host_cpu", c.get("model name", "?") + " (family " + c.get("cpu family", "?") + ", model " + c.get("model", "?") + ")")
-r["timestamp"]=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+r["suite"]="sgpr_train"; import datetime; sys.path.insert(0, "bench"); from bench_common import cpu_model
+r.setdefault("host_cpu", cpu_model()); r["timestamp"]=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 r.setdefault("status", "ok" if r.get("rmse") is not None else "error"); print(json.dumps(r))' \
           "$line" "${cmd[*]}" "$impl" "$load" "$ITERS" >> "$OUT"
       done
