@@ -9,7 +9,7 @@
 #
 # OUT (default $OUT, else gpu_out/) receives at most eight files: session.log (device, toolchain,
 # build, every step's outcome and time), gpu_tests.log (each case's outcome and time, the output
-# of the failing ones), sanitizer.log, gpu_results.jsonl and benchmarks.md. Nothing needs a network: the tests are compiled by nvcc
+# of the failing ones), sanitizer.log, each gpu_<suite>.jsonl of bench/results (this run's rows last) and benchmarks.md. Nothing needs a network: the tests are compiled by nvcc
 # directly (no CMake package lookup); doctest's single header is taken from DOCTEST_DIR (default
 # .carry/doctest, prepared on a machine with doctest by
 #   mkdir -p .carry/doctest/doctest && cp /usr/include/doctest/doctest.h .carry/doctest/doctest/
@@ -19,7 +19,9 @@
 # CASE_TIMEOUT (seconds per test case), BENCH_TIMEOUT (seconds for the whole bench phase), SANITIZE_TOOLS (default memcheck racecheck synccheck initcheck),
 # PREBUILT (a folder with memsafe_gpu_tests, memsafe_bench_cuda and fma_peak_cuda built on another
 # machine for this GPU, e.g. .carry/bin: used when they start here, else everything is built here),
-# NCCL_TESTS (0: skip the NCCL tests), BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000"),
+# NCCL_TESTS (0: skip the NCCL tests), MPI_TESTS (0: skip the distributed GPU tests altogether),
+# SANITIZE_TIMEOUT (seconds per sanitizer tool, default STEP_TIMEOUT), SANITIZE_CASES_<tool> (that
+# tool's own case filter, e.g. SANITIZE_CASES_racecheck for the slowest tool), BENCH_ARGS (run_gpu.py options for the bench phase, e.g. "--impls memsafe-cuda,keops --only n=1000000"),
 # MEMSAFE_GIT_REV (the revision the results rows record, where the copy's .git is not the code's).
 #
 # Every test case runs in its own process (doctest --order-by=name --first=i --last=i), so that a
@@ -118,7 +120,9 @@ if [[ $phase == test || $phase == all ]]; then
   if [[ -n $prebuilt ]] || step build_tests build_tests; then
     step gpu_tests run_cases
     # The distributed GPU tests (two ranks sharing the GPU) where MPI is installed; NCCL's where found.
-    if command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+    if [[ ${MPI_TESTS:-1} == 0 ]]; then
+      say "MPI_TESTS=0: the distributed GPU tests are skipped"
+    elif command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
       mpi_tests() {
         local flags=($(mpicxx --showme:compile)) links=($(mpicxx --showme:link | sed 's/-Wl,/-Xlinker /g; s/-pthread//g')) rc=0
         local run=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$step_timeout" mpirun
@@ -152,11 +156,13 @@ if [[ $phase == test || $phase == all ]]; then
     cases=${SANITIZE_CASES:-*cuBLAS only screens*,*block sort*,*streamed through the budget*,*default stream*,*pending*,*handles are reused*,*symmetric_product*}
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
       extra=()
+      tool_cases=SANITIZE_CASES_$tool
+      tool_cases=${!tool_cases:-$cases}
       # The cases provoke CUDA API errors on purpose (a full GPU, an error left pending): the tests
       # check those; the sanitizer reports only what the kernels and the library do wrong.
       [[ $tool == memcheck ]] && extra=(--leak-check full --report-api-errors no)
-      step "sanitizer_$tool" bash -c "echo '== compute-sanitizer --tool $tool' >> '$out/sanitizer.log'; \
-        compute-sanitizer --tool $tool ${extra[*]} --error-exitcode 3 '$build/memsafe_gpu_tests' -tc='$cases' \
+      step_timeout=${SANITIZE_TIMEOUT:-$step_timeout} step "sanitizer_$tool" bash -c "echo '== compute-sanitizer --tool $tool -tc=$tool_cases' >> '$out/sanitizer.log'; \
+        compute-sanitizer --tool $tool ${extra[*]} --error-exitcode 3 '$build/memsafe_gpu_tests' -tc='$tool_cases' \
         >> '$out/sanitizer.log' 2>&1; rc=\$?; tail -5 '$out/sanitizer.log'; exit \$rc"
     done
   fi
@@ -166,7 +172,8 @@ if [[ $phase == bench || $phase == all ]]; then
   bin_env=()
   [[ -n $prebuilt ]] && bin_env=(BIN_DIR="$build")
   step_timeout=${BENCH_TIMEOUT:-3600} step gpu_bench env "${bin_env[@]}" BUILD_DIR=build/gpu_bench CUDA_ARCH="$arch" bash bench/gpu/run_gpu.sh ${BENCH_ARGS:-}
-  cat bench/results/gpu_*.jsonl > "$out/gpu_results.jsonl" 2>/dev/null
+  # Each suite's rows of this run (the files' last lines are this run's) in its own file, as in bench/results/.
+  for f in bench/results/gpu_*.jsonl; do cp "$f" "$out/" 2>/dev/null; done
   cp docs/benchmarks.md "$out/benchmarks.md" 2>/dev/null
 fi
 say "done: phase $phase, status $status; files in $out: $(ls "$out" | tr '\n' ' ')"
