@@ -174,6 +174,20 @@ if [[ $phase == bench || $phase == all ]]; then
   step_timeout=${BENCH_TIMEOUT:-3600} step gpu_bench env "${bin_env[@]}" BUILD_DIR=build/gpu_bench CUDA_ARCH="$arch" bash bench/gpu/run_gpu.sh ${BENCH_ARGS:-}
   # Each suite's rows of this run (the files' last lines are this run's) in its own file, as in bench/results/.
   for f in bench/results/gpu_*.jsonl; do cp "$f" "$out/" 2>/dev/null; done
+  # This run's rows in one short table (the call's output ends with it).
+  python3 - bench/results/gpu_*.jsonl <<'EOF' | tee -a "$log"
+import json, sys
+rows = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.strip()]
+last = max((r.get("run_id", "") for r in rows), default="")
+for r in rows:
+    if r.get("run_id") != last or r.get("suite") == "gpu_peak":
+        continue
+    chk = ";".join(f"{k[3:]}:{v.get('exact_sets', v.get('max_rel_diff', ''))}" for k, v in (r.get("check") or {}).items()
+                   if isinstance(v, dict))
+    t = r.get("median_s")
+    print(f"{r['bench']:6s} {r.get('metric', ''):6s} n={r['n']:<8d} d={r['d']:<3d} {r['precision']} {r['impl']:17s} "
+          f"{(f'{t * 1e3:10.3f} ms' if t else '        --   ')} {r.get('status', '')} {chk}")
+EOF
   cp docs/benchmarks.md "$out/benchmarks.md" 2>/dev/null
 fi
 say "done: phase $phase, status $status; files in $out: $(ls "$out" | tr '\n' ' ')"
