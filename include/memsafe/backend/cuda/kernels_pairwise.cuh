@@ -120,9 +120,12 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
   constexpr bool partials = tile_partial_sums<Mon>;
   constexpr bool ex2 = exp2_sum<Map, Mon, B, T>;
   constexpr int KE = (DE + 3) / 4 * 4;  // coordinates read (whole groups of four)
+  // Exact small d (DE < DB = 4): a point's last slot is padding, and its weight rides there, read
+  // with the coordinates by the same 16-byte load instead of a second shared-memory load per point.
+  constexpr bool wslot = ex2 && DE < DB;
   __shared__ __align__(16) T ys[TP * DB];
   __shared__ T yinv[TP];
-  __shared__ T wts[partials ? TP : 1];  // the tile's weights (K·v's v), for tile partial sums
+  __shared__ T wts[partials && !wslot ? TP : 1];  // the tile's weights (K·v's v), for tile partial sums
   const int t = threadIdx.x;
   const std::int64_t s = blockIdx.y;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * TJ * R;
@@ -152,9 +155,13 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     for (int idx = t; idx < TP * DB; idx += TJ) {
       const int jj = idx / DB, k = idx % DB;
       const std::int64_t j = jt + jj;
-      ys[idx] = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
+      T v = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
+      if constexpr (wslot) {
+        if (k == DB - 1) v = j < je ? mon.weight(j) : T(0);
+      }
+      ys[idx] = v;
     }
-    if constexpr (partials) {
+    if constexpr (partials && !wslot) {
       for (int q = t; q < TP; q += TJ) wts[q] = jt + q < je ? mon.weight(jt + q) : T(0);
     }
     __syncthreads();
@@ -175,12 +182,14 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
     for (int jj = 0; jj < nt; ++jj) {
       const T* y = ys + jj * DB;
       T acc[R];
+      T w = T(0);  // the point's weight (partials)
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] = T(0);
 #pragma unroll
       for (int k0 = 0; k0 < KE; k0 += 4) {
         T yv[4];
         load4(y + k0, yv);
+        if constexpr (wslot) w = yv[3];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           if (k0 + q < DE) {
@@ -189,14 +198,15 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
           }
         }
       }
+      if constexpr (partials && !wslot) w = wts[jj];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         T v = acc[r];
         if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
         if constexpr (ex2) {
-          part[r] = ::fma(exp2_approx(v * l2s), wts[jj], part[r]);
+          part[r] = ::fma(exp2_approx(v * l2s), w, part[r]);
         } else if constexpr (partials) {
-          part[r] = ::fma(map(v), wts[jj], part[r]);
+          part[r] = ::fma(map(v), w, part[r]);
         } else {
           mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
         }
