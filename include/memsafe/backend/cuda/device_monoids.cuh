@@ -156,6 +156,15 @@ concept warp_selection = requires(typename Mon::state& s) {
   { Mon::keys(s) } -> std::same_as<rank_key*>;
 };
 
+/// A weighted-sum monoid (K·v) whose tile of weights the fused kernel stages in shared memory, and
+/// whose per-pair products it sums in T over one tile (≤ 128 terms) before adding the partial to
+/// the state once: no per-pair global load, widening or double FMA (the state stays a double).
+template <class Mon>
+concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
+  m.weight(std::int64_t(0));
+  m.add_partial(s, m.weight(std::int64_t(0)));
+};
+
 /// The fused selection kernel's shape: a warp owns fsel_rows query rows, a lane fsel_cols columns
 /// of each step of 32·fsel_cols; fsel_warps warps per block share a tile of Y.
 inline constexpr int fsel_warps = 8, fsel_rows = 8, fsel_cols = 2;

@@ -69,15 +69,6 @@ __device__ __forceinline__ void store4(T* p, const T (&v)[4]) {
 
 // ---- fused map-reduce ---------------------------------------------------------------------------
 
-/// A weighted-sum monoid (K·v) whose tile of weights the fused kernel stages in shared memory, and
-/// whose per-pair products it sums in T over one tile (≤ 128 terms) before adding the partial to
-/// the state once: no per-pair global load, widening or double FMA (the state stays a double).
-template <class Mon>
-concept tile_partial_sums = requires(const Mon& m, typename Mon::state& s) {
-  m.weight(std::int64_t(0));
-  m.add_partial(s, m.weight(std::int64_t(0)));
-};
-
 /// An elementwise map of the form amplitude() · 2^(log2_scale() · base) (the RBF kernel: σ² and
 /// −log₂e/(2ℓ²)), which the fused kernel may evaluate as one hardware 2^x per entry with the
 /// amplitude applied once per tile partial (see exp2_approx).

@@ -36,6 +36,7 @@ struct job_shape {
   std::size_t rhs_cols = 0;
   kernel_path path = kernel_path::fused;
   int rows_per_block = 128;  ///< query rows per thread block of the fused path
+  int split_target = 4;      ///< thread blocks per SM the column splits aim at (fused_split_target)
   int sms = 0;  ///< from device_resources
 };
 
@@ -81,12 +82,14 @@ inline std::size_t min_layout_bytes(const job_shape& s) {
   return layout_bytes(s, 1, std::min<std::size_t>(std::max<std::size_t>(s.m, 1), 64), 1);
 }
 
-/// Column splits: enough thread blocks to fill the GPU (4 per SM), no more than the column tiles.
+/// Column splits: enough thread blocks to fill the GPU (split_target per SM on the fused path, 4 on
+/// the tile fold), no more than the column tiles.
 inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
   if (s.path != kernel_path::fused && s.path != kernel_path::tile_fold) return 1;
-  const std::size_t rows_per_block = s.path == kernel_path::fused ? std::size_t(s.rows_per_block) : 8;
+  const bool fused = s.path == kernel_path::fused;
+  const std::size_t rows_per_block = fused ? std::size_t(s.rows_per_block) : 8;
   const std::size_t groups = cdiv(std::max<std::size_t>(ti, 1), rows_per_block);
-  const std::size_t want = cdiv(std::size_t(4) * s.sms, groups);
+  const std::size_t want = cdiv(std::size_t(fused ? s.split_target : 4) * s.sms, groups);
   const std::size_t most = std::max<std::size_t>(1, cdiv(std::max<std::size_t>(tj, 1), fused_tj));
   return int(std::clamp<std::size_t>(want, 1, std::min<std::size_t>(most, 1024)));
 }
@@ -102,12 +105,16 @@ inline layout plan_layout(const job_shape& s, std::size_t budget, const std::str
   const auto tjs = chunked ? halvings(s.m, std::size_t(1) << 16, std::min<std::size_t>(s.m, 64))
                            : std::vector<std::size_t>{std::max<std::size_t>(s.m, 1)};
   // Preference order: the largest row block, then the largest column chunk, with the column splits
-  // that fill the GPU before one split; the first that fits (plan::best_fit, constant score).
+  // that fill the GPU before fewer; the first that fits (plan::best_fit, constant score).
   std::vector<layout> cands;
   for (std::size_t ti : tis)
     for (std::size_t tj : tjs) {
-      const int S = splits_for(s, ti, tj);
-      for (int sp : {S, 1}) cands.push_back({ti, tj, sp, 0});
+      // The splits that fill the GPU, then halvings of them down to one (a smaller budget keeps
+      // as many splits as fit).
+      for (int sp = splits_for(s, ti, tj);; sp = (sp + 1) / 2) {
+        cands.push_back({ti, tj, sp, 0});
+        if (sp == 1) break;
+      }
     }
   const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
   if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
@@ -176,6 +183,7 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
       using DM = std::remove_cvref_t<decltype(dm)>;
       s.state_bytes = sizeof(typename DM::state);
       s.rows_per_block = fused_rows_per_block<DM>(s.d);
+      s.split_target = fused_split_target<DM>();
     });
   }
   return s;
