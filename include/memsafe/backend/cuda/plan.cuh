@@ -215,17 +215,21 @@ constexpr int fused_rows_per_thread() {
   constexpr std::size_t sb = sizeof(typename DMon::state);
   if (sb > 64) return 1;
   if constexpr (DB <= 4 && tile_partial_sums<DMon>) {
-    // K·v in float at d ≤ 4: 8 rows per thread (measured on an H100: 8 % faster per pair than 4 at
-    // n = 10⁵, where the grid is small; with 4 the y loads and loop control are a larger share).
+    // K·v in float at d ≤ 4: 8 rows per thread (measured on an H100 at n = 10⁵: 6 % fewer
+    // instructions per pair than 4 — the y loads and loop control are shared by more rows — and
+    // 7 % faster; 95 registers instead of 48, so it wants the many splits of fused_split_target).
     if (sizeof(decltype(std::declval<const DMon&>().weight(std::int64_t(0)))) == 4) return 8;
   }
   return DB <= 4 ? 4 : DB <= 16 ? 2 : 1;
 }
 /// Thread blocks per SM that the fused path's column splits aim at. A sum's partial states are one
-/// number per row and split, so its splits are many (the last wave of equal blocks leaves about
-/// 1/waves of the GPU idle: with 2 waves' worth at most, K·v at n = 10⁶ lost 18–26 % on an H100);
-/// a selection's split keeps its own top-k list, which starts empty and admits its first entries
-/// again, so selections keep few.
+/// number per row and split, so its splits are many: short blocks, spread evenly over the SMs to
+/// the end (measured on an H100, K·v f32 d = 3 with 8 rows per thread: 128 per SM against 4 took
+/// 367 against 415 ms at n = 10⁶, where 4 per SM left 977 long blocks, 7 or 8 per SM, and 4.4
+/// against 4.8 ms at n = 10⁵).
+/// A selection's split keeps its own top-k list, which starts empty and admits its first entries
+/// again: 16 per SM ran 1.09–1.18× slower than 4 at n = 10⁶ and 2× slower at n = 10⁴ (kNN L2,
+/// m = 10⁴, k = 10), so selections keep 4.
 template <class DMon>
 constexpr int fused_split_target() {
   return warp_selection<DMon> ? 4 : 128;
