@@ -80,10 +80,14 @@ MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_PRECOMPILED_TRAITS_)
 #undef MEMSAFE_PRECOMPILED_TRAITS_
 #undef MEMSAFE_PRECOMPILED_TRAIT_
 
-/// True in a translation unit that takes the listed evaluations from memsafe::precompiled.
+/// True in a translation unit that takes the listed evaluations from memsafe::precompiled
+/// (MEMSAFE_PRECOMPILED_LINKED_, the one place the condition is written, also guards the extern
+/// declarations below).
 #if defined(MEMSAFE_PRECOMPILED) && !defined(MEMSAFE_PRECOMPILED_BUILD) && !defined(__CUDACC__)
+#define MEMSAFE_PRECOMPILED_LINKED_ 1
 inline constexpr bool precompiled_linked = true;
 #else
+#define MEMSAFE_PRECOMPILED_LINKED_ 0
 inline constexpr bool precompiled_linked = false;
 #endif
 }  // namespace memsafe
@@ -102,6 +106,6 @@ inline constexpr bool precompiled_linked = false;
   MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, float, MEMSAFE_PRECOMPILED_EXTERN_) \
   MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, double, MEMSAFE_PRECOMPILED_EXTERN_)
 
-#if defined(MEMSAFE_PRECOMPILED) && !defined(MEMSAFE_PRECOMPILED_BUILD) && !defined(__CUDACC__)
+#if MEMSAFE_PRECOMPILED_LINKED_
 MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_PRECOMPILED_DECLARE_)
 #endif

@@ -39,6 +39,14 @@ concept real = std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std:
 namespace detail {
 template <class...>
 inline constexpr bool always_false = false;
+
+/// η_T, the absolute term every screen adds to its threshold, for gradual underflow (the proof:
+/// backend/host/select.hpp, "Underflow"; the host's screens and the CUDA screen's margin in
+/// backend/cuda/kernels_screen.cuh): 2⁻¹⁰⁰ for float, 2⁻¹⁰⁰⁰ for double.
+template <class T>
+MEMSAFE_HD constexpr double screen_eta() {
+  return sizeof(T) == 4 ? 0x1p-100 : 0x1p-1000;
+}
 }  // namespace detail
 
 }  // namespace memsafe

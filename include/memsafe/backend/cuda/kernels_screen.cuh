@@ -67,13 +67,6 @@ T screen_bounds_margin(double delta) {
   return static_cast<T>(delta + 16.0 * 0.5 * double(std::numeric_limits<T>::epsilon()));
 }
 
-/// η_T of the file comment ("Underflow"): the margin's absolute term.
-template <class T>
-__host__ __device__ constexpr T screen_eta() {
-  if constexpr (sizeof(T) == 4) return T(0x1p-100);
-  else return T(0x1p-1000);
-}
-
 namespace kernels {
 
 /// The tile holds the expression's values: entry e = tile(i, j) is folded as it is.
@@ -152,7 +145,7 @@ struct screened_leaf {
   __device__ __forceinline__ bool bounds(T s, T N, T& lo, T& hi) const {
     constexpr T inf = math::detail::inf_v<T>();
     if (!(s > -inf && s < inf) || !(N < inf)) return false;
-    const T m = delta * N + screen_eta<T>();
+    const T m = delta * N + T(memsafe::detail::screen_eta<T>());
     lo = s - m;
     if constexpr (B == base_kind::sqeuclid) lo = lo > T(0) ? lo : T(0);
     hi = s + m;

@@ -126,7 +126,7 @@
 // subnormal, the d squares and sums are not), thr ≤ 2d + 3 (‖x‖² and thr's own arithmetic in double:
 // double data only), so the sqdist inequality loses at most (6d + 8)u_min in 2(thr − ŝ), dot_max's
 // at most (3d + 6)u_min in thr − ŝ. Adding η_T = 2⁻¹⁰⁰ (float) or 2⁻¹⁰⁰⁰ (double) to thr covers them for d < 2⁴⁸
-// (select_eta); it matters only where N is below ≈ 2⁻⁸⁰ (float), and there it lets the lanes
+// (detail::screen_eta); it matters only where N is below ≈ 2⁻⁸⁰ (float), and there it lets the lanes
 // through: tiny data costs time, never correctness. (The bfloat16 screen's η, the same 2⁻¹⁰⁰,
 // covers its flushed values and this alike; the int16 screen's threshold adds its own absolute margin, ≥ 2⁻¹⁰²d, and
 // η_T too. Cosine compares unit vectors against an absolute margin δ: nothing to add. Flushing
@@ -163,13 +163,9 @@ double select_margin(std::size_t d) {
 inline double select_margin_bf16(std::size_t d) {
   return (0x1p-7 + 0x1p-16) * (1.0 + 0x1p-10) + 9.0 * double(d + 4) * 0x1p-24;
 }
-/// η_T, every screen's absolute term: gradual underflow ("Underflow" above) and, for the bfloat16
-/// screen (float only), its values flushed to zero (the table above) — 2⁻¹⁰⁰ for float, 2⁻¹⁰⁰⁰
-/// for double.
-template <class T>
-constexpr double select_eta() {
-  return sizeof(T) == 4 ? 0x1p-100 : 0x1p-1000;
-}
+// η_T, every screen's absolute term (gradual underflow, "Underflow" above, and for the bfloat16
+// screen, float only, its values flushed to zero, the table above), is detail::screen_eta<T>()
+// (core/config.hpp), shared with the CUDA screen.
 
 /// float → bfloat16 bits, rounded to nearest even; results in bfloat16's subnormal range flushed
 /// to zero. (NaN and ±inf need no care: their lanes always pass, see "Non-finite data".)
@@ -404,7 +400,7 @@ row_screen<T> screen_row(const T* x, std::size_t d, T xinv) {
 
 /// The screening threshold of a row whose current k-th best exact value is `worst`
 /// (`full` false: fewer than k values held → accept everything: the threshold is NaN), for the
-/// screen's margin δ (select_margin, or select_margin_bf16) and absolute term η (select_eta, plus
+/// screen's margin δ (select_margin, or select_margin_bf16) and absolute term η (detail::screen_eta, plus
 /// the int16 screen's row margin).
 template <class T, select_kind K>
 T screen_threshold(bool full, T worst, const row_screen<T>& rs, double delta, double eta) {

@@ -219,7 +219,7 @@ struct select_worker {
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
     // int16: plus the row half of the quantisation margin (select.hpp) on the row's and tile's scales
-    constexpr double eta = host::select_eta<T>();
+    constexpr double eta = memsafe::detail::screen_eta<T>();
     return host::screen_threshold<T, K>(
         full, full ? heap[r * k].v : T(0), rs[r], delta,
         tile_ey ? eta + double(qs[r]) * row_q[r] * (1.0 + 0x1p-20) : eta);
