@@ -1,0 +1,103 @@
+// The CUDA backend's planner without a GPU: plan_for with given device resources lowers and plans
+// only — it allocates nothing, launches nothing and asks the CUDA runtime nothing — so these cases
+// run wherever nvcc builds them, CI included (label cuda, not gpu). They pin the fused path's column
+// splits (rows_plan.cuh, splits_for and plan_layout; plan.cuh, fused_split_target and
+// fused_rows_per_thread) to the numbers docs/budget.md states, at full and reduced budgets.
+#include <doctest/doctest.h>
+
+#include <memsafe/cuda.cuh>
+
+#include <cstddef>
+#include <vector>
+
+namespace mc = memsafe::cuda;
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t(1) << 20;
+const mc::device_resources h100{132, std::size_t(80) << 30};  // an H100's SM count; no device asked
+
+/// One allocation as the byte model rounds it.
+std::size_t rounded(std::size_t b) { return (b + 255) / 256 * 256; }
+/// A fused K·v's planned bytes for ti rows and S splits with host outputs: ti·S double partial
+/// states, and the outputs staged twice (device and pinned).
+template <class T>
+std::size_t kv_bytes(std::size_t ti, std::size_t S) {
+  return rounded(ti * S * sizeof(double)) + 2 * rounded(ti * sizeof(T));
+}
+
+}  // namespace
+
+TEST_SUITE("cuda_plan") {
+TEST_CASE("K*v in float at d = 3: 1024-row blocks and splits for 128 blocks per SM, halved to fit a smaller budget") {
+  // Host vectors stand for device inputs (plan_for assumes them there and reads nothing).
+  const std::size_t n = 1000000, d = 3;
+  const std::vector<float> xs(n * d), vs(n);
+  const float* x = xs.data();
+  const float* v = vs.data();
+  const auto kv = memsafe::rbf(memsafe::points(x, n, d), memsafe::points(x, n, d), 1.0) * memsafe::vec(v, n);
+  // 8 query rows per thread × 128 threads: 977 row groups; 128 × 132 blocks wanted: 18 splits.
+  const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
+  CHECK(p.tile_rows == n);
+  CHECK(p.threads == 18);
+  CHECK(p.split_columns);
+  CHECK(p.planned_bytes == kv_bytes<float>(n, 18));
+  CHECK(p.planned_bytes <= p.budget);
+  // Smaller budgets halve the splits (18, 9, 5, 3, 2, 1) before they take a smaller row block:
+  // 64 MiB holds 5 splits (46 MiB; 9 need 76), 24 MiB 2 (23 MiB), 16 MiB 1 (15 MiB), 8 MiB none
+  // of all rows.
+  const std::size_t budgets[] = {64 * MiB, 24 * MiB, 16 * MiB};
+  const std::size_t splits[] = {5, 2, 1};
+  for (int c = 0; c < 3; ++c) {
+    CAPTURE(budgets[c]);
+    const auto q = mc::plan_for(kv, mc::options{budgets[c]}, h100);
+    CHECK(q.tile_rows == n);
+    CHECK(q.threads == splits[c]);
+    CHECK(q.planned_bytes == kv_bytes<float>(n, splits[c]));
+    CHECK(q.planned_bytes <= budgets[c]);
+  }
+  const auto r = mc::plan_for(kv, mc::options{8 * MiB}, h100);
+  CHECK(r.tile_rows < n);
+  CHECK(r.planned_bytes <= 8 * MiB);
+  // One SM: 977 groups already fill it.
+  const auto one = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, mc::device_resources{1, std::size_t(1) << 30});
+  CHECK(one.threads == 1);
+  CHECK(one.min_bytes == p.min_bytes);
+}
+
+TEST_CASE("K*v in double keeps 512-row blocks; a selection keeps 4 blocks per SM") {
+  const std::size_t n = 1000000, m = 10000, d = 3;
+  const std::vector<double> xds(n * d), vds(n);
+  const double* xd = xds.data();
+  const double* vd = vds.data();
+  const auto kv = memsafe::rbf(memsafe::points(xd, n, d), memsafe::points(xd, n, d), 1.0) * memsafe::vec(vd, n);
+  // 4 rows per thread for double: 1954 groups, cdiv(128 × 132, 1954) = 9 splits.
+  const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
+  CHECK(p.threads == 9);
+  CHECK(p.planned_bytes == kv_bytes<double>(n, 9));
+  // kNN: m = 10^4 query rows in blocks of 64 (157 groups), 4 × 132 blocks wanted: 4 splits.
+  const std::vector<float> qs(m * d), ys(n * d);
+  const float* q = qs.data();
+  const float* y = ys.data();
+  const auto knn = memsafe::argkmin(memsafe::sqdist(memsafe::points(q, m, d), memsafe::points(y, n, d)), 10);
+  const auto s = mc::plan_for(knn, mc::options{std::size_t(1) << 30}, h100);
+  CHECK(s.tile_rows == m);
+  CHECK(s.threads == 4);
+  CHECK(s.planned_bytes <= s.budget);
+}
+
+TEST_CASE("too small a budget names the minimum, with one split and the smallest blocks") {
+  const std::size_t n = 1000000, d = 3;
+  const std::vector<float> xs(n * d), vs(n);
+  const float* x = xs.data();
+  const float* v = vs.data();
+  const auto kv = memsafe::rbf(memsafe::points(x, n, d), memsafe::points(x, n, d), 1.0) * memsafe::vec(v, n);
+  const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
+  CHECK(p.min_bytes > 0);
+  CHECK(p.min_bytes < 4096);
+  CHECK_THROWS_AS(mc::plan_for(kv, mc::options{p.min_bytes - 1}, h100), memsafe::budget_error);
+  const auto at_min = mc::plan_for(kv, mc::options{p.min_bytes}, h100);
+  CHECK(at_min.threads == 1);
+  CHECK(at_min.planned_bytes <= p.min_bytes);
+}
+}
