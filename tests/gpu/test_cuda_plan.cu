@@ -26,16 +26,25 @@ std::size_t kv_bytes(std::size_t ti, std::size_t S) {
   return rounded(ti * S * sizeof(double)) + 2 * rounded(ti * sizeof(T));
 }
 
+/// K(X, X)·v with the RBF kernel, n = 10⁶ points in d = 3, in T. Host vectors stand for device
+/// inputs (plan_for assumes them there and reads nothing).
+template <class T>
+struct kv_case {
+  static constexpr std::size_t n = 1000000, d = 3;
+  std::vector<T> x = std::vector<T>(n * d), v = std::vector<T>(n);
+  auto expr() const {
+    const auto X = memsafe::points(x.data(), n, d);
+    return memsafe::rbf(X, X, 1.0) * memsafe::vec(v.data(), n);
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("cuda_plan") {
 TEST_CASE("K*v in float at d = 3: 1024-row blocks and splits for 128 blocks per SM, halved to fit a smaller budget") {
-  // Host vectors stand for device inputs (plan_for assumes them there and reads nothing).
-  const std::size_t n = 1000000, d = 3;
-  const std::vector<float> xs(n * d), vs(n);
-  const float* x = xs.data();
-  const float* v = vs.data();
-  const auto kv = memsafe::rbf(memsafe::points(x, n, d), memsafe::points(x, n, d), 1.0) * memsafe::vec(v, n);
+  const kv_case<float> c;
+  const std::size_t n = c.n;
+  const auto kv = c.expr();
   // 8 query rows per thread × 128 threads: 977 row groups; 128 × 132 blocks wanted: 18 splits.
   const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
   CHECK(p.tile_rows == n);
@@ -48,13 +57,13 @@ TEST_CASE("K*v in float at d = 3: 1024-row blocks and splits for 128 blocks per 
   // of all rows.
   const std::size_t budgets[] = {64 * MiB, 24 * MiB, 16 * MiB};
   const std::size_t splits[] = {5, 2, 1};
-  for (int c = 0; c < 3; ++c) {
-    CAPTURE(budgets[c]);
-    const auto q = mc::plan_for(kv, mc::options{budgets[c]}, h100);
+  for (int b = 0; b < 3; ++b) {
+    CAPTURE(budgets[b]);
+    const auto q = mc::plan_for(kv, mc::options{budgets[b]}, h100);
     CHECK(q.tile_rows == n);
-    CHECK(q.threads == splits[c]);
-    CHECK(q.planned_bytes == kv_bytes<float>(n, splits[c]));
-    CHECK(q.planned_bytes <= budgets[c]);
+    CHECK(q.threads == splits[b]);
+    CHECK(q.planned_bytes == kv_bytes<float>(n, splits[b]));
+    CHECK(q.planned_bytes <= budgets[b]);
   }
   const auto r = mc::plan_for(kv, mc::options{8 * MiB}, h100);
   CHECK(r.tile_rows < n);
@@ -67,10 +76,8 @@ TEST_CASE("K*v in float at d = 3: 1024-row blocks and splits for 128 blocks per 
 
 TEST_CASE("K*v in double keeps 512-row blocks; a selection keeps 4 blocks per SM") {
   const std::size_t n = 1000000, m = 10000, d = 3;
-  const std::vector<double> xds(n * d), vds(n);
-  const double* xd = xds.data();
-  const double* vd = vds.data();
-  const auto kv = memsafe::rbf(memsafe::points(xd, n, d), memsafe::points(xd, n, d), 1.0) * memsafe::vec(vd, n);
+  const kv_case<double> c;
+  const auto kv = c.expr();
   // 4 rows per thread for double: 1954 groups, cdiv(128 × 132, 1954) = 9 splits.
   const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
   CHECK(p.threads == 9);
@@ -87,11 +94,8 @@ TEST_CASE("K*v in double keeps 512-row blocks; a selection keeps 4 blocks per SM
 }
 
 TEST_CASE("too small a budget names the minimum, with one split and the smallest blocks") {
-  const std::size_t n = 1000000, d = 3;
-  const std::vector<float> xs(n * d), vs(n);
-  const float* x = xs.data();
-  const float* v = vs.data();
-  const auto kv = memsafe::rbf(memsafe::points(x, n, d), memsafe::points(x, n, d), 1.0) * memsafe::vec(v, n);
+  const kv_case<float> c;
+  const auto kv = c.expr();
   const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
   CHECK(p.min_bytes > 0);
   CHECK(p.min_bytes < 4096);
