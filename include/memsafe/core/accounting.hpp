@@ -4,7 +4,6 @@
 // pass the limit throws instead of allocating) and records the peak, which each evaluation
 // reports as `stats.peak_temp_bytes`.
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <new>
 #include <string>
@@ -12,6 +11,7 @@
 
 #include "budget.hpp"
 #include "error.hpp"
+#include "threads.hpp"
 
 namespace memsafe::detail {
 
@@ -24,7 +24,7 @@ class accountant {
   /// Count `bytes` against the limit without allocating (for memory another allocator hands out,
   /// e.g. device or pinned memory). Throws budget_error if the limit would be passed.
   void reserve(std::size_t bytes) {
-    std::size_t cur = current_.load(std::memory_order_relaxed);
+    std::size_t cur = current_.load();
     std::size_t next;
     do {
       if (bytes > limit_ || cur > limit_ - bytes)
@@ -32,14 +32,14 @@ class accountant {
                                " bytes: " + std::to_string(cur) + " in use, limit " + format_bytes(limit_),
                            limit_, cur + bytes);
       next = cur + bytes;
-    } while (!current_.compare_exchange_weak(cur, next, std::memory_order_relaxed));
-    std::size_t pk = peak_.load(std::memory_order_relaxed);
-    while (next > pk && !peak_.compare_exchange_weak(pk, next, std::memory_order_relaxed)) {
+    } while (!current_.compare_exchange_weak(cur, next));
+    std::size_t pk = peak_.load();
+    while (next > pk && !peak_.compare_exchange_weak(pk, next)) {
     }
-    count_.fetch_add(1, std::memory_order_relaxed);
+    count_.fetch_add(1);
   }
   /// Return bytes counted by reserve().
-  void release(std::size_t bytes) noexcept { current_.fetch_sub(bytes, std::memory_order_relaxed); }
+  void release(std::size_t bytes) noexcept { current_.fetch_sub(bytes); }
 
   /// Allocate `bytes` (64-byte aligned). Throws budget_error if the limit would be passed.
   void* allocate(std::size_t bytes) {
@@ -67,7 +67,7 @@ class accountant {
 
  private:
   std::size_t limit_;
-  std::atomic<std::size_t> current_{0}, peak_{0}, count_{0};
+  relaxed_counter<std::size_t> current_{0}, peak_{0}, count_{0};
 };
 
 /// An owning, accounted buffer of `n` objects of trivially-copyable type T (uninitialised).

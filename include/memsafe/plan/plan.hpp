@@ -20,7 +20,6 @@
 #include <optional>
 #include <string_view>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "../core/budget.hpp"
 #include "../core/config.hpp"
 #include "../core/env.hpp"
+#include "../core/threads.hpp"
 #include "../core/error.hpp"
 
 #if defined(__linux__)
@@ -96,20 +96,9 @@ struct tile_plan {
 
 namespace plan {
 
-/// Cores this process may run on: its CPU affinity mask where the platform has one (Linux),
-/// else std::thread::hardware_concurrency(); at least 1.
-inline std::size_t available_cores() {
-#if defined(__linux__) && defined(CPU_COUNT)
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    const int c = CPU_COUNT(&set);
-    if (c > 0) return static_cast<std::size_t>(c);
-  }
-#endif
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc ? hc : 1;
-}
+/// Cores this process may run on (core/threads.hpp): its CPU affinity mask where the platform has
+/// one (Linux), else the processors online; at least 1.
+using detail::available_cores;
 
 /// A positive decimal integer (surrounding spaces allowed); nullopt for anything else, including
 /// values that do not fit in 64 bits.

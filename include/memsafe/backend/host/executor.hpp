@@ -5,20 +5,16 @@
 // when row blocks are fewer than threads, the threads split each row block's columns and their
 // partial accumulators are merged (the monoid protocol makes that exact for min/argmin/top-k).
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <memory>
-#include <mutex>
 #include <new>
-#include <system_error>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "../../core/accounting.hpp"
+#include "../../core/threads.hpp"
 #include "../../plan/plan.hpp"
 #include "monoids.hpp"
 #include "tile.hpp"
@@ -38,39 +34,58 @@ inline std::size_t serpentine_thread(std::size_t b, std::size_t P) {
 
 /// Run `body(ctx, t)` for every t in [0, n): t = 0 on the caller, the others on new threads;
 /// rethrow the first exception once every started thread has been joined. When the system refuses
-/// a thread (std::system_error from std::thread, e.g. no address space left for its stack) the
-/// bodies it would have run run on the caller instead, after its own: the work is done with fewer
-/// threads, never lost, and no thread is left unjoined. One instance, whatever the callers: the
-/// thread machinery is compiled once per translation unit (docs/design.md, "Compile time"); a
-/// template on nothing only so that translation units that never run it do not compile it.
+/// a thread (e.g. no address space left for its stack) the bodies it would have run run on the
+/// caller instead, after its own: the work is done with fewer threads, never lost, and no thread is
+/// left unjoined. POSIX threads (core/threads.hpp), not std::thread: <thread> alone costs ≈ 0.25 s
+/// of parsing per translation unit. One instance, whatever the callers: the thread machinery is
+/// compiled once per translation unit (docs/design.md, "Compile time"); a template on nothing only
+/// so that translation units that never run it do not compile it.
 template <class = void>
 void parallel_for(std::size_t n, void* ctx, void (*body)(void*, std::size_t)) {
   if (n <= 1) {
     body(ctx, std::size_t{0});
     return;
   }
-  std::exception_ptr err;
-  std::mutex mu;
-  auto guarded = [&](std::size_t t) {
-    try {
-      body(ctx, t);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!err) err = std::current_exception();
+  struct shared {
+    void* ctx;
+    void (*body)(void*, std::size_t);
+    std::exception_ptr err;
+    bool failed = false;
+    void run(std::size_t t) noexcept {
+      try {
+        body(ctx, t);
+      } catch (...) {
+        if (claim_first(failed)) err = std::current_exception();
+      }
     }
+  } st{ctx, body, {}};
+  struct task {
+    shared* st;
+    std::size_t t;
   };
-  std::vector<std::thread> pool;
+  std::vector<task> tasks;
+  std::vector<os_thread> pool;
   std::size_t started = 1;  // bodies [1, started) run on their own threads
   try {
+    tasks.reserve(n - 1);  // never reallocated below: each thread holds a pointer to its task
     pool.reserve(n - 1);
-    for (; started < n; ++started) pool.emplace_back(guarded, started);
-  } catch (const std::system_error&) {
-  } catch (const std::bad_alloc&) {
+    for (; started < n; ++started) {
+      tasks.push_back({&st, started});
+      os_thread th;
+      if (!th.start([](void* p) -> void* {
+            const task& tk = *static_cast<const task*>(p);
+            tk.st->run(tk.t);
+            return nullptr;
+          }, &tasks.back()))
+        break;
+      pool.push_back(th);
+    }
+  } catch (const std::bad_alloc&) {  // the reservations: run the rest here
   }
-  guarded(0);
-  for (std::size_t t = started; t < n; ++t) guarded(t);
+  st.run(0);
+  for (std::size_t t = started; t < n; ++t) st.run(t);
   for (auto& th : pool) th.join();
-  if (err) std::rethrow_exception(err);
+  if (st.err) std::rethrow_exception(st.err);
 }
 
 /// Run `body(t)` for every t in [0, n) as parallel_for does.
@@ -99,6 +114,7 @@ class worker_array {
   worker_array& operator=(const worker_array&) = delete;
   ~worker_array() {
     while (size_ > 0) data()[--size_].~Wk();
+    delete[] mem_;
   }
   /// Build the next one from `make()`'s result (in place: guaranteed copy elision).
   template <class Make>
@@ -112,10 +128,10 @@ class worker_array {
 
  private:
   Wk* data() {
-    const auto a = reinterpret_cast<std::uintptr_t>(mem_.get());
+    const auto a = reinterpret_cast<std::uintptr_t>(mem_);
     return reinterpret_cast<Wk*>((a + alignof(Wk) - 1) / alignof(Wk) * alignof(Wk));
   }
-  std::unique_ptr<unsigned char[]> mem_;
+  unsigned char* mem_;  // owned (no <memory>: see parallel_for)
   std::size_t cap_, size_ = 0;
 };
 
@@ -135,7 +151,7 @@ template <class = void>  // one instance, compiled only where used (see parallel
 void run_row_schedule(std::size_t n, const tile_plan& p, const row_steps& s) {
   const std::size_t ti = p.tile_rows, P = p.threads, nrb = p.row_blocks, ncb = p.col_blocks;
   if (!p.split_columns) {
-    std::atomic<std::size_t> next{0};
+    relaxed_counter<std::size_t> next{0};
     parallel(P, [&](std::size_t t) {
       for (std::size_t rb; (rb = next.fetch_add(1)) < nrb;) {
         const std::size_t i0 = rb * ti, ni = std::min(ti, n - i0);
@@ -318,7 +334,7 @@ void run_product(const EA& a, const EB& b, typename EA::value_type* C, std::size
     if (p.symmetric) mirror_blocks(C, ldc, P, Q, tp, tq);
   };
   if (!p.split_columns) {
-    std::atomic<std::size_t> next{0};
+    relaxed_counter<std::size_t> next{0};
     parallel(nthreads, [&](std::size_t t) {
       for (std::size_t blk; (blk = next.fetch_add(1)) < nb;) {
         std::size_t p0, np, q0, nq;
