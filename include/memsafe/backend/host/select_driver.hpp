@@ -353,7 +353,7 @@ struct select_worker {
           if (e_lo + ey >= -100 && e_hi + ey <= 100) {
             tile_ey = ey;
             host::pack_i16_panels(yq, d, np, W, ey, pack2, acc0);
-            for (std::size_t r = 0; r < ni; ++r) qs[r] = std::ldexp(1.0f, row_e[r] + ey);
+            for (std::size_t r = 0; r < ni; ++r) qs[r] = host::pow2f(row_e[r] + ey);  // |e| ≤ 100 (above)
           }
           if (tile_ey != was)  // the row half of the int16 margin moved with the tile's scale
             for (std::size_t r = 0; r < ni; ++r) thr[r] = threshold(r);
