@@ -34,7 +34,8 @@ UNLIMITED = TIB
 
 def row_key(r: dict) -> tuple:
     if r.get("bench") == "compile":
-        return ("compile", r.get("tu"), r.get("compiler")) + ((r["flags"],) if r.get("flags") else ())
+        # one row per machine too: the CPU under this project changes between sessions
+        return ("compile", r.get("tu"), r.get("compiler"), r.get("host_cpu")) + ((r["flags"],) if r.get("flags") else ())
     if r.get("suite") == "attention":  # one row per implementation, T, mask and mode
         return ("attention", r.get("impl"), r.get("B"), r.get("H"), r.get("T"), r.get("d"), r.get("causal"),
                 r.get("mode"), r.get("threads"))
@@ -1106,15 +1107,28 @@ def section_compile(rows) -> str:
          "the load column is the 1-minute load average when the row was written.", ""]
     if not cr:
         return "\n".join(s + [NM + ".", ""])
-    body = [[r.get("tu"), r.get("compiler") + (f" {r['flags']}" if r.get("flags") else ""),
-             status_cell(r, fsec(r.get("min_s"))) if "error" not in r else "compile failed",
-             fsec(r.get("median_s")) if "error" not in r else "—",
-             fsec(r.get("cpu_min_s")) if r.get("cpu_min_s") is not None else "—",
-             fsec(r.get("cpu_median_s")) if r.get("cpu_median_s") is not None else "—",
-             f"{r['load_1m']:.2f}" if r.get("load_1m") is not None else "—", str(r.get("runs", "—"))]
-            for r in sorted(cr, key=lambda r: (r.get("compiler") or "", r.get("flags") or "", r.get("tu") or ""))]
-    return "\n".join(s + [table(["translation unit", "compiler", "wall min", "wall median", "CPU min", "CPU median",
-                                  "load", "runs"], body), ""])
+    # One table per machine, the latest machine first: only rows of one machine compare.
+    for cpu, rs in compile_machines(cr):
+        first = max(rs, key=lambda r: r.get("timestamp") or "")
+        s += [f"Machine: {cpu}; latest run `{first.get('run_id')}` at git `{first.get('git_rev')}`.", ""]
+        body = [[r.get("tu"), r.get("compiler") + (f" {r['flags']}" if r.get("flags") else ""),
+                 status_cell(r, fsec(r.get("min_s"))) if "error" not in r else "compile failed",
+                 fsec(r.get("median_s")) if "error" not in r else "—",
+                 fsec(r.get("cpu_min_s")) if r.get("cpu_min_s") is not None else "—",
+                 fsec(r.get("cpu_median_s")) if r.get("cpu_median_s") is not None else "—",
+                 f"{r['load_1m']:.2f}" if r.get("load_1m") is not None else "—", str(r.get("runs", "—"))]
+                for r in sorted(rs, key=lambda r: (r.get("compiler") or "", r.get("flags") or "", r.get("tu") or ""))]
+        s += [table(["translation unit", "compiler", "wall min", "wall median", "CPU min", "CPU median", "load", "runs"],
+                    body), ""]
+    return "\n".join(s)
+
+
+def compile_machines(cr) -> list:
+    """The compile rows grouped by machine (host_cpu), the machine of the latest row first."""
+    groups: dict[str, list] = {}
+    for r in cr:
+        groups.setdefault(r.get("host_cpu") or r.get("cpu") or "unknown", []).append(r)
+    return sorted(groups.items(), key=lambda g: max(r.get("timestamp") or "" for r in g[1]), reverse=True)
 
 
 # ---- goals -------------------------------------------------------------------------------------
@@ -1202,10 +1216,11 @@ def goals(rows, peak_gflops) -> str:
             ("typical.cpp", "-O2 -DMEMSAFE_PRECOMPILED=1",
              "one kNN + one matvec (typical.cpp), g++ -O2, with memsafe::precompiled", 2.0),
             ("include_only.cpp", "-O2", "include only (include_only.cpp), g++ -O2", 0.8)):
-        c = next((r for r in rows if r.get("bench") == "compile" and r.get("tu") == "bench/compile_time/" + tu
+        latest = compile_machines([r for r in rows if r.get("bench") == "compile"])  # the latest machine's rows
+        c = next((r for r in (latest[0][1] if latest else []) if r.get("tu") == "bench/compile_time/" + tu
                   and r.get("compiler") == "g++" and r.get("flags") == flags and "error" not in r), None)
         v = c.get("cpu_median_s") if c else None
-        out.append([f"compile time, {name}", f"≤ {target:g} s", f"{v:.2f} CPU-s" if v is not None else NM,
+        out.append([f"compile time, {name}", f"≤ {target:g} s", f"{v:.2f} CPU-s on {latest[0][0]}" if v is not None else NM,
                     verdict(v, target, higher=False)])
 
     checked = bad = unknown = 0
