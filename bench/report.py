@@ -1211,6 +1211,7 @@ def goals(rows, peak_gflops) -> str:
             out.append([name, "≤ 1.05×", NM, NM])
 
     # Compile time (issue 15): g++ -O2 CPU seconds (median) of bench/compile_time/*.cpp.
+    machines = compile_machines([r for r in rows if r.get("bench") == "compile"])
     for tu, flags, name, target in (
             ("typical.cpp", "-O2", "one kNN + one matvec (typical.cpp), g++ -O2, header-only", 2.0),
             ("typical.cpp", "-O2 -DMEMSAFE_PRECOMPILED=1",
@@ -1219,7 +1220,7 @@ def goals(rows, peak_gflops) -> str:
         # The verdict from the latest machine's row; the other machines' values beside it (the CPU under
         # this project changes between sessions: only one machine's rows compare with each other).
         vals = []
-        for cpu, rs in compile_machines([r for r in rows if r.get("bench") == "compile"]):
+        for cpu, rs in machines:
             c = next((r for r in rs if r.get("tu") == "bench/compile_time/" + tu and r.get("compiler") == "g++"
                       and r.get("flags") == flags and "error" not in r and r.get("cpu_median_s") is not None), None)
             if c:

@@ -30,10 +30,6 @@
 #include "../core/threads.hpp"
 #include "../core/error.hpp"
 
-#if defined(__linux__)
-#include <sched.h>
-#endif
-
 namespace memsafe {
 
 /// A tiling decision. Printable with describe().
