@@ -9,6 +9,7 @@
 // both for float sqdist; the other formulas and double keep the FP32 screen.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -371,3 +372,91 @@ TEST_CASE("select: too small a budget names the minimum before any work") {
   CHECK_THROWS_AS((void)memsafe::eval(e, memsafe::options{mn - 1, 1}), memsafe::budget_error);
   CHECK(memsafe::eval(e, memsafe::options{mn, 1}).stats.peak_temp_bytes <= mn);
 }
+
+#if defined(MEMSAFE_SIMD_DISPATCH)
+namespace {
+// The scalar definitions tile_prep.inc's comments give, written out as references.
+double max_abs_finite_ref(const float* v, std::size_t n) {
+  double m = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::isfinite(v[i])) m = std::max(m, double(std::fabs(v[i])));
+  return m;
+}
+std::int32_t i16_round_ref(float v, int e) {
+  return std::isfinite(v) ? static_cast<std::int32_t>(std::nearbyint(std::ldexp(double(v), -e))) : 0;
+}
+}  // namespace
+
+TEST_CASE("select: the column tiles' vector preparation equals its scalar definition") {
+  if (!(host::cpu_isas() & host::isa_bit(host::isa::avx2))) {
+    MESSAGE("skipped: this CPU has no AVX2 (tile_prep.inc runs only beside the AVX2/AVX-512 kernels)");
+    return;
+  }
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(state >> 33);
+  };
+  auto normal = [&] { return float((double(next()) / 2147483648.0 - 1.0) * 3.0); };
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), -0.0f, std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::denorm_min(), 1e-39f};
+  for (std::size_t d : {1u, 2u, 3u, 7u, 16u, 33u, 100u}) {
+    const std::size_t np = 3, P = 16, n = np * P * d;
+    for (int variant = 0; variant < 3; ++variant) {
+      CAPTURE(d);
+      CAPTURE(variant);
+      std::vector<float> y(n);
+      for (auto& v : y) v = normal();
+      if (variant == 1)  // non-finite and extreme values sprinkled in
+        for (std::size_t i = 0; i < n; i += 7) y[i] = specials[(i / 7) % (sizeof specials / sizeof *specials)];
+      if (variant == 2)  // a tiny scale: the int16 scale's exponent far below zero
+        for (auto& v : y) v *= 1e-30f;
+      // the largest finite |value|, also over every length (the vector loop's tails)
+      for (std::size_t len : {n, n - 1, std::size_t(13), std::size_t(8), std::size_t(1), std::size_t(0)})
+        CHECK(host::avx2::max_abs_finite(y.data(), len) == max_abs_finite_ref(y.data(), len));
+      // squared norms: the same sum in double, up to the rounding of fused multiply-adds
+      std::vector<double> sq(np * P);
+      host::avx2::panel_sqnorms(y.data(), d, np, sq.data());
+      for (std::size_t j = 0; j < np * P; ++j) {
+        double r = 0;
+        for (std::size_t k = 0; k < d; ++k) r += double(y[(j / P) * d * P + k * P + j % P]) * y[(j / P) * d * P + k * P + j % P];
+        if (std::isnan(r)) CHECK(std::isnan(sq[j]));
+        else if (std::isinf(r)) CHECK(sq[j] == r);
+        else CHECK(sq[j] == doctest::Approx(r).epsilon(1e-14));
+      }
+      // the int16 panels and accumulator starts, bit for bit
+      const double mx = max_abs_finite_ref(y.data(), n);
+      const int e = host::i16_exponent(mx, host::i16_qmax(d));
+      const std::size_t dp = (d + 1) / 2;
+      std::vector<std::uint32_t> pack2(np * dp * P);
+      std::vector<std::int32_t> acc0(np * P);
+      host::avx2::pack_i16_panels(y.data(), d, np, e, pack2.data(), acc0.data());
+      bool same = true;
+      for (std::size_t p = 0; p < np; ++p)
+        for (std::size_t w = 0; w < P; ++w) {
+          std::int64_t l1 = 0;
+          for (std::size_t q = 0; q < dp; ++q) {
+            const std::int32_t a = i16_round_ref(y[(p * d + 2 * q) * P + w], e);
+            const std::int32_t b = 2 * q + 1 < d ? i16_round_ref(y[(p * d + 2 * q + 1) * P + w], e) : 0;
+            CHECK(std::abs(a) <= host::i16_qmax(d));
+            l1 += std::abs(a) + std::abs(b);
+            const std::uint32_t want = (std::uint32_t(a) & 0xffffu) | (std::uint32_t(b) << 16);
+            same = same && pack2[(p * dp + q) * P + w] == want;
+          }
+          same = same && acc0[p * P + w] == std::int32_t(std::ceil(0.5 * double(l1) * (1.0 + 0x1p-20)));
+        }
+      CHECK(same);
+    }
+    // double panels (8 points each): the same squared norms
+    std::vector<double> yd(np * 8 * d), sq(np * 8);
+    for (auto& v : yd) v = normal();
+    host::avx2::panel_sqnorms(yd.data(), d, np, sq.data());
+    for (std::size_t j = 0; j < np * 8; ++j) {
+      double r = 0;
+      for (std::size_t k = 0; k < d; ++k) r += yd[(j / 8) * d * 8 + k * 8 + j % 8] * yd[(j / 8) * d * 8 + k * 8 + j % 8];
+      CHECK(sq[j] == doctest::Approx(r).epsilon(1e-14));
+    }
+  }
+}
+#endif

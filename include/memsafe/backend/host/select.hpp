@@ -98,7 +98,7 @@
 //   y_k = 2^e_y(ỹ_k + ε'_k), |ε|, |ε'| ≤ ½. With s = 2^(e_x+e_y) (a normal float: the tile takes T's
 //   own screen when some row's e_x + e_y leaves [−100, 100]),
 //     |x·y − sΣx̃_kỹ_k| ≤ s(½Σ|x̃_k| + ½Σ|ỹ_k| + d/4) = E_x + E_y,  E_x = s(½Σ|x̃_k| + d/4), E_y = ½sΣ|ỹ_k|.
-//   The kernel starts a lane's int32 sum at A = ⌈½Σ|ỹ_k|(1 + 2⁻²⁰)⌉ (pack_i16_panels) and adds the
+//   The kernel starts a lane's int32 sum at A = ⌈½Σ|ỹ_k|(1 + 2⁻²⁰)⌉ (pack_i16_panels, tile_prep.inc) and adds the
 //   products with VPMADDWD/VPADDD — exactly: every partial sum is at most A + d·q² < 2³¹ — then
 //   ŝ = fl(init − s·fl(Q + A)) (one conversion, one FMA; init the FP32 screen's offset), and the row's
 //   threshold is thr' = thr + E_x(1 + 2⁻²⁰) rounded up (select_worker::threshold). So
@@ -263,7 +263,7 @@ inline void pack_bf16_row(const float* xc, std::size_t d, std::uint32_t* x2) {
 
 /// The int16 screen's largest quantised magnitude at d features: d·(q + 1)² ≤ 2³¹ − 1, so that no
 /// partial sum of the products, from a start of at most ½d·q(1 + 2⁻²⁰) + 1 (the column's margin,
-/// pack_i16_panels), leaves int32; a pair's sum 2q² ≤ 2³¹ − 1 too (q ≤ 32766, never −32768).
+/// pack_i16_panels in tile_prep.inc), leaves int32; a pair's sum 2q² ≤ 2³¹ − 1 too (q ≤ 32766, never −32768).
 inline std::int32_t i16_qmax(std::size_t d) {
   const double q = std::floor(std::sqrt(2147483647.0 / double(d > 0 ? d : 1))) - 1.0;
   return static_cast<std::int32_t>(q < 32766.0 ? q : 32766.0);
@@ -276,24 +276,6 @@ inline int i16_exponent(double maxabs, std::int32_t qmax) {
   int e = std::ilogb(maxabs) - std::ilogb(double(qmax)) - 2;
   while (std::ldexp(double(qmax), e) < maxabs) ++e;
   return e;
-}
-
-/// The largest finite |v| of n floats (0 when there is none). On the bit patterns: for floats
-/// of one sign they order as the values do, |v|'s is v's without the sign bit, and the finite
-/// ones are those below +inf's — an integer max that vectorises (a float max with a finiteness
-/// test did not: it ran once per column tile, ≈ 3 % of a d = 100 kNN on AVX2).
-inline double max_abs_finite(const float* v, std::size_t n) {
-  std::uint32_t m = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, v + i, sizeof u);
-    u &= 0x7fffffffu;
-    u = u < 0x7f800000u ? u : 0u;
-    m = m > u ? m : u;
-  }
-  float f;
-  std::memcpy(&f, &m, sizeof f);
-  return double(f);
 }
 
 /// 2^e as a float, for e in the normal range [−126, 127] (std::ldexp is a libm call: ≈ 5 % of a
@@ -322,38 +304,6 @@ inline std::uint32_t i16_pair(std::int32_t a, std::int32_t b, std::int64_t& l1) 
   return (static_cast<std::uint32_t>(a) & 0xffffu) | (static_cast<std::uint32_t>(b) << 16);
 }
 
-/// The int16 screen's panels from packed float panels (about the row block's centre when it is
-/// centred; the layout of pack_bf16_panels: pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16,
-/// ỹ_k = round(y_k·2^−e), 0 past d), and each point's accumulator start, the column half of the
-/// margin in integer units: acc0[j] = ⌈½Σ_k|ỹ_k|·(1 + 2⁻²⁰)⌉ (select.hpp's int16 proof). W ≤ 16.
-inline void pack_i16_panels(const float* ypack, std::size_t d, std::size_t np, std::size_t W, int e,
-                            std::uint32_t* pack2, std::int32_t* acc0) {
-  const std::size_t dp = (d + 1) / 2;
-  const double inv = std::ldexp(1.0, -e);
-  // Lane by lane in separate loops, the roundings before the pairing (each vectorises; one loop
-  // rounding and pairing a lane at a time did not, ≈ 6 % of a d = 100 kNN on AVX2).
-  auto panel = [&](auto Wc, std::size_t p) {
-    constexpr std::size_t WW = decltype(Wc)::value;
-    const std::size_t Wn = WW ? WW : W;
-    std::int64_t l1[16] = {};
-    for (std::size_t q = 0; q < dp; ++q) {
-      const float* lo = ypack + (p * d + 2 * q) * Wn;
-      std::int32_t a[16], b[16] = {};
-      for (std::size_t w = 0; w < Wn; ++w) a[w] = i16_round(lo[w], inv);
-      if (2 * q + 1 < d)  // the feature after 2q exists (its row is lo + W)
-        for (std::size_t w = 0; w < Wn; ++w) b[w] = i16_round(lo[Wn + w], inv);
-      std::uint32_t* dst = pack2 + (p * dp + q) * Wn;
-      for (std::size_t w = 0; w < Wn; ++w) dst[w] = i16_pair(a[w], b[w], l1[w]);
-    }
-    for (std::size_t w = 0; w < Wn; ++w)
-      acc0[p * Wn + w] = static_cast<std::int32_t>(std::ceil(0.5 * double(l1[w]) * (1.0 + 0x1p-20)));
-  };
-  for (std::size_t p = 0; p < np; ++p) {
-    if (W == 16) panel(std::integral_constant<std::size_t, 16>{}, p);  // float panels: 64 bytes
-    else panel(std::integral_constant<std::size_t, 0>{}, p);
-  }
-}
-
 /// A query row for the int16 screen (the row less the block's centre when it is centred): the
 /// pairs of round(x_k·2^−e) (zeros for a row with a non-finite value: its threshold passes
 /// everything). Returns the row half of its margin in units of the scales' product: ½Σ_k|x̃_k| + d/4.
@@ -376,44 +326,31 @@ T round_up(double v) {
   return t;
 }
 
-/// Screening offsets for the `np` packed panels of a column tile (np·W values, `nj` real points);
-/// point j's packed coordinates are at pack[(j/W)·d·W + k·W + j%W]. Padding lanes get +inf (they
-/// never pass; callers check j < nj regardless). Returns whether every point is finite with a
-/// representable squared norm (the tile is "clean": no NaN can arise in its screening values).
+/// Screening offsets for the `np` packed panels of a column tile (np·W values, `nj` real points)
+/// from their squared norms sq (np·W, in double: panel_sqnorms, tile_prep.inc). Padding lanes get
+/// +inf (they never pass; callers check j < nj regardless). Returns whether every point is finite
+/// with a representable squared norm (the tile is "clean": no NaN can arise in its screening values).
 template <class T, select_kind K>
-bool screening_init(const T* pack, std::size_t d, std::size_t nj, std::size_t np, std::size_t W, T* init,
-                    double delta) {
+bool screening_init(const double* sq, std::size_t nj, std::size_t np, std::size_t W, T* init, double delta) {
   const double big = double(std::numeric_limits<T>::max()) / 4;
   bool clean = true;
-  for (std::size_t p = 0; p < np; ++p)
-    for (std::size_t w0 = 0; w0 < W; w0 += 16) {  // W ≤ 16 (one 64-byte panel): one pass
-      const std::size_t nw = W - w0 < 16 ? W - w0 : 16;
-      // ‖y‖² of the panel's lanes side by side (each lane's sum in the order k = 0, 1, …, as one
-      // lane at a time summed it; this form vectorises, that one ran once per column tile at the
-      // latency of a scalar add: ≈ 2 % of a d = 100 kNN on AVX2).
-      double sq[16] = {};
-      const T* yp = pack + p * d * W + w0;
-      for (std::size_t k = 0; k < d; ++k)
-        for (std::size_t w = 0; w < nw; ++w) sq[w] += double(yp[k * W + w]) * double(yp[k * W + w]);
-      for (std::size_t w = 0; w < nw; ++w) {
-        const std::size_t j = p * W + w0 + w;
-        T& o = init[j];
-        if (j >= nj) {
-          o = std::numeric_limits<T>::infinity();
-          continue;
-        }
-        const double s = sq[w];
-        const bool fin = std::isfinite(s) && s < big;
-        clean = clean && fin;
-        if constexpr (K == select_kind::l1 || K == select_kind::cosine) {
-          o = T(0);
-        } else {
-          // Not representable (or NaN/inf data): screen nothing out for this point.
-          o = fin ? static_cast<T>(K == select_kind::sqdist ? 0.5 * (1.0 - delta) * s : -0.5 * delta * s)
-                  : -std::numeric_limits<T>::infinity();
-        }
-      }
+  for (std::size_t j = 0; j < np * W; ++j) {
+    T& o = init[j];
+    if (j >= nj) {
+      o = std::numeric_limits<T>::infinity();
+      continue;
     }
+    const double s = sq[j];
+    const bool fin = std::isfinite(s) && s < big;
+    clean = clean && fin;
+    if constexpr (K == select_kind::l1 || K == select_kind::cosine) {
+      o = T(0);
+    } else {
+      // Not representable (or NaN/inf data): screen nothing out for this point.
+      o = fin ? static_cast<T>(K == select_kind::sqdist ? 0.5 * (1.0 - delta) * s : -0.5 * delta * s)
+              : -std::numeric_limits<T>::infinity();
+    }
+  }
   return clean;
 }
 
@@ -496,13 +433,19 @@ struct screen_args {
 };
 
 /// One instruction set's screening kernels for (T, K): `rows` rows at a time (`group`) or one
-/// (`single`). Null pointers: no kernels.
+/// (`single`), and the column tiles' preparation in vectors (tile_prep.inc): the panels' squared
+/// norms, and for float the largest finite |value| and the int16 screen's panels. Null pointers:
+/// no kernels.
 template <class T>
 struct screen_kernels {
   using fn = void (*)(const screen_args<T>&);
   int rows = 0;
   fn group = nullptr;
   fn single = nullptr;
+  void (*sqnorms)(const T* pack, std::size_t d, std::size_t np, double* sq) = nullptr;
+  double (*max_abs)(const float* v, std::size_t n) = nullptr;
+  void (*pack_i16)(const float* ypack, std::size_t d, std::size_t np, int e, std::uint32_t* pack2,
+                   std::int32_t* acc0) = nullptr;
 };
 
 }  // namespace memsafe::host

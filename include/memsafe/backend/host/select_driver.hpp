@@ -137,7 +137,8 @@ struct select_worker {
     using host::align64;
     const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
     const std::size_t centre = align64(d * sizeof(T)) + align64(d * 8);
-    return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + (cos ? align64(np * W * sizeof(T)) : 0) +
+    return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + align64(np * W * sizeof(double)) +
+           (cos ? align64(np * W * sizeof(T)) : 0) +
            align64(ti * d * sizeof(T)) + align64(ti * sizeof(T)) * 2 + align64(ti * sizeof(host::row_screen<T>)) +
            align64(ti * k * sizeof(ranked<T>)) + align64(ti * sizeof(std::size_t)) + align64(k * sizeof(ranked<T>)) +
            (sq ? align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + centre : 0) +
@@ -151,6 +152,7 @@ struct select_worker {
   bool b16, q16;  // the bfloat16 or the int16 screen (select.hpp)
   double delta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
+  double* sqn;  // the column tile's squared norms (screening_init's input)
   std::uint32_t *pack2 = nullptr, *xs2 = nullptr;
   // int16 (select.hpp): each row's margin in units of its scales' product (pack_i16_row), its scale
   // exponent, its scales' product with the current tile (qs), the tile's accumulator starts, and
@@ -190,6 +192,7 @@ struct select_worker {
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
     init = carve<T>(cur, np * W);
+    sqn = carve<double>(cur, np * W);
     if constexpr (cos) yinv = carve<T>(cur, np * W);
     xs = carve<T>(cur, ti * d);
     xinv = carve<T>(cur, ti);
@@ -276,7 +279,7 @@ struct select_worker {
           const std::int32_t qmax = host::i16_qmax(d);
           e_lo = std::numeric_limits<int>::max(), e_hi = std::numeric_limits<int>::min();
           for (std::size_t r = 0; r < ni; ++r) {
-            const double mx = rs[r].finite ? host::max_abs_finite(sx + r * d, d) : 0.0;
+            const double mx = rs[r].finite ? kernels.max_abs(sx + r * d, d) : 0.0;
             row_e[r] = mx > 0 ? host::i16_exponent(mx, qmax) : std::numeric_limits<int>::min();
             if (mx > 0) e_lo = std::min(e_lo, row_e[r]), e_hi = std::max(e_hi, row_e[r]);
           }
@@ -341,18 +344,19 @@ struct select_worker {
         if (b16) host::pack_bf16_panels(cpack, d, np, W, pack2);  // about the row block's centre
       // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
       // the exact values (hit) always read pack.
-      const bool clean = host::screening_init<T, K>(centred ? cpack : pack, d, nj, np, W, init, delta);
+      kernels.sqnorms(centred ? cpack : pack, d, np, sqn);
+      const bool clean = host::screening_init<T, K>(sqn, nj, np, W, init, delta);
       // int16: the tile's scale 2^ey, and the screen on int16 pairs where every row's scales'
       // product 2^(e + ey) is a normal float far from overflow (else T's own screen for this tile).
       if constexpr (std::is_same_v<T, float>)
         if (q16) {
           const T* yq = centred ? cpack : pack;
-          const int ey = host::i16_exponent(host::max_abs_finite(yq, np * W * d), host::i16_qmax(d));
+          const int ey = host::i16_exponent(kernels.max_abs(yq, np * W * d), host::i16_qmax(d));
           const std::optional<int> was = tile_ey;
           tile_ey.reset();
           if (e_lo + ey >= -100 && e_hi + ey <= 100) {
             tile_ey = ey;
-            host::pack_i16_panels(yq, d, np, W, ey, pack2, acc0);
+            kernels.pack_i16(yq, d, np, ey, pack2, acc0);
             for (std::size_t r = 0; r < ni; ++r) qs[r] = host::pow2f(row_e[r] + ey);  // |e| ≤ 100 (above)
           }
           if (tile_ey != was)  // the row half of the int16 margin moved with the tile's scale

@@ -44,6 +44,8 @@ typedef std::int64_t i64x4 __attribute__((vector_size(32)));
 typedef std::int32_t i32x16 __attribute__((vector_size(64)));
 typedef std::int64_t i64x8 __attribute__((vector_size(64)));
 typedef short i16x16 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef std::int32_t i32x4 __attribute__((vector_size(16)));
 }  // namespace memsafe::host::vec
 
 // ---- AVX-512F: 16 floats / 8 doubles, one register per 64-byte panel ------------------------------
@@ -198,6 +200,7 @@ struct simd<double> : simd_ops<double, vec::f64x4, vec::i64x4> {
 
 #include "screen_kernel.inc"
 #include "sum_kernel.inc"
+#include "tile_prep.inc"
 
 }  // namespace memsafe::host::avx2
 #if defined(__clang__)
@@ -210,8 +213,23 @@ struct simd<double> : simd_ops<double, vec::f64x4, vec::i64x4> {
 
 namespace memsafe::host {
 
+#if defined(MEMSAFE_SIMD_DISPATCH)
+/// The column tiles' preparation (tile_prep.inc: AVX2 code, for the AVX-512 kernels too) for
+/// kernels `s`, when there are any.
+template <class T>
+void with_tile_prep(screen_kernels<T>& s) {
+  if (!s.group) return;
+  s.sqnorms = &avx2::panel_sqnorms<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    s.max_abs = &avx2::max_abs_finite;
+    s.pack_i16 = &avx2::pack_i16_panels;
+  }
+}
+#endif
+
 /// The screening kernels of (T, K) for instruction set `i` and screen mode `m` (none for portable,
-/// or where the translation unit has no SIMD kernels, or the mode does not run there). The paired
+/// or where the translation unit has no SIMD kernels, or the mode does not run there), with the
+/// column tiles' preparation (with_tile_prep). The paired
 /// modes are float sqdist's only: bf16 on AVX-512, i16 on AVX2 (select_driver.hpp's choice).
 template <class T, select_kind K>
 screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] screen_mode m = screen_mode::native) {
@@ -228,14 +246,17 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] sc
         s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
              &avx2::screen_rows<T, K, 1>};
     }
+    with_tile_prep(s);
     return s;
   }
   if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
                              &avx512::screen_rows<T, K, 1>};
   else if (i == isa::avx2) s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};
+  with_tile_prep(s);
 #endif
   return s;
 }
+
 
 
 /// The fused kernel-sum kernels of formula F (then `Op`, void for none) over T, mode M and C
