@@ -920,7 +920,9 @@ def overhead_workloads(ov):
 def section_isa(rows) -> str:
     rs = [r for r in rows if r.get("suite") == "isa"]
     s = ["## Instruction sets: default-flags build, -march=native, forced kernels", "",
-         "`python3 bench/run.py isa` — kNN L2, f32, k = 10, 64 MiB budget, random N(0,1) data: `memsafe_bench` "
+         "`python3 bench/run.py isa` — kNN L2, f32, k = 10, 64 MiB budget, random N(0,1) data, and the fused "
+         "RBF K·v (f32, d = 3, n = 10⁵; no portable or peer row: its sums equal the tile path's to tolerance, not "
+         "bit for bit): `memsafe_bench` "
          "built with `-O3 -march=native` (*native*) and `memsafe_bench_default` built as a consumer builds it, "
          "plain `-O2` without `-march` (*default*); each with the fused kernels chosen at run time (*dispatched*) "
          "and with every instruction set this CPU runs forced by `MEMSAFE_ISA` (*portable* is the tile path); at "
@@ -952,10 +954,16 @@ def isa_machine_table(rs) -> list[str]:
           f"results of run `{first.get('run_id')}` at git `{first.get('git_rev')}`.", ""]
     body = []
     order = {None: 0, "portable": 1, "avx2": 2, "avx512": 3}
-    for n, m, d in sorted({(r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) for r in rs},
-                          key=lambda w: (w[0], w[1], -w[2])):
-        mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
-                (n, m, d)]
+
+    def work(r):
+        return (r.get("bench"), r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"))
+
+    def label(w):
+        bench, n, m, d = w
+        return f"K·v RBF f32, n = {n:,}, d = {d}" if bench == "matvec" else f"{n:,} × {m:,}, d = {d}"
+
+    for w in sorted({work(r) for r in rs}, key=lambda w: (w[0] != "knn", w[1], w[2], -w[3])):
+        mine = [r for r in rs if work(r) == w]
         base = next((r for r in mine if r.get("build") == "native" and r.get("isa_forced") is None
                      and not r.get("screen_forced") and r.get("impl") == "memsafe"), None)
         base_t = base.get("median_s") if ok(base) else None
@@ -968,18 +976,21 @@ def isa_machine_table(rs) -> list[str]:
             ran = ("FAISS IndexFlatL2" + (f", OPENBLAS_CORETYPE={r['openblas_coretype']}" if r.get("openblas_coretype")
                                           else ", OpenBLAS dispatched") if faiss else
                    (r.get("isa") or "—") + (f", {r['screen']} screen" if r.get("screen") else ""))
-            body.append([f"{n:,} × {m:,}, d = {d}", "FAISS" if faiss else r.get("build"),
+            rate = (f"{sig(r['pairs_per_s'])} pairs/s" if r.get("bench") == "matvec" and r.get("pairs_per_s")
+                    else fqps(r.get("qps_median")))
+            body.append([label(w), "FAISS" if faiss else r.get("build"),
                          "—" if faiss else r.get("isa_forced") or "dispatched",
                          r.get("screen_forced") or "—", ran,
                          status_cell(r, fsec(t)), status_cell(r, fsec(r.get("min_s"))),
-                         status_cell(r, fqps(r.get("qps_median"))), ratio_cell(base_t, t) if t else "—",
+                         status_cell(r, rate), ratio_cell(base_t, t) if t else "—",
                          "—" if check is None else ("yes" if check else "**no**")])
-    s.append(table(["n × m", "build", "MEMSAFE_ISA", "MEMSAFE_SCREEN", "ran", "median", "min", "queries/s",
+    s.append(table(["workload", "build", "MEMSAFE_ISA", "MEMSAFE_SCREEN", "ran", "median", "min", "queries/s (K·v: pairs/s)",
                     "speed vs native dispatched", "same indices as portable"], body))
     notes = []
-    for n, m, d in sorted({(r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) for r in rs}):
+    for n, m, d in sorted({(r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"))
+                           for r in rs if r.get("bench") == "knn"}):
         mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
-                (n, m, d) and ok(r)]
+                (n, m, d) and r.get("bench") == "knn" and ok(r)]
         pick = lambda pred: next((r["median_s"] for r in mine if pred(r) and r.get("median_s")), None)  # noqa: E731
         nat = lambda r: r.get("impl") == "memsafe" and r.get("build") == "native" and not r.get("screen_forced")  # noqa: E731
         disp = pick(lambda r: nat(r) and r.get("isa_forced") is None)
@@ -1209,6 +1220,52 @@ def goals(rows, peak_gflops) -> str:
             out.append([name, "≤ 1.05×", f"{r:.3f}×{same_run(a, b)}", verdict(r, 1.05, higher=False)])
         else:
             out.append([name, "≤ 1.05×", NM, NM])
+
+    # Instruction sets (issue 15): each machine's latest isa run (the CPU under this project changes
+    # between sessions; only one run's rows compare), the verdict from the newest machine's.
+    runs: dict[tuple, list] = {}
+    for r in rows:
+        if r.get("suite") == "isa" and ok(r) and r.get("median_s"):
+            runs.setdefault((r.get("host_cpu") or r.get("cpu"), r.get("host_simd")), []).append(r)
+    latest = []
+    for (cpu, simd), rs in runs.items():
+        rid = max(r.get("run_id") or "" for r in rs)
+        latest.append((rid, f"{cpu} [{simd}]", "avx512f" in (simd or ""), [r for r in rs if r.get("run_id") == rid]))
+    latest.sort(reverse=True)
+
+    def isa_t(rs, bench, d, build="native", isa=None, impl="memsafe"):
+        return next((r["median_s"] for r in rs if r.get("bench") == bench and r.get("d") == d and
+                     r.get("impl") == impl and (impl != "memsafe" or (r.get("build") == build and
+                     r.get("isa_forced") == isa and not r.get("screen_forced"))) and
+                     (impl == "memsafe" or r.get("openblas_coretype") != "Haswell")), None)
+
+    def isa_goal(name, target, ratio):
+        vals = [(v, mach) for _, mach, _, rs in latest if (v := ratio(rs)) is not None]
+        cell = "; ".join(f"{v:.2f}× on {mach}" for v, mach in vals) if vals else NM
+        out.append([name, f"≥ {target:g}×", cell, verdict(vals[0][0] if vals else None, target)])
+
+    for bench, d, name in (("knn", 100, "kNN L2 n=10⁶ m=1000 d=100"), ("knn", 3, "kNN L2 n=10⁶ m=1000 d=3"),
+                           ("matvec", 3, "K·v RBF f32 n=10⁵ d=3")):
+        def default_vs_native(rs, bench=bench, d=d):
+            a, b = isa_t(rs, bench, d), isa_t(rs, bench, d, "default")
+            return a / b if a and b else None
+        isa_goal(f"default-flags build (-O2) vs -march=native, kernels dispatched, {name} (speed, medians)", 0.9,
+                 default_vs_native)
+    with512 = [x for x in latest if x[2]]
+    vals = []
+    for _, mach, _, rs in with512:
+        a, b = isa_t(rs, "knn", 100, isa="avx512"), isa_t(rs, "knn", 100, isa="avx2")
+        if a and b:
+            vals.append((a / b, mach))
+    out.append(["AVX2 kernels vs AVX-512 kernels on one AVX-512 CPU, kNN L2 n=10⁶ m=1000 d=100 (queries/s)", "≥ 50%",
+                "; ".join(f"{v * 100:.0f}% on {mach}" for v, mach in vals) if vals else f"{NM} (no AVX-512 CPU's run)",
+                verdict(vals[0][0] if vals else None, 0.5)])
+
+    def avx2_vs_faiss(rs):
+        a, f = isa_t(rs, "knn", 100, isa="avx2"), isa_t(rs, "knn", 100, impl="faiss")
+        return f / a if a and f else None
+    isa_goal("AVX2 kernels vs FAISS (OpenBLAS's own choice), kNN L2 n=10⁶ m=1000 d=100 (time ratio)", 2.0,
+             avx2_vs_faiss)
 
     # Compile time (issue 15): g++ -O2 CPU seconds (median) of bench/compile_time/*.cpp.
     machines = compile_machines([r for r in rows if r.get("bench") == "compile"])

@@ -731,7 +731,8 @@ def cpu_flags() -> set[str]:
 
 
 def suite_isa(R: Runner) -> None:
-    """kNN L2, f32, k = 10, 64 MiB budget, n = 10^6, m = 1000, d = 100 and 3: memsafe_bench built with
+    """kNN L2, f32, k = 10, 64 MiB budget, n = 10^6, m = 1000, d = 100 and 3 (and the fused RBF K·v, f32, d = 3,
+    n = 10^5, dispatched and forced, no peer): memsafe_bench built with
     -march=native (--bin) against memsafe_bench_default (--bin-default: plain -O2, no -march, as a
     consumer builds it), each with the kernels chosen at run time and with every instruction set this
     CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512), and at d = 100 the native build with each
@@ -758,18 +759,23 @@ def suite_isa(R: Runner) -> None:
     if {"avx2", "fma", "avx512f"} <= flags:
         forced.append("avx512")
     n, m = (20000, 200) if a.quick else (10**6, 1000)
-    for d in (100, 3):
+    matvec = {"bench": "matvec", "impl": "memsafe", "n": 5000 if a.quick else 10**5, "d": 3, "precision": "f32",
+              "lengthscale": 1, "budget": "64MiB", "reps": 1}
+    for d in (100, 3, "matvec"):
         w = {"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10,
              "precision": "f32", "budget": "64MiB", "reps": 1}
         # (build, binary, MEMSAFE_ISA, MEMSAFE_SCREEN, impl, OPENBLAS_CORETYPE)
         variants = [(b, path, isa, None, "memsafe", None) for isa in [None] + forced for b, path in bins]
-        if d >= 32 and "avx512f" in flags:
+        if d == "matvec":  # the fused kernel sum (RBF K·v, f32, d = 3): each build dispatched and forced, no peer
+            w = matvec
+            variants = [v for v in variants if v[2] != "portable"]
+        elif d >= 32 and "avx512f" in flags:
             variants.append(("native", a.bin, None, "fp32", "memsafe", None))
             if "avx512_bf16" in flags:
                 variants.append(("native", a.bin, None, "bf16", "memsafe", None))
-        if d >= 32 and "avx2" in forced:  # the AVX2 kernels' FP32 screen beside their default int16 one
+        if d != "matvec" and d >= 32 and "avx2" in forced:  # the AVX2 kernels' FP32 screen beside their int16 one
             variants.append(("native", a.bin, "avx2", "fp32", "memsafe", None))
-        if R.wants("faiss"):
+        if d != "matvec" and R.wants("faiss"):
             variants.append(("native", a.bin, None, None, "faiss", R.blas_coretype or ""))
             if "avx512f" in flags and "avx2" in forced:
                 variants.append(("native", a.bin, None, None, "faiss", "Haswell"))
@@ -803,8 +809,11 @@ def suite_isa(R: Runner) -> None:
             t = sorted(agg["times_s"])
             if t:
                 med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
-                agg.update({"min_s": t[0], "median_s": med, "reps": len(t), "qps_median": agg["m"] / med,
-                            "pairs_per_s": agg["n"] * agg["m"] / med})
+                agg.update({"min_s": t[0], "median_s": med, "reps": len(t)})
+                if agg.get("bench") == "matvec":  # n × n pairs, no queries
+                    agg["pairs_per_s"] = agg["n"] * agg["n"] / med
+                else:
+                    agg.update({"qps_median": agg["m"] / med, "pairs_per_s": agg["n"] * agg["m"] / med})
             agg.pop("_dump", None)
             agg["host_simd"] = simd
             out.append(agg)
