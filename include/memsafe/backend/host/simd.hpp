@@ -258,7 +258,6 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] sc
 }
 
 
-
 /// The fused kernel-sum kernels of formula F (then `Op`, void for none) over T, mode M and C
 /// (1: one right-hand column, 0: a.c columns, 2: one column, symmetric) for instruction set `i` (none for portable, or where
 /// the translation unit has no SIMD kernels).
