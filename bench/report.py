@@ -987,10 +987,9 @@ def isa_machine_table(rs) -> list[str]:
     s.append(table(["workload", "build", "MEMSAFE_ISA", "MEMSAFE_SCREEN", "ran", "median", "min", "queries/s (K·v: pairs/s)",
                     "speed vs native dispatched", "same indices as portable"], body))
     notes = []
-    for n, m, d in sorted({(r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d"))
-                           for r in rs if r.get("bench") == "knn"}):
-        mine = [r for r in rs if (r.get("n_requested", r.get("n")), r.get("m_requested", r.get("m")), r.get("d")) ==
-                (n, m, d) and r.get("bench") == "knn" and ok(r)]
+    for w in sorted({work(r) for r in rs if r.get("bench") == "knn"}):
+        _, n, m, d = w
+        mine = [r for r in rs if work(r) == w and ok(r)]
         pick = lambda pred: next((r["median_s"] for r in mine if pred(r) and r.get("median_s")), None)  # noqa: E731
         nat = lambda r: r.get("impl") == "memsafe" and r.get("build") == "native" and not r.get("screen_forced")  # noqa: E731
         disp = pick(lambda r: nat(r) and r.get("isa_forced") is None)
@@ -1230,7 +1229,7 @@ def goals(rows, peak_gflops) -> str:
     latest = []
     for (cpu, simd), rs in runs.items():
         rid = max(r.get("run_id") or "" for r in rs)
-        latest.append((rid, f"{cpu} [{simd}]", "avx512f" in (simd or ""), [r for r in rs if r.get("run_id") == rid]))
+        latest.append((rid, f"{cpu} [{simd}]", [r for r in rs if r.get("run_id") == rid]))
     latest.sort(reverse=True)
 
     def isa_t(rs, bench, d, build="native", isa=None, impl="memsafe"):
@@ -1239,10 +1238,13 @@ def goals(rows, peak_gflops) -> str:
                      r.get("isa_forced") == isa and not r.get("screen_forced"))) and
                      (impl == "memsafe" or r.get("openblas_coretype") != "Haswell")), None)
 
-    def isa_goal(name, target, ratio):
-        vals = [(v, mach) for _, mach, _, rs in latest if (v := ratio(rs)) is not None]
-        cell = "; ".join(f"{v:.2f}× on {mach}" for v, mach in vals) if vals else NM
-        out.append([name, f"≥ {target:g}×", cell, verdict(vals[0][0] if vals else None, target)])
+    def isa_goal(name, target, ratio, percent=False, none=NM):
+        """One goal row from ratio(rows of a machine's latest run), None where that run cannot give it."""
+        vals = [(v, mach) for _, mach, rs in latest if (v := ratio(rs)) is not None]
+        show = (lambda v: f"{v * 100:.0f}%") if percent else (lambda v: f"{v:.2f}×")  # noqa: E731
+        cell = "; ".join(f"{show(v)} on {mach}" for v, mach in vals) if vals else none
+        out.append([name, f"≥ {show(target)}" if percent else f"≥ {target:g}×", cell,
+                    verdict(vals[0][0] if vals else None, target)])
 
     for bench, d, name in (("knn", 100, "kNN L2 n=10⁶ m=1000 d=100"), ("knn", 3, "kNN L2 n=10⁶ m=1000 d=3"),
                            ("matvec", 3, "K·v RBF f32 n=10⁵ d=3")):
@@ -1251,15 +1253,11 @@ def goals(rows, peak_gflops) -> str:
             return a / b if a and b else None
         isa_goal(f"default-flags build (-O2) vs -march=native, kernels dispatched, {name} (speed, medians)", 0.9,
                  default_vs_native)
-    with512 = [x for x in latest if x[2]]
-    vals = []
-    for _, mach, _, rs in with512:
+    def avx2_vs_avx512(rs):  # None on a CPU without AVX-512: no forced avx512 row
         a, b = isa_t(rs, "knn", 100, isa="avx512"), isa_t(rs, "knn", 100, isa="avx2")
-        if a and b:
-            vals.append((a / b, mach))
-    out.append(["AVX2 kernels vs AVX-512 kernels on one AVX-512 CPU, kNN L2 n=10⁶ m=1000 d=100 (queries/s)", "≥ 50%",
-                "; ".join(f"{v * 100:.0f}% on {mach}" for v, mach in vals) if vals else f"{NM} (no AVX-512 CPU's run)",
-                verdict(vals[0][0] if vals else None, 0.5)])
+        return a / b if a and b else None
+    isa_goal("AVX2 kernels vs AVX-512 kernels on one AVX-512 CPU, kNN L2 n=10⁶ m=1000 d=100 (queries/s)", 0.5,
+             avx2_vs_avx512, percent=True, none=f"{NM} (no AVX-512 CPU's run)")
 
     def avx2_vs_faiss(rs):
         a, f = isa_t(rs, "knn", 100, isa="avx2"), isa_t(rs, "knn", 100, impl="faiss")

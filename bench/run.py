@@ -759,23 +759,23 @@ def suite_isa(R: Runner) -> None:
     if {"avx2", "fma", "avx512f"} <= flags:
         forced.append("avx512")
     n, m = (20000, 200) if a.quick else (10**6, 1000)
+    knn = [{"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10,
+            "precision": "f32", "budget": "64MiB", "reps": 1} for d in (100, 3)]
     matvec = {"bench": "matvec", "impl": "memsafe", "n": 5000 if a.quick else 10**5, "d": 3, "precision": "f32",
               "lengthscale": 1, "budget": "64MiB", "reps": 1}
-    for d in (100, 3, "matvec"):
-        w = {"bench": "knn", "impl": "memsafe", "data": "random", "metric": "l2", "n": n, "m": m, "d": d, "k": 10,
-             "precision": "f32", "budget": "64MiB", "reps": 1}
+    for w in knn + [matvec]:
+        is_knn, d = w["bench"] == "knn", w["d"]
         # (build, binary, MEMSAFE_ISA, MEMSAFE_SCREEN, impl, OPENBLAS_CORETYPE)
         variants = [(b, path, isa, None, "memsafe", None) for isa in [None] + forced for b, path in bins]
-        if d == "matvec":  # the fused kernel sum (RBF K·v, f32, d = 3): each build dispatched and forced, no peer
-            w = matvec
+        if not is_knn:  # the fused kernel sum (RBF K·v, f32, d = 3): each build dispatched and forced, no peer
             variants = [v for v in variants if v[2] != "portable"]
         elif d >= 32 and "avx512f" in flags:
             variants.append(("native", a.bin, None, "fp32", "memsafe", None))
             if "avx512_bf16" in flags:
                 variants.append(("native", a.bin, None, "bf16", "memsafe", None))
-        if d != "matvec" and d >= 32 and "avx2" in forced:  # the AVX2 kernels' FP32 screen beside their int16 one
+        if is_knn and d >= 32 and "avx2" in forced:  # the AVX2 kernels' FP32 screen beside their int16 one
             variants.append(("native", a.bin, "avx2", "fp32", "memsafe", None))
-        if d != "matvec" and R.wants("faiss"):
+        if is_knn and R.wants("faiss"):
             variants.append(("native", a.bin, None, None, "faiss", R.blas_coretype or ""))
             if "avx512f" in flags and "avx2" in forced:
                 variants.append(("native", a.bin, None, None, "faiss", "Haswell"))

@@ -246,12 +246,11 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] sc
         s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
              &avx2::screen_rows<T, K, 1>};
     }
-    with_tile_prep(s);
-    return s;
+  } else if (i == isa::avx512) {
+    s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>, &avx512::screen_rows<T, K, 1>};
+  } else if (i == isa::avx2) {
+    s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};
   }
-  if (i == isa::avx512) s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>,
-                             &avx512::screen_rows<T, K, 1>};
-  else if (i == isa::avx2) s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows>, &avx2::screen_rows<T, K, 1>};
   with_tile_prep(s);
 #endif
   return s;
