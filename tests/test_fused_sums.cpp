@@ -241,14 +241,45 @@ TEST_CASE("fused sums: every formula × reduction against the reference path and
   all_sums<double>(70, 5, 2);  // one partial panel per row
 }
 
-TEST_CASE("fused sums: K·M with many columns, cosine and other leaves keep the tile path") {
+namespace {
+
+/// K·M and softmax_sum with c columns against the naive loop and the reference path (check_fused):
+/// c chosen to run each part of the many-column kernels' fold_cols — two registers of columns at a
+/// time, one register left over, padding columns — on either register width (4 or 8 doubles).
+template <class T>
+void many_columns(std::size_t n, std::size_t m, std::size_t d, std::size_t c) {
+  auto xd = ref::data(n, d, 43), yd = ref::data(m, d, 47), Md = ref::data(m, c, 53);
+  auto x = ref::cast<T>(xd), y = ref::cast<T>(yd), M = ref::cast<T>(Md);
+  const auto xs = ref::seen<T>(xd), ys = ref::seen<T>(yd), Ms = ref::seen<T>(Md);
+  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
+  const double ls = std::sqrt(double(d));
+  const auto Kd = ref::dense(xs, ys, n, m, d, formulas(ls)[0].k);
+  const std::string tag = std::string(sizeof(T) == 4 ? " f32" : " f64") + " c=" + std::to_string(c);
+  const auto km = times(Kd, n, m, Ms, c);
+  check_fused(memsafe::rbf(X, Y, ls, 1.5) * memsafe::matrix(M.data(), m, c), km.want, km.scale, "K·M rbf" + tag);
+  const auto sm = softmax(Kd, n, m, Ms, c);
+  check_fused(memsafe::softmax_sum(memsafe::rbf(X, Y, ls, 1.5), memsafe::matrix(M.data(), m, c)), sm.want, sm.scale,
+              "softmax_sum rbf" + tag);
+}
+
+}  // namespace
+
+TEST_CASE("fused sums: K·M and softmax_sum with 2 to fsum_max_cols columns") {
+  report_skipped();
+  for (std::size_t c : {2, 5, 11, 16, 40}) many_columns<float>(13, 70, 3, c);
+  for (std::size_t c : {7, 13}) many_columns<double>(9, 37, 2, c);
+  many_columns<float>(6, 21, 5, host::fsum_max_cols);  // the most columns a fused sum takes
+}
+
+TEST_CASE("fused sums: K·M with more than fsum_max_cols columns, cosine and other leaves keep the tile path") {
+  constexpr std::size_t cmax = host::fsum_max_cols;
   std::vector<float> x = ref::cast<float>(ref::data(20, 4, 3)), y = ref::cast<float>(ref::data(30, 4, 4));
-  std::vector<float> M = ref::cast<float>(ref::data(30, 17, 5));
+  std::vector<float> M = ref::cast<float>(ref::data(30, cmax + 1, 5));
   auto X = memsafe::points(x.data(), 20, 4), Y = memsafe::points(y.data(), 30, 4);
   scoped_env unset("MEMSAFE_ISA", nullptr);
   const bool simd = !fused_isas().empty();
-  CHECK_FALSE(fused_sum(memsafe::plan_for(memsafe::rbf(X, Y) * memsafe::matrix(M.data(), 30, 17))));
-  CHECK(fused_sum(memsafe::plan_for(memsafe::rbf(X, Y) * memsafe::matrix(M.data(), 30, 16))) == simd);
+  CHECK_FALSE(fused_sum(memsafe::plan_for(memsafe::rbf(X, Y) * memsafe::matrix(M.data(), 30, cmax + 1))));
+  CHECK(fused_sum(memsafe::plan_for(memsafe::rbf(X, Y) * memsafe::matrix(M.data(), 30, cmax))) == simd);
   CHECK_FALSE(fused_sum(memsafe::plan_for(memsafe::sum(memsafe::cosine(X, Y)))));
   CHECK_FALSE(fused_sum(memsafe::plan_for(memsafe::sum(memsafe::rbf(X, Y) + memsafe::l1(X, Y)))));
   CHECK_FALSE(fused_sum(memsafe::plan_for(memsafe::min(memsafe::rbf(X, Y)))));

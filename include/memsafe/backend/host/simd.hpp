@@ -101,6 +101,14 @@ struct simd<float> : simd_ops<float, vec::f32x16, vec::i32x16> {
 template <>
 struct simd<double> : simd_ops<double, vec::f64x8, vec::i64x8> {
   static reg set1(double v) { return reg{v, v, v, v, v, v, v, v}; }
+  /// a·b + c, one rounding
+  static reg fmadd(reg a, reg b, reg c) {
+#if defined(MEMSAFE_ELEMENTWISE_FMA)
+    return __builtin_elementwise_fma(a, b, c);
+#else
+    return __builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4);
+#endif
+  }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
@@ -184,6 +192,14 @@ struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
 template <>
 struct simd<double> : simd_ops<double, vec::f64x4, vec::i64x4> {
   static reg set1(double v) { return reg{v, v, v, v}; }
+  /// a·b + c, one rounding
+  static reg fmadd(reg a, reg b, reg c) {
+#if defined(MEMSAFE_ELEMENTWISE_FMA)
+    return __builtin_elementwise_fma(a, b, c);
+#else
+    return __builtin_ia32_vfmaddpd256(a, b, c);
+#endif
+  }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
@@ -264,8 +280,8 @@ template <class F, class Op, class T, fsum_mode M, int C>
 fsum_kernels<T> fsum_kernels_for([[maybe_unused]] isa i) {
   fsum_kernels<T> s;
 #if defined(MEMSAFE_SIMD_DISPATCH)
-  if (i == isa::avx512) s = {4, &avx512::fsum_rows<F, Op, T, 4, M, C>};
-  else if (i == isa::avx2) s = {4, &avx2::fsum_rows<F, Op, T, 4, M, C>};
+  if (i == isa::avx512) s = {4, &avx512::fsum_rows<F, Op, T, 4, M, C>, avx512::simd<double>::W};
+  else if (i == isa::avx2) s = {4, &avx2::fsum_rows<F, Op, T, 4, M, C>, avx2::simd<double>::W};
 #endif
   return s;
 }

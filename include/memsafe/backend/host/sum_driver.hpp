@@ -15,8 +15,10 @@
 // Workspace per thread (all accounted, carved from one buffer; the same on every instruction set):
 //   packed Y tile                                   panels(tj)·W·d·T
 //   the row block's query rows                      ti·d·T
-//   right-hand side of the tile, in double          panels(tj)·W·c·8        (not for logsumexp)
-//   per-lane partial sums of a row group            4·c·W·8                 (c > 1, softmax_sum)
+//   right-hand side of the tile, in double          panels(tj)·W·c'·8       (not for logsumexp)
+//   partial sums of a row group                     4·c'·8                  (c > 1, softmax_sum)
+// where c' is c for one column, else c rounded up to a multiple of 8 (whole registers of doubles on
+// every instruction set: the many-column kernels' fold_cols, sum_kernel.inc).
 //   the last partial row group, padded to 4 rows    4·d·T + 4·c·8 (+ 4 lse_state: logsumexp, softmax_sum)
 //   the monoid's accumulators                       Mon::accum_bytes(ti)
 //
@@ -59,8 +61,11 @@ namespace memsafe::host {
 // The host backend runs the implementation types of memsafe::detail (nodes, the accountant, ...).
 using namespace memsafe::detail;
 
-/// Right-hand columns (K·M, softmax_sum's values) a fused sum takes; more go the tile path.
-inline constexpr std::size_t fsum_max_cols = 16;
+/// Right-hand columns (K·M, softmax_sum's values) a fused sum takes; more go the tile path. Up to
+/// here the fused kernels beat the tile path (2.4× at 1024 columns, Zen 3 AVX2; docs/design.md):
+/// beyond it one panel's right-hand rows (W·c doubles) outgrow the L1 cache more and more, and
+/// the fused sum's minimum bytes (a panel of them per thread) outgrow the tile path's.
+inline constexpr std::size_t fsum_max_cols = 1024;
 
 /// The leaves a fused sum evaluates: a pairwise formula (not cosine), or one elementwise op of one.
 template <class E>
@@ -174,15 +179,18 @@ struct fsum_worker {
 
   /// Right-hand columns packed per tile (row sums: a column of ones; logsumexp: none).
   static std::size_t rhs_cols(const Mon& mon) { return M == fsum_mode::lse ? 0 : fsum_monoid<Mon>::cols(mon); }
-  /// Whether the kernels keep per-lane partials of c columns in the workspace (C = 0).
+  /// Whether the kernels keep partial sums of c columns in the workspace (C = 0).
   static bool many(const Mon& mon) { return M == fsum_mode::softmax || (M == fsum_mode::weighted && rhs_cols(mon) > 1); }
+  /// The columns the workspace holds per point and row: c, padded to whole registers of doubles on
+  /// every instruction set (8) for the C = 0 kernels.
+  static std::size_t held_cols(const Mon& mon) { return many(mon) ? (rhs_cols(mon) + 7) / 8 * 8 : rhs_cols(mon); }
 
   static std::size_t bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj) {
     using host::align64;
     const P& pw = L::pw(e);
-    const std::size_t d = pw.dim(), np = host::panels<T>(tj), c = rhs_cols(mon);
-    return align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + align64(np * W * c * sizeof(double)) +
-           (many(mon) ? align64(Rk * c * W * sizeof(double)) : 0) + align64(Rk * d * sizeof(T)) +
+    const std::size_t d = pw.dim(), np = host::panels<T>(tj), c = rhs_cols(mon), ch = held_cols(mon);
+    return align64(np * W * d * sizeof(T)) + align64(ti * d * sizeof(T)) + align64(np * W * ch * sizeof(double)) +
+           (many(mon) ? align64(Rk * ch * sizeof(double)) : 0) + align64(Rk * d * sizeof(T)) +
            align64(Rk * c * sizeof(double)) + (M == fsum_mode::weighted ? 0 : align64(Rk * sizeof(lse_state))) +
            mon.accum_bytes(ti);
   }
@@ -190,7 +198,7 @@ struct fsum_worker {
   const E& e;
   const P& pw;
   Mon mon;
-  std::size_t d, c, tj, m;
+  std::size_t d, c, cp, tj, m;  // cp: the columns of a point in rhsp and of a row in lanes (C = 0)
   T *pack, *xs;
   double *rhsp = nullptr, *lanes = nullptr;
   T* tail_xs;                        // the row block's last rows, padded with zero rows to Rk
@@ -210,9 +218,13 @@ struct fsum_worker {
 
   fsum_worker(const E& ex, const Mon& proto, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
               isa i, bool symmetric = false)
-      : e(ex), pw(L::pw(ex)), mon(proto), d(pw.dim()), c(rhs_cols(proto)), tj(tj_), m(ex.cols()), out(&o),
+      : e(ex), pw(L::pw(ex)), mon(proto), d(pw.dim()), c(rhs_cols(proto)), cp(c), tj(tj_), m(ex.cols()), out(&o),
         kernels(kernels_for(i, many(proto))) {
     if (!kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " fused-sum kernels");
+    if (many(proto)) {
+      const std::size_t cw = kernels.col_width;
+      cp = (c + cw - 1) / cw * cw;  // ≤ held_cols: cw divides 8
+    }
     if constexpr (M == fsum_mode::weighted) {
       if (symmetric) {
         sym_kernels = host::fsum_kernels_for<F, Op, T, M, 2>(i);
@@ -223,10 +235,10 @@ struct fsum_worker {
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
     xs = carve<T>(cur, ti * d);
-    rhsp = carve<double>(cur, np * W * c);
+    rhsp = carve<double>(cur, np * W * held_cols(proto));
     if (many(proto)) {
-      lanes = carve<double>(cur, Rk * c * W);
-      std::fill(lanes, lanes + Rk * c * W, 0.0);
+      lanes = carve<double>(cur, Rk * held_cols(proto));
+      std::fill(lanes, lanes + Rk * cp, 0.0);
     }
     tail_xs = carve<T>(cur, Rk * d);
     tail_acc = carve<double>(cur, Rk * c);
@@ -253,7 +265,8 @@ struct fsum_worker {
     else return mon.st + r;
   }
 
-  /// The right-hand side of columns [j0, j0 + nj) as [panel][q][lane] doubles, 0 past nj.
+  /// The right-hand side of columns [j0, j0 + nj) as doubles, 0 past nj and past c: [panel][lane]
+  /// for one column, [panel][lane][cp] for more (fsum_args::rhs).
   void pack_rhs(std::size_t j0, std::size_t nj) {
     const std::size_t np = host::panels<T>(nj);
     if constexpr (M == fsum_mode::lse) {
@@ -264,14 +277,11 @@ struct fsum_worker {
       const matrix_view<const T> R = fsum_monoid<Mon>::rhs(mon);
       const T* base = R.data();
       const std::size_t rs = R.row_stride(), cs = R.col_stride();
-      for (std::size_t pn = 0; pn < np; ++pn)
-        for (std::size_t q = 0; q < c; ++q) {
-          double* dst = rhsp + (pn * c + q) * W;
-          for (std::size_t w = 0; w < W; ++w) {
-            const std::size_t j = pn * W + w;
-            dst[w] = j < nj ? static_cast<double>(base[(j0 + j) * rs + q * cs]) : 0.0;
-          }
-        }
+      for (std::size_t j = 0; j < np * W; ++j) {  // one point's row of cp (c = 1: cp = 1)
+        double* dst = rhsp + j * cp;
+        for (std::size_t q = 0; q < cp; ++q)
+          dst[q] = j < nj && q < c ? static_cast<double>(base[(j0 + j) * rs + q * cs]) : 0.0;
+      }
     }
   }
 
@@ -295,6 +305,7 @@ struct fsum_worker {
       a.nj = nj;
       a.rhs = rhsp;
       a.c = c;
+      a.cp = cp;
       a.params = &pw.params;
       a.op = L::op(e);
       a.lanes = lanes;

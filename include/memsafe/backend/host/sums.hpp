@@ -12,7 +12,7 @@ namespace memsafe::host {
 
 /// What a fused sum folds.
 enum class fsum_mode {
-  weighted,  ///< acc[r·c + q] += Σ_j k_rj·rhs_jq (row sums: c = 1, rhs = 1; K·v: c = 1; K·M: c ≤ 16)
+  weighted,  ///< acc[r·c + q] += Σ_j k_rj·rhs_jq (row sums: c = 1, rhs = 1; K·v: c = 1; K·M: c ≤ fsum_max_cols)
   lse,       ///< logsumexp: (max, Σ exp(k − max)) per row, NaN / +inf flags (logsumexp_monoid's state)
   softmax    ///< Σ_j exp(k_rj − max)·V_jq with the same running max (softmax_sum_monoid's state)
 };
@@ -24,13 +24,16 @@ struct fsum_args {
   std::size_t d = 0;
   const T* pack = nullptr;  ///< np packed panels of the column tile ([panel][k][lane])
   std::size_t np = 0, nj = 0;  ///< panels, valid columns
-  const double* rhs = nullptr;  ///< right-hand side of the tile, [panel][q][lane] in double (0 past nj)
-  std::size_t c = 1;            ///< its columns
+  /// Right-hand side of the tile in double, 0 past nj: one column, [panel][lane]; c > 1 columns
+  /// (C = 0 kernels), [panel][lane][cp], each point's row padded with zeros to cp columns.
+  const double* rhs = nullptr;
+  std::size_t c = 1;   ///< its columns
+  std::size_t cp = 1;  ///< c rounded up to whole registers of doubles (fsum_kernels::col_width); C = 0
   const formula_params<T>* params = nullptr;
   const void* op = nullptr;  ///< the elementwise op applied after the formula, if any
   double* acc = nullptr;     ///< R×c sums (weighted, softmax), added into
   lse_state* st = nullptr;   ///< R running (max, sum, flags) (lse, softmax)
-  double* lanes = nullptr;   ///< R×c×W per-lane partial sums (c columns), zero between calls
+  double* lanes = nullptr;   ///< R×cp partial sums of this call (C = 0), zero between calls
   /// Symmetric K·v (the C = 2 kernels; sum_driver.hpp): the same values are also folded down the
   /// columns, col[pn·W + w] += Σ_r k_r,(pn·W+w)·xr[r] (np·W entries; padding lanes add 0). xr: the
   /// R rows' own right-hand values. Only whole groups of real rows fold down.
@@ -45,6 +48,7 @@ struct fsum_kernels {
   using fn = void (*)(const fsum_args<T>&);
   int rows = 0;
   fn group = nullptr;
+  std::size_t col_width = 1;  ///< doubles per register: the C = 0 kernels take c columns padded to a multiple
 };
 
 }  // namespace memsafe::host
