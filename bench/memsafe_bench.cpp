@@ -3,7 +3,7 @@
 //   memsafe_bench knn    --impl memsafe|faiss|naive --data random|mnist --n N --m M --d D --k 10
 //                        --metric l2|l1|cosine --precision f32|f64 --budget 64MiB --threads 2 --reps 3
 //   memsafe_bench matvec --impl memsafe|naive --n N --d D --precision f32|f64 --budget 64MiB
-//                        --threads 2 --reps 3 --lengthscale 1
+//                        --threads 2 --reps 3 --lengthscale 1 [--cols C]
 //
 // knn: for each of m queries the k nearest of n database points (ascending distance).
 //   memsafe  argkmin(sqdist|l1|cosine(Q, X), k), evaluated in tiles within --budget;
@@ -13,9 +13,10 @@
 //            (see faiss_wait_policy);
 //   naive    the full m×n distance matrix (l2: one GEMM for -2·Q·Xᵀ plus the norms, clamped at 0;
 //            l1 and cosine: loops over queries on --threads threads), then nth_element per row.
-// matvec: y = K(X, X) v with the RBF kernel exp(-‖x - y‖² / (2ℓ²)).
-//   memsafe  rbf(X, X, ℓ) * v within --budget;
-//   naive    the full n×n K filled on --threads threads, then one GEMV.
+// matvec: y = K(X, X) v with the RBF kernel exp(-‖x - y‖² / (2ℓ²)); with --cols C > 1, Y = K(X, X) V
+// for an n×C matrix V (K·M).
+//   memsafe  rbf(X, X, ℓ) * v (or * V) within --budget;
+//   naive    the full n×n K filled on --threads threads, then one GEMV (GEMM for C > 1).
 //
 // Data: random X = N(0,1) n×d (seed, stream 0), queries / v from stream 1 (examples/common/data.hpp,
 // so separate processes see the same numbers); mnist: the training images as X, the test images as
@@ -26,7 +27,7 @@
 // before allocating and reports "oom" (also on std::bad_alloc, e.g. under `ulimit -v`).
 // --dump PATH writes the last repetition's result for cross-checking implementations:
 // knn -> the first min(m, 2000) rows of indices as int64 (row-major, k per row);
-// matvec -> the first min(n, 2000) entries of y as float64 (both little-endian, no header).
+// matvec -> the first min(n, 2000) entries of y (rows of Y, row-major) as float64 (both little-endian, no header).
 //
 // Exit status: 0 for status ok / oom / unsupported / unavailable / budget_too_small, 1 for error,
 // 2 for a command line the shared parser rejects (message on stderr, no JSON line).
@@ -98,6 +99,7 @@ struct config {
   bool warmup = false;
   std::uint64_t seed = 42;
   double lengthscale = 1;
+  std::size_t cols = 1;  // matvec: right-hand columns (1: K·v, more: K·M)
   double offset = 0;  // knn, random data: added to every coordinate of X and the queries
 
   // Threads for the FAISS and naive code (memsafe resolves its own 0).
@@ -164,6 +166,7 @@ void print_row(const config& c, const row& r) {
   if (!r.isa.empty()) j.add("isa", r.isa);
   if (!r.screen.empty()) j.add("screen", r.screen);
   if (c.impl == "memsafe" && c.bench == "matvec") j.add("symmetric", r.symmetric);
+  if (c.bench == "matvec") j.add("cols", c.cols);
   j.add("build", MEMSAFE_BENCH_BUILD).add("compiled_target", compiled_target);
 #if defined(MEMSAFE_BENCH_HAS_FAISS)
   if (c.impl == "faiss") {
@@ -530,20 +533,20 @@ template <class T>
 std::vector<T> matvec_memsafe(const config& c, const std::vector<T>& X, const std::vector<T>& v, row& r) {
   const std::size_t n = c.n, d = c.d;
   const auto Xv = memsafe::points(X.data(), n, d);
-  const auto vv = memsafe::vec(v.data(), n);
   const memsafe::options opts{c.budget, c.threads};
   r.budget_bytes = c.budget;
-  const auto expr = memsafe::rbf(Xv, Xv, c.lengthscale) * vv;
+  const auto K = memsafe::rbf(Xv, Xv, c.lengthscale);
 
   memsafe::result<T> res;
   std::size_t peak = 0;
   timed_reps(c, r, [&] {
-    res = memsafe::eval(expr, opts);
+    res = c.cols == 1 ? memsafe::eval(K * memsafe::vec(v.data(), n), opts)
+                      : memsafe::eval(K * memsafe::matrix(v.data(), n, c.cols), opts);
     peak = std::max(peak, res.stats.peak_temp_bytes);
   });
-  if (res.rows != n || res.cols != 1 || res.values.size() != n)
+  if (res.rows != n || res.cols != c.cols || res.values.size() != n * c.cols)
     throw std::runtime_error("memsafe returned a " + std::to_string(res.rows) + "x" + std::to_string(res.cols) +
-                             " result for an " + std::to_string(n) + "x1 product");
+                             " result for an " + std::to_string(n) + "x" + std::to_string(c.cols) + " product");
   record_plan(r, res.stats, peak);
   return std::move(res.values);
 }
@@ -564,7 +567,8 @@ std::vector<T> matvec_naive(const config& c, const std::vector<T>& Xs, const std
 
   const T* X = Xs.data();
   const T scale = static_cast<T>(1.0 / (2.0 * c.lengthscale * c.lengthscale));
-  std::vector<T> y(n);
+  const std::size_t nc = c.cols;
+  std::vector<T> y(n * nc);
   timed_reps(c, r, [&] {
     std::unique_ptr<T[]> K(new T[n * n]);  // uninitialised: first touched by the fill
     parallel_blocks(threads, n, [&](std::size_t b, std::size_t e) {
@@ -587,12 +591,19 @@ std::vector<T> matvec_naive(const config& c, const std::vector<T>& Xs, const std
     if (n <= static_cast<std::size_t>(std::numeric_limits<int>::max())) {
       // Row-major K is column-major Kᵀ; K symmetric or not, y = K v is GEMV with trans = 'T'.
       memsafe::linalg::set_blas_threads(static_cast<int>(threads));
-      const int N = static_cast<int>(n), inc = 1;
+      const int N = static_cast<int>(n), inc = 1, C = static_cast<int>(nc);
       const T one = 1, zero = 0;
-      if constexpr (std::is_same_v<T, float>)
-        sgemv_("T", &N, &N, &one, K.get(), &N, v.data(), &inc, &zero, y.data(), &inc, 1);
-      else
-        dgemv_("T", &N, &N, &one, K.get(), &N, v.data(), &inc, &zero, y.data(), &inc, 1);
+      if (nc == 1) {
+        if constexpr (std::is_same_v<T, float>)
+          sgemv_("T", &N, &N, &one, K.get(), &N, v.data(), &inc, &zero, y.data(), &inc, 1);
+        else
+          dgemv_("T", &N, &N, &one, K.get(), &N, v.data(), &inc, &zero, y.data(), &inc, 1);
+      } else {  // row-major Y = K V is column-major Yᵀ = Vᵀ Kᵀ (C × n)
+        if constexpr (std::is_same_v<T, float>)
+          sgemm_("N", "N", &C, &N, &N, &one, v.data(), &C, K.get(), &N, &zero, y.data(), &C, 1, 1);
+        else
+          dgemm_("N", "N", &C, &N, &N, &one, v.data(), &C, K.get(), &N, &zero, y.data(), &C, 1, 1);
+      }
       done = true;
     }
 #endif
@@ -600,9 +611,11 @@ std::vector<T> matvec_naive(const config& c, const std::vector<T>& Xs, const std
       parallel_blocks(threads, n, [&](std::size_t b, std::size_t e) {
         for (std::size_t i = b; i < e; ++i) {
           const T* Ki = K.get() + i * n;
-          T s = 0;
-          for (std::size_t j = 0; j < n; ++j) s += Ki[j] * v[j];
-          y[i] = s;
+          for (std::size_t q = 0; q < nc; ++q) {
+            T s = 0;
+            for (std::size_t j = 0; j < n; ++j) s += Ki[j] * v[j * nc + q];
+            y[i * nc + q] = s;
+          }
         }
       });
   });
@@ -616,8 +629,8 @@ void run_matvec(const config& c, row& r) {
   r.d = c.d;
   r.k = 0;
   const std::vector<T> X = mx::normal_matrix<T>(c.n, c.d, c.seed, 0);
-  const std::vector<T> v = mx::normal_matrix<T>(c.n, 1, c.seed, 1);
-  r.input_bytes = (c.n * c.d + c.n) * sizeof(T);
+  const std::vector<T> v = mx::normal_matrix<T>(c.n, c.cols, c.seed, 1);
+  r.input_bytes = (c.n * c.d + c.n * c.cols) * sizeof(T);
 
   const std::vector<T> y = c.impl == "memsafe" ? matvec_memsafe<T>(c, X, v, r) : matvec_naive<T>(c, X, v, r);
   if (!c.dump.empty()) bc::dump_values(c.dump, y, "--dump: ");
@@ -678,8 +691,10 @@ int main(int argc, char** argv) {
         .option("metric", "l2", "l2|l1|cosine")
         .option("data-dir", "", "folder holding the MNIST IDX .gz files (default: $MEMSAFE_DATA_DIR/mnist, "
                                 "else the build's shared data folder)");
-  else
+  else {
     bc::add_matvec_options(args);
+    args.option("cols", "1", "right-hand columns: 1 for K·v, more for K·M with an n x C matrix");
+  }
   args.option("precision", "f32", "f32|f64")
       .option("budget", "64MiB", "memsafe's temporary-memory budget, e.g. 64MiB, 1GB, 4096")
       .option("threads", "0", "threads for every implementation (0 = all cores)")
@@ -709,6 +724,8 @@ int main(int argc, char** argv) {
     c.metric = "rbf";
     c.m = c.n;
     c.lengthscale = args.get_double("lengthscale");
+    c.cols = args.get_uint("cols");
+    if (c.cols == 0 || c.cols > 4096) args.fail("--cols must be between 1 and 4096");
   }
   c.precision = args.get_choice("precision", {"f32", "f64"});
   c.budget = parse_size_option(args, "budget");

@@ -52,7 +52,7 @@ def row_key(r: dict) -> tuple:
         key += (r.get("build"), r.get("isa_forced"), r.get("screen_forced"), r.get("openblas_coretype"),
                 r.get("host_simd"))
     if r.get("suite") == "sums":  # exp peaks per instruction set and type; matvec per variant
-        key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")))
+        key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")), r.get("cols") or 1)
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
         key += (r.get("task"), r.get("ranks"), r.get("threads_per_rank"))
     return key
@@ -554,7 +554,9 @@ def section_sums(rows) -> str:
          "`(-D_ij/2).exp() @ v`, every pair) once per workload. Pairs/s counts the n² "
          "pairs of the product; evaluated pairs/s the pairs the kernels computed (n(n + tile rows)/2 for the "
          "symmetric form), and its share of the exp throughput of the same instruction set and type (one exp per "
-         "pair). Min / median over the rounds.", ""]
+         "pair). Then K·M: the same RBF K(X, X) times an n × 16 matrix (f32, d = 3, n = 3·10⁴; c = 16 in the "
+         "workload column), fused and on the tile path (several columns: no symmetric form), and KeOps "
+         "(`K @ V`). Min / median over the rounds.", ""]
     if not su:
         return "\n".join(s + [NM + ".", ""])
     pk = [r for r in su if r.get("bench") == "exp_peak" and r.get("status") == "ok"]
@@ -572,11 +574,12 @@ def section_sums(rows) -> str:
             return "tile path"
         return "fused, every pair" if r.get("symmetric_off") else ("fused, symmetric" if r.get("symmetric") else "fused")
 
-    for r in sorted(mv, key=lambda r: (r.get("precision"), r.get("n") or 0, variant(r))):
+    for r in sorted(mv, key=lambda r: (r.get("cols") or 1, r.get("precision"), r.get("n") or 0, variant(r))):
         sp = r.get("speedup_vs_tile_path_median")
         sp2 = r.get("speedup_vs_plain_fused_median")
         sp3 = r.get("speedup_vs_keops_median")
-        body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}", variant(r), str(r.get("isa") or "—"),
+        cols = f" c={r['cols']}" if (r.get("cols") or 1) > 1 else ""
+        body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}{cols}", variant(r), str(r.get("isa") or "—"),
                      status_cell(r, f"{sig(r.get('min_s'))} / {sig(r.get('median_s'))} s"),
                      sig(r.get("pairs_per_s")) if r.get("pairs_per_s") else NM,
                      sig(r.get("evaluated_pairs_per_s")) if r.get("evaluated_pairs_per_s") else NM,

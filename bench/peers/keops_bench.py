@@ -12,7 +12,8 @@ with the implementation fixed to "keops":
 kNN:    D_ij = ((q_i - x_j)**2).sum(-1) (l2), (q_i - x_j).abs().sum(-1) (l1) or 1 - <q^_i, x^_j>
         (cosine, on L2-normalised copies: the database's made before the timed calls, the
         queries' inside them); indices = D_ij.argKmin(k, dim=1).
-matvec: K_ij = exp(-||x_i - x_j||^2 / (2 l^2)), y = K @ v (RBF, unit variance).
+matvec: K_ij = exp(-||x_i - x_j||^2 / (2 l^2)), y = K @ v (RBF, unit variance); with --cols C > 1,
+        Y = K @ V for an n x C matrix V (K·M).
 
 Data.  random: N(0,1) draws from numpy.random.default_rng, one stream per array
 (SeedSequence([seed, 0]) for the database X, [seed, 1] for the queries Q or the vector v),
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     mv = sub.add_parser("matvec", help="RBF kernel matrix times a vector, K(X, X) @ v")
     common(mv)
     mv.add_argument("--lengthscale", type=float, default=1.0)
+    mv.add_argument("--cols", type=int, default=1, help="right-hand columns: 1 for K @ v, more for K @ V (n x C)")
     return p
 
 
@@ -210,10 +212,12 @@ def run_matvec(a, row, np, LazyTensor):
         raise ValueError("matvec needs --n")
     t0 = time.perf_counter()
     X = normal(a.seed, 0, (a.n, a.d), dt)
-    v = normal(a.seed, 1, (a.n, 1), dt)
+    if not 1 <= a.cols <= 4096:
+        raise ValueError("--cols must be between 1 and 4096")
+    v = normal(a.seed, 1, (a.n, a.cols), dt)
     row["data_s"] = time.perf_counter() - t0
     n = a.n
-    row.update(n=n, m=n, d=a.d, input_bytes=int(X.nbytes + v.nbytes), lengthscale=a.lengthscale)
+    row.update(n=n, m=n, d=a.d, input_bytes=int(X.nbytes + v.nbytes), lengthscale=a.lengthscale, cols=a.cols)
     scale = dt(1.0 / (2.0 * a.lengthscale * a.lengthscale))
 
     def matvec():
@@ -226,7 +230,7 @@ def run_matvec(a, row, np, LazyTensor):
     med = statistics.median(times)
     row.update(setup_s=setup, times_s=times, min_s=min(times), median_s=med, pairs_per_s=n * n / med)
     if a.dump:
-        np.asarray(y[: min(n, 2000), 0], dtype=np.float64).tofile(a.dump)
+        np.asarray(y, dtype=np.float64).reshape(-1)[: min(n, 2000)].tofile(a.dump)  # rows of Y, row-major
 
 
 def main(argv=None) -> int:
