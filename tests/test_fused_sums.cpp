@@ -463,3 +463,28 @@ TEST_CASE("fused sums: the symmetric form needs the same view on both sides and 
     }
   }
 }
+
+TEST_CASE_TEMPLATE("tile path: rows_times_matrix gives row_times_matrix's sums bit for bit", T, float, double) {
+  // The tile path's K·M / softmax_sum product (monoids.hpp): four rows and a block of columns at a
+  // time must add every term in row_times_matrix's order, so its sums are the same doubles.
+  const std::size_t n = 37;
+  const auto rowsd = ref::data(4, n, 61), Md = ref::data(n, 40, 67);
+  const auto rv = ref::cast<T>(rowsd), Mv = ref::cast<T>(Md);
+  for (std::size_t nr = 1; nr <= 4; ++nr)
+    for (std::size_t c : {1, 3, 4, 8, 9, 17, 20})
+      for (std::size_t cs : {1, 2}) {
+        INFO("rows " << nr << ", columns " << c << ", column stride " << cs);
+        const std::size_t rs = 40;  // M's row stride: c·cs ≤ 40 columns of the 40 held
+        std::vector<double> want(4 * c), got(4 * c);
+        for (std::size_t q = 0; q < 4 * c; ++q) want[q] = got[q] = 0.25 * double(q % 7) - 0.5;  // earlier tiles' sums
+        const T* rows[4];
+        double* accs[4];
+        for (std::size_t r = 0; r < nr; ++r) {
+          rows[r] = rv.data() + r * n;
+          accs[r] = got.data() + r * c;
+          host::row_times_matrix(rows[r], n, Mv.data(), rs, cs, c, want.data() + r * c);
+        }
+        host::rows_times_matrix(rows, accs, nr, n, Mv.data(), rs, cs, c);
+        CHECK(got == want);
+      }
+}

@@ -141,7 +141,75 @@ int isa_checks() {
   return failed ? 1 : 0;
 }
 
+/// Uniform numbers in [−2, 2) with no special values.
+template <class T>
+std::vector<T> plain(std::size_t n, std::size_t d, unsigned seed) {
+  std::vector<T> v(n * d);
+  unsigned s = seed;
+  for (auto& a : v) {
+    s = s * 1664525u + 1013904223u;
+    a = T(double(s >> 8) / double(1u << 24) * 4 - 2);
+  }
+  return v;
+}
+
+/// One tile-path expression (no fused kernel takes it): the dispatched run against
+/// MEMSAFE_ISA=portable's and against the naive values `want`, each within tol·scale.
+template <class X>
+bool tile_agrees(const X& e, const std::vector<double>& want, const std::vector<double>& scale, double tol,
+                 const char* what) {
+  ::unsetenv("MEMSAFE_ISA");
+  const auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  ::setenv("MEMSAFE_ISA", "portable", 1);
+  const auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  ::unsetenv("MEMSAFE_ISA");
+  bool ok = a.values.size() == want.size() && b.values.size() == want.size();
+  for (std::size_t q = 0; ok && q < want.size(); ++q)
+    ok = std::fabs(double(a.values[q]) - want[q]) <= tol * scale[q] &&
+         std::fabs(double(a.values[q]) - double(b.values[q])) <= tol * scale[q];
+  if (!ok) std::fprintf(stderr, "memsafe consumer: tile path %s: the dispatched values DIFFER\n", what);
+  return ok;
+}
+
+/// The tile path in this default-flags build: its micro-kernel runs as an AVX2 copy where the CPU
+/// has AVX2 (memsafe/backend/host/tile_isa.hpp), the baseline one under MEMSAFE_ISA=portable. Every
+/// base (squared difference, absolute difference, product, cosine) with 4-row blocks and a
+/// remainder row.
+int tile_checks() {
+  const std::size_t n = 23, m = 301, d = 9;
+  const auto x = plain<float>(n, d, 7), y = plain<float>(m, d, 8), v = plain<float>(m, 1, 9);
+  const auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
+  std::vector<double> cw(n, 0), cs(n, 0), sw(n, 0), ss(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      double dot = 0, nx = 0, ny = 0, l1 = 0;
+      for (std::size_t k = 0; k < d; ++k) {
+        const double a = x[i * d + k], b = y[j * d + k];
+        dot += a * b, nx += a * a, ny += b * b, l1 += std::fabs(a - b);
+      }
+      const double c = 1 - dot / std::sqrt(nx * ny), t = l1 + 0.5 * dot;
+      cw[i] += c * v[j], cs[i] += std::fabs(c * v[j]) + 1;
+      sw[i] += t, ss[i] += std::fabs(l1) + std::fabs(0.5 * dot) + 1;
+    }
+  bool ok = tile_agrees(memsafe::cosine(X, Y) * memsafe::vec(v.data(), m), cw, cs, 1e-5, "cosine K·v f32");
+  ok = tile_agrees(memsafe::sum(memsafe::l1(X, Y) + memsafe::linear(X, Y, 0.5)), sw, ss, 1e-5, "sum(l1 + linear) f32") && ok;
+  const auto xd = plain<double>(n, 3, 10), yd = plain<double>(m, 3, 11);
+  std::vector<double> kd(n * m), ks(n * m, 1.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      double r2 = 0;
+      for (std::size_t k = 0; k < 3; ++k) r2 += (xd[i * 3 + k] - yd[j * 3 + k]) * (xd[i * 3 + k] - yd[j * 3 + k]);
+      kd[i * m + j] = 2.0 * std::exp(-0.5 * r2 / (0.8 * 0.8));
+    }
+  ok = tile_agrees(memsafe::dense(memsafe::rbf(memsafe::points(xd.data(), n, 3), memsafe::points(yd.data(), m, 3), 0.8, 2.0)),
+                   kd, ks, 1e-13, "dense rbf f64") && ok;
+  std::printf("memsafe consumer: tile path (cosine, l1 + linear, dense rbf) agrees with the portable kernel%s\n",
+              ok ? "" : " — FAILED");
+  return ok ? 0 : 1;
+}
+
 int main() {
   if (const int r = adl_checks()) return r;
-  return isa_checks();
+  if (const int r = isa_checks()) return r;
+  return tile_checks();
 }

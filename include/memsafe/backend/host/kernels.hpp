@@ -145,53 +145,9 @@ T load_row(const XV& X, const formula_params<T>& p, std::size_t i, T* dst, bool 
 #define MEMSAFE_LANE_LOOP
 #endif
 
-/// R query rows (xs: R×d, contiguous; unit vectors with weights `xinv` for cosine, whose packed
-/// panels carry the weights `yinv`) against all packed panels; writes R rows of `nj` values of
-/// the formula F: its base is accumulated in registers and its finalise (exp, sqrt, …) applied to
-/// the register block before the store, so each tile entry is written once.
-template <class F, int R, class T>
-void pairwise_rows(const T* xs, const T* xinv, const T* pack, const T* yinv, std::size_t d, std::size_t nj, T* out,
-                   std::size_t ld, const formula_params<T>& params) {
-  constexpr base_kind B = F::base;
-  constexpr std::size_t W = lanes<T>;
-  const std::size_t np = panels<T>(nj);
-  for (std::size_t pnl = 0; pnl < np; ++pnl) {
-    const T* yp = pack + pnl * d * W;
-    T acc[R][W] = {};
-    for (std::size_t k = 0; k < d; ++k) {
-      const T* yk = yp + k * W;
-      for (int r = 0; r < R; ++r) {
-        const T xv = xs[r * d + k];
-        MEMSAFE_LANE_LOOP
-        for (std::size_t w = 0; w < W; ++w) {
-          if constexpr (B == base_kind::sqeuclid) {
-            const T t = xv - yk[w];
-            acc[r][w] = madd(t, t, acc[r][w]);
-          } else if constexpr (B == base_kind::l1) {
-            const T t = xv - yk[w];
-            acc[r][w] += t < T(0) ? -t : t;
-          } else {
-            acc[r][w] = madd(xv, yk[w], acc[r][w]);
-          }
-        }
-      }
-    }
-    if constexpr (B == base_kind::cosine) {
-      for (int r = 0; r < R; ++r)
-        for (std::size_t w = 0; w < W; ++w) acc[r][w] = cosine_finish(acc[r][w], xinv[r], yinv[pnl * W + w]);
-    }
-    if constexpr (F::has_finalise)
-      for (int r = 0; r < R; ++r) F::finalise(acc[r], W, params);
-    const std::size_t j = pnl * W, cnt = nj - j < W ? nj - j : W;
-    for (int r = 0; r < R; ++r) {
-      T* o = out + r * ld + j;
-      if (cnt == W)
-        for (std::size_t w = 0; w < W; ++w) o[w] = acc[r][w];
-      else
-        for (std::size_t w = 0; w < cnt; ++w) o[w] = acc[r][w];
-    }
-  }
-}
+#define MEMSAFE_TILE_LANE_LOOP MEMSAFE_LANE_LOOP
+#include "tile_kernel.inc"
+#undef MEMSAFE_TILE_LANE_LOOP
 
 /// Σ_j row[j] (double accumulation in W lanes so the loop vectorises without reassociation flags).
 template <class T>
@@ -235,6 +191,45 @@ void row_times_matrix(const T* row, std::size_t n, const T* M, std::size_t rs, s
     else
       for (std::size_t q = 0; q < c; ++q) acc[q] += a * static_cast<double>(m[q * cs]);
   }
+}
+
+/// acc_r[0..c) += Σ_j rows[r][j]·M[j, 0..c) for the nr rows of `rows` (n values each) and their
+/// accumulators `accs` (c doubles each); M rows with row stride rs and column stride cs. Each
+/// accumulator is summed over j in order, one multiply-add per term, exactly as row_times_matrix
+/// does it, so the results are those of nr calls of it — only faster: for four rows and a block of
+/// columns at a time (unit column stride) the block's sums stay in registers across the n terms
+/// and every M value, widened once, serves the four rows (row_times_matrix loads and stores the
+/// accumulators at every term).
+template <class T>
+void rows_times_matrix(const T* const* rows, double* const* accs, std::size_t nr, std::size_t n, const T* M,
+                       std::size_t rs, std::size_t cs, std::size_t c) {
+#if defined(__AVX2__) || defined(__AVX512F__)
+  constexpr std::size_t QB = 8;  // two ymm of doubles per row: 8 accumulator registers
+#else
+  constexpr std::size_t QB = 4;  // two xmm per row: 8 of the 16 registers
+#endif
+  constexpr std::size_t RB = 4;
+  std::size_t q0 = 0;
+  if (nr == RB && cs == 1) {
+    for (; q0 + QB <= c; q0 += QB) {
+      double s[RB][QB];
+      for (std::size_t r = 0; r < RB; ++r)
+        for (std::size_t q = 0; q < QB; ++q) s[r][q] = accs[r][q0 + q];
+      for (std::size_t j = 0; j < n; ++j) {
+        const T* m = M + j * rs + q0;
+        double b[QB];
+        for (std::size_t q = 0; q < QB; ++q) b[q] = static_cast<double>(m[q]);
+        for (std::size_t r = 0; r < RB; ++r) {
+          const double a = static_cast<double>(rows[r][j]);
+          for (std::size_t q = 0; q < QB; ++q) s[r][q] += a * b[q];
+        }
+      }
+      for (std::size_t r = 0; r < RB; ++r)
+        for (std::size_t q = 0; q < QB; ++q) accs[r][q0 + q] = s[r][q];
+    }
+  }
+  if (q0 < c)  // the columns left (or every column: fewer rows, a strided M)
+    for (std::size_t r = 0; r < nr; ++r) row_times_matrix(rows[r], n, M + q0 * cs, rs, cs, c - q0, accs[r] + q0);
 }
 
 /// C[p×q] += A[p×t] · B[t×q] (all row-major with the given leading dimensions), double C.

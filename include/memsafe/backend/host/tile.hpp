@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "kernels.hpp"
+#include "tile_isa.hpp"
 #include "../../expr/diag.hpp"
 #include "../../expr/lazy.hpp"
 #include "../../expr/tensor.hpp"
@@ -41,8 +42,14 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
   T* yinv = nullptr;
   T* xs = nullptr;
   std::size_t packed_j0 = ~std::size_t{0}, packed_nj = 0;
+  host::tile_rows_fn<F, R, T> rows_block;  // the micro-kernel for R rows and for one (tile_isa.hpp)
+  host::tile_rows_fn<F, 1, T> rows_one;
 
-  explicit tile_gen(const expr_type& ex) : e(ex) {}
+  explicit tile_gen(const expr_type& ex) : e(ex) {
+    const bool avx2 = host::tile_avx2();
+    rows_block = host::tile_rows_for<F, R, T>(avx2);
+    rows_one = host::tile_rows_for<F, 1, T>(avx2);
+  }
 
   static std::size_t workspace_bytes(const expr_type& ex, std::size_t, std::size_t tj) {
     const std::size_t d = ex.dim(), np = host::panels<T>(tj), W = host::lanes<T>;
@@ -67,11 +74,11 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
     std::size_t r = 0;
     for (; r + R <= ni; r += R) {
       for (int q = 0; q < R; ++q) xinv[q] = host::load_row(e.x, e.params, i0 + r + q, xs + q * d, cos);
-      host::pairwise_rows<F, R>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
+      rows_block(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
     for (; r < ni; ++r) {
       xinv[0] = host::load_row(e.x, e.params, i0 + r, xs, cos);
-      host::pairwise_rows<F, 1>(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
+      rows_one(xs, xinv, pack, yinv, d, nj, out + r * ld, ld, e.params);
     }
   }
 };
