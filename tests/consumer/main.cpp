@@ -33,14 +33,22 @@ std::string expected_isa() {
   return "portable";
 }
 
+/// Uniform numbers in [−2, 2) with no special values.
 template <class T>
-std::vector<T> numbers(std::size_t n, std::size_t d, unsigned seed) {
+std::vector<T> plain(std::size_t n, std::size_t d, unsigned seed) {
   std::vector<T> v(n * d);
   unsigned s = seed;
   for (auto& a : v) {
     s = s * 1664525u + 1013904223u;
     a = T(double(s >> 8) / double(1u << 24) * 4 - 2);
   }
+  return v;
+}
+
+/// plain's numbers with special values in a few rows.
+template <class T>
+std::vector<T> numbers(std::size_t n, std::size_t d, unsigned seed) {
+  std::vector<T> v = plain<T>(n, d, seed);
   for (std::size_t q = 0; q < 6; ++q) {  // NaN, ±inf, huge squares, a zero vector
     const std::size_t i = (seed * 31u + q * 17u) % n;
     const T specials[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
@@ -139,18 +147,6 @@ int isa_checks() {
   std::printf("memsafe consumer: fused k-nearest kernels dispatched to %s (this CPU's best)%s%s\n", want.c_str(),
               memsafe::precompiled_linked ? ", run by memsafe::precompiled" : "", failed ? " — FAILED" : "");
   return failed ? 1 : 0;
-}
-
-/// Uniform numbers in [−2, 2) with no special values.
-template <class T>
-std::vector<T> plain(std::size_t n, std::size_t d, unsigned seed) {
-  std::vector<T> v(n * d);
-  unsigned s = seed;
-  for (auto& a : v) {
-    s = s * 1664525u + 1013904223u;
-    a = T(double(s >> 8) / double(1u << 24) * 4 - 2);
-  }
-  return v;
 }
 
 /// One tile-path expression (no fused kernel takes it): the dispatched run against
