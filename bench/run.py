@@ -924,6 +924,20 @@ SUITE_FUNCS = {"peak": suite_peak, "fig2": suite_fig2, "knn": suite_knn, "mnist"
                "sums": suite_sums}
 
 
+def newer_source(binary: str) -> str | None:
+    """A source file the benchmark binaries are built from (include/, bench/, examples/common/) modified after
+    `binary`, or None: rows measured by a stale binary would carry the current git revision."""
+    built = os.path.getmtime(binary)
+    roots = [os.path.join(REPO, "include"), os.path.join(REPO, "examples", "common")]
+    files = [os.path.join(REPO, "bench", f) for f in os.listdir(os.path.join(REPO, "bench"))
+             if f.endswith((".cpp", ".hpp"))]
+    for root in roots:
+        for d, _, names in os.walk(root):
+            files += [os.path.join(d, n) for n in names]
+    newest = max(files, key=os.path.getmtime, default=None)
+    return newest if newest and os.path.getmtime(newest) > built else None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Run memsafe benchmark suites; results go to bench/results/<suite>.jsonl.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -958,6 +972,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, choices=[0, 1], default=1,
                    help="memsafe_bench --warmup: one untimed run before the timed ones")
     p.add_argument("--no-check", dest="check", action="store_false", help="no dumps, no answer checks")
+    p.add_argument("--allow-stale", action="store_true",
+                   help="run even when a benchmark binary is older than the sources it is built from")
     a = p.parse_args(argv)
 
     settle_common_args(p, a, IMPLS)
@@ -976,6 +992,14 @@ def main(argv=None) -> int:
     if needs_bin and not os.access(a.bin, os.X_OK):
         p.error(f"{a.bin} not found or not executable: build it first "
                 "(cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build --target memsafe_bench)")
+    if needs_bin and not a.allow_stale:  # each row records the git revision: the binaries must be built from it
+        used = [a.bin] + ([a.bin_default] if a.suite in ("isa", "all") else []) + \
+               ([os.path.join(os.path.dirname(a.bin), "exp_peak")] if a.suite in ("sums", "all") else [])
+        for b in used:
+            src = newer_source(b) if os.path.exists(b) else None
+            if src:
+                p.error(f"{b} is older than {os.path.relpath(src, REPO)}: rebuild it (cmake --build build --target "
+                        f"{os.path.basename(b)}) or pass --allow-stale")
 
     R = Runner(a)
     log(f"run {R.run_id} at git {R.rev}; results in {a.out}; threads {a.threads}, reps {a.reps}")
