@@ -3,7 +3,7 @@
 // predictive means K*f·α, and predictive variances for a (small) set of test points.
 //
 // Every product with K is a budgeted lazy kernel product, `memsafe::eval_into(k(X, X) · P)` on the
-// library's fused host path (K·v, K·M with ≤ 1024 columns: no kernel tile; docs/design.md "Fused
+// library's fused host path (K·v, K·M with ≤ 512 columns: no kernel tile; docs/design.md "Fused
 // kernel sums"); σ²·P is added to it. Batched CG: the c columns of B run together, each with its own
 // step α_j and β_j, so one kernel evaluation per pair serves every column; a column stops (its
 // search direction is zeroed) when its recursive residual ‖r_j‖ ≤ tolerance·‖b_j‖.

@@ -62,10 +62,11 @@ namespace memsafe::host {
 using namespace memsafe::detail;
 
 /// Right-hand columns (K·M, softmax_sum's values) a fused sum takes; more go the tile path. Up to
-/// here the fused kernels beat the tile path (2.4× at 1024 columns, Zen 3 AVX2; docs/design.md):
-/// beyond it one panel's right-hand rows (W·c doubles) outgrow the L1 cache more and more, and
-/// the fused sum's minimum bytes (a panel of them per thread) outgrow the tile path's.
-inline constexpr std::size_t fsum_max_cols = 1024;
+/// here the fused kernels beat the tile path (1.25× at 512 columns, Zen 3 AVX2; docs/design.md);
+/// beyond it one panel's right-hand rows (W·c doubles) outgrow the L1 cache (at 1024 the tile path
+/// was 1.5× faster), and the fused sum's minimum bytes (a panel of them per thread) outgrow the
+/// tile path's.
+inline constexpr std::size_t fsum_max_cols = 512;
 
 /// The leaves a fused sum evaluates: a pairwise formula (not cosine), or one elementwise op of one.
 template <class E>
