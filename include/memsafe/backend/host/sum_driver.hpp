@@ -17,10 +17,10 @@
 //   the row block's query rows                      ti·d·T
 //   right-hand side of the tile, in double          panels(tj)·W·c'·8       (not for logsumexp)
 //   partial sums of a row group                     4·c'·8                  (c > 1, softmax_sum)
-// where c' is c for one column, else c rounded up to a multiple of 8 (whole registers of doubles on
-// every instruction set: the many-column kernels' fold_cols, sum_kernel.inc).
 //   the last partial row group, padded to 4 rows    4·d·T + 4·c·8 (+ 4 lse_state: logsumexp, softmax_sum)
 //   the monoid's accumulators                       Mon::accum_bytes(ti)
+// where c' is c for one column, else c rounded up to a multiple of 8 (whole registers of doubles on
+// every instruction set: the many-column kernels' fold_cols, sum_kernel.inc).
 //
 // Symmetric K·v. When the leaf is k(X, X) — the same point view on both sides (same data, extent
 // and strides), so k(x_i, x_j) = k(x_j, x_i) for every formula here — and the reduction is a
