@@ -924,18 +924,15 @@ SUITE_FUNCS = {"peak": suite_peak, "fig2": suite_fig2, "knn": suite_knn, "mnist"
                "sums": suite_sums}
 
 
-def newer_source(binary: str) -> str | None:
-    """A source file the benchmark binaries are built from (include/, bench/, examples/common/) modified after
-    `binary`, or None: rows measured by a stale binary would carry the current git revision."""
-    built = os.path.getmtime(binary)
-    roots = [os.path.join(REPO, "include"), os.path.join(REPO, "examples", "common")]
+def newest_source() -> tuple[str, float] | None:
+    """The most recently modified source file the benchmark binaries are built from (include/,
+    examples/common/, bench/*.cpp and *.hpp) and its modification time; None when there is none."""
     files = [os.path.join(REPO, "bench", f) for f in os.listdir(os.path.join(REPO, "bench"))
              if f.endswith((".cpp", ".hpp"))]
-    for root in roots:
+    for root in (os.path.join(REPO, "include"), os.path.join(REPO, "examples", "common")):
         for d, _, names in os.walk(root):
             files += [os.path.join(d, n) for n in names]
-    newest = max(files, key=os.path.getmtime, default=None)
-    return newest if newest and os.path.getmtime(newest) > built else None
+    return max(((f, os.path.getmtime(f)) for f in files), key=lambda t: t[1], default=None)
 
 
 def main(argv=None) -> int:
@@ -995,11 +992,11 @@ def main(argv=None) -> int:
     if needs_bin and not a.allow_stale:  # each row records the git revision: the binaries must be built from it
         used = [a.bin] + ([a.bin_default] if a.suite in ("isa", "all") else []) + \
                ([os.path.join(os.path.dirname(a.bin), "exp_peak")] if a.suite in ("sums", "all") else [])
+        newest = newest_source()  # rows measured by a stale binary would carry the current git revision
         for b in used:
-            src = newer_source(b) if os.path.exists(b) else None
-            if src:
-                p.error(f"{b} is older than {os.path.relpath(src, REPO)}: rebuild it (cmake --build build --target "
-                        f"{os.path.basename(b)}) or pass --allow-stale")
+            if newest and os.path.exists(b) and os.path.getmtime(b) < newest[1]:
+                p.error(f"{b} is older than {os.path.relpath(newest[0], REPO)}: rebuild it (cmake --build build "
+                        f"--target {os.path.basename(b)}) or pass --allow-stale")
 
     R = Runner(a)
     log(f"run {R.run_id} at git {R.rev}; results in {a.out}; threads {a.threads}, reps {a.reps}")
