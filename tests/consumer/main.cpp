@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -60,15 +61,22 @@ std::vector<T> numbers(std::size_t n, std::size_t d, unsigned seed) {
 
 bool failed = false;
 
+/// e evaluated twice: as dispatched (MEMSAFE_ISA unset), then with MEMSAFE_ISA=portable.
+template <class X>
+auto dispatched_and_portable(const X& e) {
+  ::unsetenv("MEMSAFE_ISA");
+  auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  ::setenv("MEMSAFE_ISA", "portable", 1);
+  auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  ::unsetenv("MEMSAFE_ISA");
+  return std::pair{std::move(a), std::move(b)};
+}
+
 template <class X>
 void same_as_portable(const X& e, const char* what, const std::string& want) {
   // Built against memsafe::precompiled, each of these runs in the library (this unit compiles none).
   if constexpr (memsafe::precompiled_linked) static_assert(memsafe::precompiled_expr<X>);
-  ::unsetenv("MEMSAFE_ISA");
-  const auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
-  ::setenv("MEMSAFE_ISA", "portable", 1);
-  const auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
-  ::unsetenv("MEMSAFE_ISA");
+  const auto [a, b] = dispatched_and_portable(e);
   const bool same = a.indices == b.indices && a.values.size() == b.values.size() &&
                     std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(a.values[0])) == 0;
   if (a.stats.plan.isa != want || b.stats.plan.isa != "portable" || !same) {
@@ -154,11 +162,7 @@ int isa_checks() {
 template <class X>
 bool tile_agrees(const X& e, const std::vector<double>& want, const std::vector<double>& scale, double tol,
                  const char* what) {
-  ::unsetenv("MEMSAFE_ISA");
-  const auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
-  ::setenv("MEMSAFE_ISA", "portable", 1);
-  const auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
-  ::unsetenv("MEMSAFE_ISA");
+  const auto [a, b] = dispatched_and_portable(e);
   bool ok = a.values.size() == want.size() && b.values.size() == want.size();
   for (std::size_t q = 0; ok && q < want.size(); ++q)
     ok = std::fabs(double(a.values[q]) - want[q]) <= tol * scale[q] &&

@@ -232,6 +232,28 @@ void rows_times_matrix(const T* const* rows, double* const* accs, std::size_t nr
     for (std::size_t r = 0; r < nr; ++r) row_times_matrix(rows[r], n, M + q0 * cs, rs, cs, c - q0, accs[r] + q0);
 }
 
+/// Collects (row, accumulator) pairs and hands them to rows_times_matrix four at a time, against
+/// one right-hand matrix M (n rows of c values, row stride rs, column stride cs): add() each row
+/// that takes part, then flush() for the rest.
+template <class T>
+struct row_block_product {
+  const T* M;
+  std::size_t n, rs, cs, c;
+  const T* rows[4] = {};
+  double* accs[4] = {};
+  std::size_t live = 0;
+
+  void add(const T* row, double* acc) {
+    rows[live] = row;
+    accs[live++] = acc;
+    if (live == 4) flush();
+  }
+  void flush() {
+    if (live) rows_times_matrix(rows, accs, live, n, M, rs, cs, c);
+    live = 0;
+  }
+};
+
 /// C[p×q] += A[p×t] · B[t×q] (all row-major with the given leading dimensions), double C.
 /// With MEMSAFE_HAS_LAPACK and T = double this is one DGEMM (beta = 1): the row-major C is the
 /// column-major Cᵀ, so it computes Cᵀ += Bᵀ·Aᵀ with no transposes. It runs inside memsafe's worker

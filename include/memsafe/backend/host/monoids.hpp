@@ -75,16 +75,9 @@ struct matmul_monoid {
     if (cc == 1) {
       for (std::size_t r = 0; r < ni; ++r) acc[r] += host::row_dot(tile + r * ld, m, rhs.row_stride(), nj);
     } else {
-      for (std::size_t r = 0; r < ni; r += 4) {  // four rows at a time (rows_times_matrix)
-        const std::size_t nr = std::min<std::size_t>(4, ni - r);
-        const T* rows[4];
-        double* accs[4];
-        for (std::size_t q = 0; q < nr; ++q) {
-          rows[q] = tile + (r + q) * ld;
-          accs[q] = acc + (r + q) * cc;
-        }
-        host::rows_times_matrix(rows, accs, nr, nj, m, rhs.row_stride(), rhs.col_stride(), cc);
-      }
+      host::row_block_product<T> prod{m, nj, rhs.row_stride(), rhs.col_stride(), cc};  // four rows at a time
+      for (std::size_t r = 0; r < ni; ++r) prod.add(tile + r * ld, acc + r * cc);
+      prod.flush();
     }
   }
   void merge_from(const matmul_monoid& o, std::size_t ni) {
@@ -369,14 +362,8 @@ struct softmax_sum_monoid {
     const std::size_t c = dv();
     // The rows that add this tile — a row skipped (decided, or only −inf here) adds nothing, not even
     // 0·V — go four at a time through rows_times_matrix.
-    const T* rows[4];
-    double* accs[4];
-    std::size_t live = 0;
-    const auto flush = [&] {
-      host::rows_times_matrix(rows, accs, live, nj, values.data() + j0 * values.row_stride(), values.row_stride(),
-                              values.col_stride(), c);
-      live = 0;
-    };
+    host::row_block_product<T> prod{values.data() + j0 * values.row_stride(), nj, values.row_stride(),
+                                    values.col_stride(), c};
     for (std::size_t r = 0; r < ni; ++r) {
       lse_state& a = st[r];
       T* row = tile + r * ld;
@@ -389,11 +376,9 @@ struct softmax_sum_monoid {
       const T mt = static_cast<T>(nm);
       for (std::size_t j = 0; j < nj; ++j) row[j] = math::exp(row[j] - mt);
       a.s += host::row_sum(row, nj);
-      rows[live] = row;
-      accs[live++] = acc + r * c;
-      if (live == 4) flush();
+      prod.add(row, acc + r * c);
     }
-    if (live) flush();
+    prod.flush();
   }
   void merge_from(const softmax_sum_monoid& o, std::size_t ni) {
     const std::size_t c = dv();

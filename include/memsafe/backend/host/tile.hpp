@@ -42,8 +42,8 @@ struct tile_gen<pairwise<F, T, RX, RY, D>> {
   T* yinv = nullptr;
   T* xs = nullptr;
   std::size_t packed_j0 = ~std::size_t{0}, packed_nj = 0;
-  host::tile_rows_fn<F, R, T> rows_block;  // the micro-kernel for R rows and for one (tile_isa.hpp)
-  host::tile_rows_fn<F, 1, T> rows_one;
+  host::tile_rows_fn<T> rows_block;  // the micro-kernel for R rows and for one (tile_isa.hpp)
+  host::tile_rows_fn<T> rows_one;
 
   explicit tile_gen(const expr_type& ex) : e(ex) {
     const bool avx2 = host::tile_avx2();

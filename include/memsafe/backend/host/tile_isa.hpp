@@ -49,8 +49,9 @@ namespace memsafe::host::avx2_tile {
 
 namespace memsafe::host {
 
-/// One tile kernel: R query rows of formula F over T against the packed panels (pairwise_rows).
-template <class F, int R, class T>
+/// One tile kernel: some query rows of a formula over T against the packed panels (pairwise_rows
+/// for a formula F and a row count R; the pointer's type depends on T alone).
+template <class T>
 using tile_rows_fn = void (*)(const T*, const T*, const T*, const T*, std::size_t, std::size_t, T*, std::size_t,
                               const formula_params<T>&);
 
@@ -73,7 +74,7 @@ inline bool tile_avx2() {
 /// The tile kernel for R rows of F over T: the AVX2 copy when `avx2` (tile_avx2()), else the
 /// translation unit's own.
 template <class F, int R, class T>
-tile_rows_fn<F, R, T> tile_rows_for([[maybe_unused]] bool avx2) {
+tile_rows_fn<T> tile_rows_for([[maybe_unused]] bool avx2) {
 #if defined(MEMSAFE_TILE_AVX2)
   if (avx2) return &avx2_tile::pairwise_rows<F, R, T>;
 #endif
