@@ -191,6 +191,27 @@ template <class X>
 std::size_t min_budget(const X& x) {
   return memsafe::plan_for(x, memsafe::options{memsafe::unlimited, 1}).min_bytes;
 }
+/// The fused kernels' smallest plan where they serve x (0 otherwise): below it the tile loop runs.
+template <class X>
+std::size_t fused_min_budget(const X& x) {
+  return memsafe::plan_for(x, memsafe::options{memsafe::unlimited, 1}).fused_min_bytes;
+}
+#endif
+
+#if !defined(MEMSAFE_TEST_DEVICE)
+/// Whether r ran the fused kernels (fused_min: fused_min_budget of its expression), checking that
+/// it ran the form its budget calls for: the fused kernels from their smallest plan up, below it
+/// the tile loop, marked portable and saying why.
+template <class R>
+bool ran_fused(const R& r, std::size_t fused_min) {
+  const bool fused = fused_min && r.stats.budget_bytes >= fused_min;
+  CHECK(r.stats.plan.fused == fused);
+  if (fused_min && !fused) {
+    CHECK(r.stats.plan.isa == "portable");
+    CHECK(r.stats.plan.reduction.find("fused kernels' smallest plan") != std::string::npos);
+  }
+  return fused;
+}
 #endif
 
 /// Budgets from the minimum to unlimited for an evaluable expression, with varying thread counts.
@@ -199,6 +220,10 @@ std::vector<run_opts> budgets(const X& x) {
   const std::size_t mn = min_budget(x);
   std::vector<run_opts> o;
   o.push_back({mn, 1});
+#if !defined(MEMSAFE_TEST_DEVICE)
+  // The fused kernels at their own smallest plan, where the tile loop's is smaller (and runs at mn).
+  if (const std::size_t f = fused_min_budget(x); f > mn) o.push_back({f, 1});
+#endif
   o.push_back({mn + mn / 2 + 97, 2});
   o.push_back({mn * 5, 3});
   o.push_back({mn * 40, 2});

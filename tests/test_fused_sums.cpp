@@ -82,9 +82,14 @@ void check_fused(const X& x, const std::vector<double>& want, const std::vector<
     CHECK(p.isa == host::isa_name(i));
     CHECK(fused_sum(p) == expect_fused);
     std::vector<T> first;
+    const std::size_t fmin = ref::fused_min_budget(x);
+    CHECK((fmin > 0) == expect_fused);
     for (const auto& r : ref::eval_all(x)) {
-      CHECK(r.stats.plan.isa == host::isa_name(i));
-      CHECK(fused_sum(r.stats.plan) == expect_fused);
+      // Below the fused kernels' minimum (a panel of right-hand rows per thread: many columns) the
+      // tile loop runs; the answer is the same within rounding.
+      const bool f = ref::ran_fused(r, fmin);
+      CHECK(fused_sum(r.stats.plan) == f);
+      if (f || !expect_fused) CHECK(r.stats.plan.isa == host::isa_name(i));
       CHECK(r.stats.peak_temp_bytes == r.stats.plan.planned_bytes);  // the byte model is exact
       close_to(r.values, want, scale, what + " vs naive");
       close_to(r.values, refd, scale, what + " vs reference path");
@@ -271,6 +276,68 @@ TEST_CASE("fused sums: K·M and softmax_sum with 2 to fsum_max_cols columns") {
   many_columns<float>(6, 21, 5, host::fsum_max_cols);  // the most columns a fused sum takes
 }
 
+TEST_CASE("fused sums: below the fused kernels' minimum the tile loop runs, and the minimum is the smaller one") {
+  // K·M with many columns: the fused kernels hold a panel of right-hand rows in double per thread,
+  // so their smallest plan is far above the tile loop's (one row of sums). A budget between the two
+  // runs the tile loop — within the budget, with the same answer — rather than being refused.
+  report_skipped();
+  const std::size_t n = 9, m = 40, d = 3, c = host::fsum_max_cols;
+  const auto x = ref::cast<float>(ref::data(n, d, 21)), y = ref::cast<float>(ref::data(m, d, 22)),
+             M = ref::cast<float>(ref::data(m, c, 23));
+  const std::vector<double> xd(x.begin(), x.end()), yd(y.begin(), y.end());
+  const auto e = memsafe::rbf(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d), 0.9) *
+                 memsafe::matrix(M.data(), m, c);
+  std::vector<double> want(n * c, 0.0), scale(n * c, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      const double k = std::exp(-0.5 * ref::sq(&xd[i * d], &yd[j * d], d) / 0.81);
+      for (std::size_t q = 0; q < c; ++q) {
+        want[i * c + q] += k * double(M[j * c + q]);
+        scale[i * c + q] += std::fabs(k * double(M[j * c + q]));
+      }
+    }
+  scoped_env unset("MEMSAFE_ISA", nullptr);
+  std::size_t tile_min;
+  {
+    scoped_env e2("MEMSAFE_KERNELS", "reference");
+    tile_min = memsafe::plan_for(e, memsafe::options{memsafe::unlimited, 1}).min_bytes;
+  }
+  for (host::isa i : fused_isas()) {
+    INFO("MEMSAFE_ISA=" << std::string(host::isa_name(i)));
+    scoped_env force("MEMSAFE_ISA", host::isa_name(i));
+    const auto big = memsafe::plan_for(e, memsafe::options{memsafe::unlimited, 1});
+    REQUIRE(big.fused);
+    CHECK(big.min_bytes == tile_min);  // the call's minimum: the tile loop's, the smaller
+    CHECK(big.fused_min_bytes > 4 * tile_min);
+    CHECK(memsafe::explain(e, memsafe::options{memsafe::unlimited, 1}).find("the fused kernels from") != std::string::npos);
+    // Budgets from the minimum up, doubling: the tile loop below the fused minimum, the fused
+    // kernels from there on, never refused, within the budget, the same answer.
+    bool saw_tile = false, saw_fused = false;
+    for (std::size_t b = tile_min; b <= std::size_t{1} << 24; b *= 2) {
+      CAPTURE(b);
+      const auto r = memsafe::eval(e, memsafe::options{b, 1});
+      CHECK(r.stats.peak_temp_bytes <= b);
+      CHECK(r.stats.min_budget_bytes == tile_min);
+      // The tile loop below the fused kernels' minimum, the fused kernels from there on.
+      const bool f = ref::ran_fused(r, big.fused_min_bytes);
+      CHECK(fused_sum(r.stats.plan) == f);
+      if (f) CHECK(r.stats.plan.isa == host::isa_name(i));
+      saw_fused |= f;
+      saw_tile |= !f;
+      close_to(r.values, want, scale, "K·M, " + std::to_string(c) + " columns, budget " + std::to_string(b));
+    }
+    CHECK(saw_tile);
+    CHECK(saw_fused);
+    // One byte under the minimum is refused, naming it.
+    try {
+      (void)memsafe::eval(e, memsafe::options{tile_min - 1, 1});
+      FAIL("a budget of minimum − 1 ran");
+    } catch (const memsafe::budget_error& er) {
+      CHECK(er.minimum_bytes == tile_min);
+    }
+  }
+}
+
 TEST_CASE("fused sums: K·M with more than fsum_max_cols columns, cosine and other leaves keep the tile path") {
   constexpr std::size_t cmax = host::fsum_max_cols;
   std::vector<float> x = ref::cast<float>(ref::data(20, 4, 3)), y = ref::cast<float>(ref::data(30, 4, 4));
@@ -323,8 +390,10 @@ TEST_CASE("fused sums: NaN and ±inf inputs behave as on the reference path") {
       }
       for (host::isa i : fused_isas()) {
         scoped_env force("MEMSAFE_ISA", host::isa_name(i));
+        const std::size_t fmin = ref::fused_min_budget(expr);
+        CHECK(fmin > 0);
         for (const auto& r : ref::eval_all(expr)) {
-          CHECK(fused_sum(r.stats.plan));
+          CHECK(fused_sum(r.stats.plan) == ref::ran_fused(r, fmin));  // the tile loop below the fused minimum
           REQUIRE(r.values.size() == want.size());
           for (std::size_t q = 0; q < want.size(); ++q) {
             INFO("at " << q << ": got " << r.values[q] << ", want " << want[q]);

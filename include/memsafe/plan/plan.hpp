@@ -47,6 +47,12 @@ struct tile_plan {
   std::size_t row_blocks = 0, col_blocks = 0, inner_blocks = 0, num_tiles = 0;
   bool split_columns = false;  ///< threads share one row block's columns and merge partials
   bool symmetric = false;      ///< lazy × lazy A·Aᵀ: only blocks on and below the diagonal, mirrored
+  /// A host row job runs the fused kernels (a selection or a sum, backend/host/select_driver.hpp),
+  /// not the tile loop: set by the planner, read by the run so that both take the same form.
+  bool fused = false;
+  /// A host row job the fused kernels serve: their smallest plan (≥ min_bytes; above it where the
+  /// tile loop's is smaller, and below this budget the tile loop runs). 0 for other jobs.
+  std::size_t fused_min_bytes = 0;
   /// The instruction set of the host kernels a row job runs with: "avx512" or "avx2" for the fused
   /// selection (chosen at run time, backend/host/isa.hpp), "portable" for the tile path; empty
   /// where no such choice is made (other jobs, the CUDA backend).
@@ -86,6 +92,8 @@ struct tile_plan {
     }
     o += "temporaries:  " + format_bytes(planned_bytes) + " planned (" + format_bytes(per_thread_bytes) +
          " per thread), budget " + format_bytes(budget) + ", minimum " + format_bytes(min_bytes) + "\n";
+    if (fused_min_bytes > min_bytes)
+      o += "              (the fused kernels from " + format_bytes(fused_min_bytes) + "; the tile loop below)\n";
     return o;
   }
 };

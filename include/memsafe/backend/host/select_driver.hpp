@@ -96,17 +96,64 @@ template <class F, class T, std::size_t RX, std::size_t RY, std::size_t D, class
 inline constexpr bool fusable_select<pairwise<F, T, RX, RY, D>, Mon> =
     isa_compiled != isa_bit(isa::portable) && select_monoid<Mon>::ok && select_kind_of<F, select_monoid<Mon>::max>::ok;
 
+/// The plan of a row job that the fused kernels serve: fused()'s, unless its smallest plan is over
+/// the budget and the tile loop's (tile()) is not — then the tile loop's, which says why. Where
+/// neither fits, the budget_error of the one with the smaller minimum. The plan's minimum is the
+/// smaller of the two forms' minima: below the fused form's the tile loop runs. The run takes the
+/// form the plan names (tile_plan::fused).
+template <class Fused, class Tile>
+MEMSAFE_COLD tile_plan plan_fused_or_tile(Fused&& fused, Tile&& tile) {
+  tile_plan p;
+  try {
+    p = fused();
+  } catch (const budget_error& f) {
+    tile_plan q;
+    try {
+      q = tile();
+    } catch (const budget_error& t) {
+      if (t.minimum_bytes <= f.minimum_bytes) throw;
+      throw budget_error(f);
+    }
+    q.fused = false;
+    q.fused_min_bytes = f.minimum_bytes;
+    if (q.isa.empty()) q.isa = isa_name(isa::portable);
+    q.reduction += "; the tile loop, as the fused kernels' smallest plan (" + format_bytes(f.minimum_bytes) +
+                   ") is over the budget";
+    return q;
+  }
+  p.fused = true;
+  p.fused_min_bytes = p.min_bytes;
+  try {
+    p.min_bytes = std::min(p.min_bytes, tile().min_bytes);
+  } catch (const budget_error&) {  // the tile loop's minimum is over the budget, so over the fused one's
+  }
+  return p;
+}
+
+/// fused(leaf) for the fused kernels' leaf (the expression, or the fast form a guard chose), with
+/// generic(e) for the tile loop: at planning (tile_plan results) through plan_fused_or_tile, at
+/// run time directly (the plan chose it).
+template <class Leaf, class E, class Fused, class Generic>
+decltype(auto) fused_or_generic(const Leaf& leaf, const E& e, Fused& fused, Generic& generic) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<decltype(fused(leaf))>, tile_plan>)
+    return plan_fused_or_tile([&] { return fused(leaf); }, [&] { return generic(e); });
+  else
+    return fused(leaf);
+}
+
 /// Call fused(leaf) when the fused selection applies to the (normalised) expression `e` — a
 /// pairwise leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of
 /// its kernels is chosen (choose_isa), else generic(e). A plan from generic is marked portable
 /// unless it names its instruction set (the fused sums of sum_driver.hpp, tried inside generic).
+/// `fused_ok`: true when planning (plan_fused_or_tile may still choose the tile loop), the plan's
+/// `fused` when running.
 template <class E, class Mon, class Fused, class Generic>
-decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic) {
+decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic, bool fused_ok = true) {
   if constexpr (fusable_select<E, Mon>) {
-    if (fused_kernels_enabled()) return fused(e);
+    if (fused_ok && fused_kernels_enabled()) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
     if constexpr (fusable_select<std::remove_cvref_t<decltype(e.fast)>, Mon>)
-      if (e.use_fast && fused_kernels_enabled()) return fused(e.fast);
+      if (e.use_fast && fused_ok && fused_kernels_enabled()) return fused_or_generic(e.fast, e, fused, generic);
   }
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(generic(e))>, tile_plan>) {
     tile_plan p = generic(e);
