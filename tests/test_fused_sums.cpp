@@ -534,13 +534,14 @@ TEST_CASE("fused sums: the symmetric form needs the same view on both sides and 
 }
 
 TEST_CASE_TEMPLATE("tile path: rows_times_matrix gives row_times_matrix's sums bit for bit", T, float, double) {
-  // The tile path's K·M / softmax_sum product (monoids.hpp): four rows and a block of columns at a
-  // time must add every term in row_times_matrix's order, so its sums are the same doubles.
+  // The tile path's K·M / softmax_sum product (monoids.hpp): four rows and a block of 8, 4 or 2
+  // columns at a time must add every term in row_times_matrix's order, so its sums are the same
+  // doubles.
   const std::size_t n = 37;
   const auto rowsd = ref::data(4, n, 61), Md = ref::data(n, 40, 67);
   const auto rv = ref::cast<T>(rowsd), Mv = ref::cast<T>(Md);
   for (std::size_t nr = 1; nr <= 4; ++nr)
-    for (std::size_t c : {1, 3, 4, 8, 9, 17, 20})
+    for (std::size_t c : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 15, 17, 20})  // every mix of the 8-, 4-, 2- and (f32) 1-column blocks
       for (std::size_t cs : {1, 2}) {
         INFO("rows " << nr << ", columns " << c << ", column stride " << cs);
         const std::size_t rs = 40;  // M's row stride: c·cs ≤ 40 columns of the 40 held

@@ -193,40 +193,49 @@ void row_times_matrix(const T* row, std::size_t n, const T* M, std::size_t rs, s
   }
 }
 
+/// rows_times_matrix's register block: four rows × QB columns from q0, M with unit column stride.
+template <std::size_t QB, class T>
+inline void rows_block_product(const T* const* rows, double* const* accs, std::size_t n, const T* M, std::size_t rs,
+                               std::size_t q0) {
+  constexpr std::size_t RB = 4;
+  double s[RB][QB];
+  for (std::size_t r = 0; r < RB; ++r)
+    for (std::size_t q = 0; q < QB; ++q) s[r][q] = accs[r][q0 + q];
+  for (std::size_t j = 0; j < n; ++j) {
+    const T* m = M + j * rs + q0;
+    double b[QB];
+    for (std::size_t q = 0; q < QB; ++q) b[q] = static_cast<double>(m[q]);
+    for (std::size_t r = 0; r < RB; ++r) {
+      const double a = static_cast<double>(rows[r][j]);
+      for (std::size_t q = 0; q < QB; ++q) s[r][q] += a * b[q];
+    }
+  }
+  for (std::size_t r = 0; r < RB; ++r)
+    for (std::size_t q = 0; q < QB; ++q) accs[r][q0 + q] = s[r][q];
+}
+
 /// acc_r[0..c) += Σ_j rows[r][j]·M[j, 0..c) for the nr rows of `rows` (n values each) and their
 /// accumulators `accs` (c doubles each); M rows with row stride rs and column stride cs. Each
 /// accumulator is summed over j in order, one multiply-add per term, exactly as row_times_matrix
 /// does it, so the results are those of nr calls of it — only faster: for four rows and a block of
-/// columns at a time (unit column stride) the block's sums stay in registers across the n terms
+/// columns at a time (unit column stride; 8, 4, 2, then 1 for float) the block's sums stay in registers across the n terms
 /// and every M value, widened once, serves the four rows (row_times_matrix loads and stores the
 /// accumulators at every term).
 template <class T>
 void rows_times_matrix(const T* const* rows, double* const* accs, std::size_t nr, std::size_t n, const T* M,
                        std::size_t rs, std::size_t cs, std::size_t c) {
-#if defined(__AVX2__) || defined(__AVX512F__)
-  constexpr std::size_t QB = 8;  // two ymm of doubles per row: 8 accumulator registers
-#else
-  constexpr std::size_t QB = 4;  // two xmm per row: 8 of the 16 registers
-#endif
-  constexpr std::size_t RB = 4;
   std::size_t q0 = 0;
-  if (nr == RB && cs == 1) {
-    for (; q0 + QB <= c; q0 += QB) {
-      double s[RB][QB];
-      for (std::size_t r = 0; r < RB; ++r)
-        for (std::size_t q = 0; q < QB; ++q) s[r][q] = accs[r][q0 + q];
-      for (std::size_t j = 0; j < n; ++j) {
-        const T* m = M + j * rs + q0;
-        double b[QB];
-        for (std::size_t q = 0; q < QB; ++q) b[q] = static_cast<double>(m[q]);
-        for (std::size_t r = 0; r < RB; ++r) {
-          const double a = static_cast<double>(rows[r][j]);
-          for (std::size_t q = 0; q < QB; ++q) s[r][q] += a * b[q];
-        }
-      }
-      for (std::size_t r = 0; r < RB; ++r)
-        for (std::size_t q = 0; q < QB; ++q) accs[r][q0 + q] = s[r][q];
-    }
+  if (nr == 4 && cs == 1) {
+#if defined(__AVX2__) || defined(__AVX512F__)
+    for (; q0 + 8 <= c; q0 += 8) rows_block_product<8>(rows, accs, n, M, rs, q0);  // two ymm of doubles per row
+#endif
+    for (; q0 + 4 <= c; q0 += 4) rows_block_product<4>(rows, accs, n, M, rs, q0);  // one ymm (two xmm) per row
+    if (q0 + 2 <= c) rows_block_product<2>(rows, accs, n, M, rs, q0), q0 += 2;
+    // A last single column: for float, whose widened products are exact in double (so contracting
+    // a·b + s into an FMA cannot change a bit), a 1-wide block too; doubles keep the one-row loop,
+    // as GCC 12 contracts a 1-wide block of them differently from it and the two must agree.
+    if constexpr (std::is_same_v<T, float>)
+      if (q0 < c) rows_block_product<1>(rows, accs, n, M, rs, q0), q0 += 1;
   }
   if (q0 < c)  // the columns left (or every column: fewer rows, a strided M)
     for (std::size_t r = 0; r < nr; ++r) row_times_matrix(rows[r], n, M + q0 * cs, rs, cs, c - q0, accs[r] + q0);
