@@ -206,9 +206,9 @@ void run_rows_job(const jobs::rows_job<E, R, T>& job, const jobs::out_spec<T>& o
       [&](const auto& e) {
         host::dispatch_sum(
             e, mon, [&](const auto& leaf) { host::run_fsum(leaf, mon, out, p, acc); },
-            [&](const auto& g) { host::run_rows(g, mon, out, p, acc); }, p.fused);
+            [&](const auto& g) { host::run_rows(g, mon, out, p, acc); }, std::optional<bool>(p.fused));
       },
-      p.fused);
+      std::optional<bool>(p.fused));
   jobs::apply_post(post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
 }
 template <class J, class T>

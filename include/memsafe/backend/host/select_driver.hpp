@@ -145,15 +145,17 @@ decltype(auto) fused_or_generic(const Leaf& leaf, const E& e, Fused& fused, Gene
 /// pairwise leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of
 /// its kernels is chosen (choose_isa), else generic(e). A plan from generic is marked portable
 /// unless it names its instruction set (the fused sums of sum_driver.hpp, tried inside generic).
-/// `fused_ok`: true when planning (plan_fused_or_tile may still choose the tile loop), the plan's
-/// `fused` when running.
+/// `planned`: empty when planning (the fused kernels where an instruction set of theirs is chosen,
+/// and plan_fused_or_tile may still choose the tile loop); when running, the plan's `fused`, so the
+/// run takes the planned form whatever the environment says by then.
 template <class E, class Mon, class Fused, class Generic>
-decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic, bool fused_ok = true) {
+decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic,
+                               std::optional<bool> planned = std::nullopt) {
   if constexpr (fusable_select<E, Mon>) {
-    if (fused_ok && fused_kernels_enabled()) return fused_or_generic(e, e, fused, generic);
+    if (planned.value_or(fused_kernels_enabled())) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
     if constexpr (fusable_select<std::remove_cvref_t<decltype(e.fast)>, Mon>)
-      if (e.use_fast && fused_ok && fused_kernels_enabled()) return fused_or_generic(e.fast, e, fused, generic);
+      if (e.use_fast && planned.value_or(fused_kernels_enabled())) return fused_or_generic(e.fast, e, fused, generic);
   }
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(generic(e))>, tile_plan>) {
     tile_plan p = generic(e);

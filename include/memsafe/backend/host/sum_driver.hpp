@@ -160,14 +160,15 @@ bool fsum_symmetric(const E& e, const Mon& mon) {
 
 /// Call fused(leaf) when the fused sum applies to the (normalised) expression `e` — a leaf of
 /// fsum_leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of its
-/// kernels is chosen (choose_isa), else generic(e). `fused_ok` as for dispatch_select.
+/// kernels is chosen (choose_isa), else generic(e). `planned` as for dispatch_select.
 template <class E, class Mon, class Fused, class Generic>
-decltype(auto) dispatch_sum(const E& e, const Mon& mon, Fused&& fused, Generic&& generic, bool fused_ok = true) {
+decltype(auto) dispatch_sum(const E& e, const Mon& mon, Fused&& fused, Generic&& generic,
+                            std::optional<bool> planned = std::nullopt) {
   if constexpr (fusable_sum<E, Mon>) {
-    if (fused_ok && fsum_fits(mon) && fused_kernels_enabled()) return fused_or_generic(e, e, fused, generic);
+    if (fsum_fits(mon) && planned.value_or(fused_kernels_enabled())) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
     if constexpr (fusable_sum<std::remove_cvref_t<decltype(e.fast)>, Mon>)
-      if (e.use_fast && fused_ok && fsum_fits(mon) && fused_kernels_enabled())
+      if (e.use_fast && fsum_fits(mon) && planned.value_or(fused_kernels_enabled()))
         return fused_or_generic(e.fast, e, fused, generic);
   }
   return generic(e);
