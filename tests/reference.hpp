@@ -196,9 +196,6 @@ template <class X>
 std::size_t fused_min_budget(const X& x) {
   return memsafe::plan_for(x, memsafe::options{memsafe::unlimited, 1}).fused_min_bytes;
 }
-#endif
-
-#if !defined(MEMSAFE_TEST_DEVICE)
 /// Whether r ran the fused kernels (fused_min: fused_min_budget of its expression), checking that
 /// it ran the form its budget calls for: the fused kernels from their smallest plan up, below it
 /// the tile loop, marked portable and saying why.

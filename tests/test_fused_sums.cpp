@@ -534,9 +534,9 @@ TEST_CASE("fused sums: the symmetric form needs the same view on both sides and 
 }
 
 TEST_CASE_TEMPLATE("tile path: rows_times_matrix gives row_times_matrix's sums bit for bit", T, float, double) {
-  // The tile path's K·M / softmax_sum product (monoids.hpp): four rows and a block of 8, 4 or 2
-  // columns at a time must add every term in row_times_matrix's order, so its sums are the same
-  // doubles.
+  // The tile path's K·M / softmax_sum product (monoids.hpp): four rows and a block of 8, 4, 2 or
+  // (float) 1 columns at a time must add every term in row_times_matrix's order, so its sums are
+  // the same doubles.
   const std::size_t n = 37;
   const auto rowsd = ref::data(4, n, 61), Md = ref::data(n, 40, 67);
   const auto rv = ref::cast<T>(rowsd), Mv = ref::cast<T>(Md);
