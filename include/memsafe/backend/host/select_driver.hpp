@@ -141,6 +141,10 @@ decltype(auto) fused_or_generic(const Leaf& leaf, const E& e, Fused& fused, Gene
     return fused(leaf);
 }
 
+/// Whether a host row job takes the fused kernels: the plan's choice when running (`planned`), else
+/// the environment's (MEMSAFE_ISA, MEMSAFE_KERNELS), looked up only when planning.
+inline bool fused_chosen(std::optional<bool> planned) { return planned ? *planned : fused_kernels_enabled(); }
+
 /// Call fused(leaf) when the fused selection applies to the (normalised) expression `e` — a
 /// pairwise leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of
 /// its kernels is chosen (choose_isa), else generic(e). A plan from generic is marked portable
@@ -152,10 +156,10 @@ template <class E, class Mon, class Fused, class Generic>
 decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic,
                                std::optional<bool> planned = std::nullopt) {
   if constexpr (fusable_select<E, Mon>) {
-    if (planned.value_or(fused_kernels_enabled())) return fused_or_generic(e, e, fused, generic);
+    if (fused_chosen(planned)) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
     if constexpr (fusable_select<std::remove_cvref_t<decltype(e.fast)>, Mon>)
-      if (e.use_fast && planned.value_or(fused_kernels_enabled())) return fused_or_generic(e.fast, e, fused, generic);
+      if (e.use_fast && fused_chosen(planned)) return fused_or_generic(e.fast, e, fused, generic);
   }
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(generic(e))>, tile_plan>) {
     tile_plan p = generic(e);

@@ -165,10 +165,10 @@ template <class E, class Mon, class Fused, class Generic>
 decltype(auto) dispatch_sum(const E& e, const Mon& mon, Fused&& fused, Generic&& generic,
                             std::optional<bool> planned = std::nullopt) {
   if constexpr (fusable_sum<E, Mon>) {
-    if (fsum_fits(mon) && planned.value_or(fused_kernels_enabled())) return fused_or_generic(e, e, fused, generic);
+    if (fsum_fits(mon) && fused_chosen(planned)) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
     if constexpr (fusable_sum<std::remove_cvref_t<decltype(e.fast)>, Mon>)
-      if (e.use_fast && fsum_fits(mon) && planned.value_or(fused_kernels_enabled()))
+      if (e.use_fast && fsum_fits(mon) && fused_chosen(planned))
         return fused_or_generic(e.fast, e, fused, generic);
   }
   return generic(e);
