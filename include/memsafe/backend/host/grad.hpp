@@ -47,6 +47,8 @@ struct grad_layout {
   bool cols = false;         ///< column-side point sets (a fused pass over E)
   bool cols_direct = false;  ///< the column side is written straight to the outputs (one row block:
                              ///< every column tile is visited by one worker only; lazy × lazy)
+  bool formed = false;       ///< W is formed per tile from the job's weights (not a lazy × lazy pass)
+  std::size_t wrank = 0;     ///< the rank of a low-rank W (0: dense W)
   std::size_t dmax = 0, c = 0, m = 0;
   std::size_t row_width = 0, op_row_off = 0;  ///< doubles per row of the row accumulators
   std::size_t col_width = 0, op_col_off = 0;  ///< doubles of the per-thread column accumulators
@@ -126,6 +128,8 @@ grad_layout make_layout(const J& j, bool transposed, bool fused) {
                              j.points, !transposed && j.params);
   L.transposed = transposed;
   L.c = j.w.b.cols();
+  L.formed = true;
+  L.wrank = j.w.dense ? 0 : j.w.a.cols();
   L.m = j.e.cols();
   L.op_rows = transposed && j.operand;
   L.op_cols = !transposed && fused && j.operand;
@@ -147,7 +151,9 @@ template <class P, class T>
 std::size_t grad_tile_bytes(const P& p, const grad_layout& L, std::size_t ti, std::size_t tj) {
   std::size_t b = align64(ti * tj * sizeof(T));
   if (L.need_e) b += tile_gen<P>::workspace_bytes(p, ti, tj);
+  if (L.formed) b += align64(tj * sizeof(double)) + align64(L.wrank * tj * sizeof(T));
   if (L.dmax) b += align64(L.dmax * tj * sizeof(T)) + align64(L.dmax * sizeof(T)) + 2 * align64(tj * sizeof(T));
+  if (L.dmax && L.par_width) b += 2 * align64(tj * sizeof(T));
   if (L.cols) b += align64(L.dmax * tj * sizeof(T));
   b += align64(ti * L.row_width * sizeof(double));
   return b;
@@ -224,8 +230,8 @@ struct grad_worker {
   std::conditional_t<std::is_void_v<O>, no_gen, std::optional<tile_gen<std::conditional_t<std::is_void_v<O>, P, O>>>>
       gen_o;
   T *tile = nullptr, *ybuf = nullptr, *xrow = nullptr, *urow = nullptr, *crow = nullptr, *gyt = nullptr;
-  T* otile = nullptr;
-  double *racc = nullptr, *ext_par = nullptr, *ext_col = nullptr, *wd = nullptr;
+  T *otile = nullptr, *wpack = nullptr, *frow = nullptr, *arow = nullptr;
+  double *racc = nullptr, *ext_par = nullptr, *ext_col = nullptr, *wd = nullptr, *wrow = nullptr;
   std::size_t tj;
 
   grad_worker(const grad_ctx<P, T, O>& ctx, std::byte* ws, std::size_t ti, std::size_t tj_, double* ext)
@@ -234,6 +240,10 @@ struct grad_worker {
     std::byte* cur = ws;
     tile = carve<T>(cur, ti * tj);
     if (L.need_e) gen.bind(cur, ti, tj);
+    if (L.formed) {
+      wrow = carve<double>(cur, tj);
+      wpack = carve<T>(cur, L.wrank * tj);
+    }
     if constexpr (!std::is_void_v<O>) {
       const O& o = *ctx.other;
       const std::size_t r = ctx.a_side ? o.rows() : ti, cc = ctx.a_side ? tj : o.cols();
@@ -247,6 +257,10 @@ struct grad_worker {
       xrow = carve<T>(cur, L.dmax);
       urow = carve<T>(cur, tj);
       crow = carve<T>(cur, tj);
+      if (L.par_width) {
+        frow = carve<T>(cur, tj);
+        arow = carve<T>(cur, tj);
+      }
     }
     if (L.cols) gyt = carve<T>(cur, L.dmax * tj);
     racc = carve<double>(cur, ti * L.row_width);
@@ -333,22 +347,43 @@ struct grad_worker {
           }
       operand_step(i0, ni, j0, nj);
     }
-    // W_ij in place (times P_ij when softmax)
-    const std::size_t rank = w.dense ? 0 : w.a.cols();
-    for (std::size_t r = 0; r < ni; ++r)
-      for (std::size_t q = 0; q < nj; ++q) {
-        const std::size_t oi = tr ? j0 + q : i0 + r, oj = tr ? i0 + r : j0 + q;
-        double s;
-        if (w.dense) {
-          s = static_cast<double>(w.g(oi, oj));
-        } else {
-          s = 0;
-          for (std::size_t k = 0; k < rank; ++k) s += static_cast<double>(w.a(oi, k)) * static_cast<double>(w.b(oj, k));
+    // W_ij in place (times P_ij when softmax), one row of the tile at a time in double. Low rank:
+    // W_ij = Σ_k R_ik·C_jk with R the factor indexed by this pass's rows (A over E, B over Eᵀ) and
+    // C the other; C's tile columns are packed k-major once per tile, so that each row is a sum of
+    // contiguous, vectorised axpys in the same k order as a direct dot product.
+    const std::size_t rank = L.wrank;
+    const matrix_view<const T>& R = tr ? w.b : w.a;
+    const matrix_view<const T>& C = tr ? w.a : w.b;
+    for (std::size_t k = 0; k < rank; ++k)
+      for (std::size_t q = 0; q < nj; ++q) wpack[k * nj + q] = C(j0 + q, k);
+    for (std::size_t r = 0; r < ni; ++r) {
+      const std::size_t i = i0 + r;
+      if (w.dense) {
+        if (tr)
+          for (std::size_t q = 0; q < nj; ++q) wrow[q] = static_cast<double>(w.g(j0 + q, i));
+        else
+          for (std::size_t q = 0; q < nj; ++q) wrow[q] = static_cast<double>(w.g(i, j0 + q));
+      } else {
+        std::fill(wrow, wrow + nj, 0.0);
+        for (std::size_t k = 0; k < rank; ++k) {
+          const double a = static_cast<double>(R(i, k));
+          const T* ck = wpack + k * nj;
+          for (std::size_t q = 0; q < nj; ++q) wrow[q] += a * static_cast<double>(ck[q]);
         }
-        if (w.softmax)
-          s = static_cast<double>(tile[r * nj + q]) * (s - (w.delta ? static_cast<double>(w.delta[oi]) : 0.0));
-        tile[r * nj + q] = static_cast<T>(s);
       }
+      T* wt = tile + r * nj;
+      if (!w.softmax) {
+        for (std::size_t q = 0; q < nj; ++q) wt[q] = static_cast<T>(wrow[q]);
+      } else if (!w.delta) {
+        for (std::size_t q = 0; q < nj; ++q) wt[q] = static_cast<T>(static_cast<double>(wt[q]) * wrow[q]);
+      } else if (tr) {  // δ indexed by E's row, this pass's column
+        for (std::size_t q = 0; q < nj; ++q)
+          wt[q] = static_cast<T>(static_cast<double>(wt[q]) * (wrow[q] - static_cast<double>(w.delta[j0 + q])));
+      } else {
+        const double dl = static_cast<double>(w.delta[i]);
+        for (std::size_t q = 0; q < nj; ++q) wt[q] = static_cast<T>(static_cast<double>(wt[q]) * (wrow[q] - dl));
+      }
+    }
   }
 
   /// ∂L/∂B_jq += Σ_i Q_ij A_iq with Q the tile of E (or P): on the column side of a fused pass,
@@ -430,19 +465,31 @@ struct grad_worker {
       }
       const T* wr = tile + r * nj;
       if constexpr (stat) {
+        // c_ij, and for the parameters the products W·h′·F (and W·h′·∂F/∂α) into rows summed in
+        // lanes afterwards: no loop-carried sum here, so the formula's exp/sqrt vectorise.
         const T as = p.acc_scale;
-        for (std::size_t q = 0; q < nj; ++q) {
-          T f, df;
-          const T u = as * urow[q];
-          Dv::at(u, p, f, df);
+        auto cij = [&](std::size_t q, T& f, T& cw) {
+          T df;
+          Dv::at(as * urow[q], p, f, df);
           T hp = hconst;
           if constexpr (!Chain::affine) hp = tm.chain.der(f);
-          const T cw = wr[q] * hp;
+          cw = wr[q] * hp;
           crow[q] = cw * df;
-          if (par) {
-            pv += static_cast<double>(cw * f);
-            if constexpr (Dv::has_alpha) pa += static_cast<double>(cw * Dv::dalpha(u, p, f));
+        };
+        if (!par) {
+          for (std::size_t q = 0; q < nj; ++q) {
+            T f, cw;
+            cij(q, f, cw);
           }
+        } else {
+          for (std::size_t q = 0; q < nj; ++q) {
+            T f, cw;
+            cij(q, f, cw);
+            frow[q] = cw * f;
+            if constexpr (Dv::has_alpha) arow[q] = cw * Dv::dalpha(as * urow[q], p, f);
+          }
+          pv += lane_sum<T>(nj, [&](std::size_t q) { return frow[q]; });
+          if constexpr (Dv::has_alpha) pa += lane_sum<T>(nj, [&](std::size_t q) { return arow[q]; });
         }
       } else {
         for (std::size_t q = 0; q < nj; ++q) {
