@@ -3,7 +3,7 @@
 //   memsafe_bench knn    --impl memsafe|faiss|naive --data random|mnist --n N --m M --d D --k 10
 //                        --metric l2|l1|cosine --precision f32|f64 --budget 64MiB --threads 2 --reps 3
 //   memsafe_bench matvec --impl memsafe|naive --n N --d D --precision f32|f64 --budget 64MiB
-//                        --threads 2 --reps 3 --lengthscale 1 [--cols C]
+//                        --threads 2 --reps 3 --lengthscale 1 [--cols C] [--grad 1]
 //
 // knn: for each of m queries the k nearest of n database points (ascending distance).
 //   memsafe  argkmin(sqdist|l1|cosine(Q, X), k), evaluated in tiles within --budget;
@@ -17,6 +17,10 @@
 // for an n×C matrix V (K·M).
 //   memsafe  rbf(X, X, ℓ) * v (or * V) within --budget;
 //   naive    the full n×n K filled on --threads threads, then one GEMV (GEMM for C > 1).
+// matvec --grad 1: instead of y, the vector-Jacobian product of y = K(X, X')·v with respect to its
+// row points, ∂⟨ḡ, y⟩/∂x_i = Σ_j ḡ_i v_j ∂k(x_i, x'_j)/∂x_i (an n×d matrix; X' a copy of X, so only
+// the row side is differentiated, as KeOps' Grad(…, x, e) does; ḡ from stream 2).
+//   memsafe  grad(vjp(rbf(X, X', ℓ) * v, ḡ, wrt(X))) within --budget; naive: unsupported.
 //
 // Data: random X = N(0,1) n×d (seed, stream 0), queries / v from stream 1 (examples/common/data.hpp,
 // so separate processes see the same numbers); mnist: the training images as X, the test images as
@@ -27,11 +31,13 @@
 // before allocating and reports "oom" (also on std::bad_alloc, e.g. under `ulimit -v`).
 // --dump PATH writes the last repetition's result for cross-checking implementations:
 // knn -> the first min(m, 2000) rows of indices as int64 (row-major, k per row);
-// matvec -> the first min(n, 2000) entries of y (rows of Y, row-major) as float64 (both little-endian, no header).
+// matvec -> the first min(n, 2000) entries of y (rows of Y, row-major) as float64 (both little-endian, no header);
+// with --grad 1 the first min(n, 2000) rows of the n×d gradient, row-major, as float64.
 //
 // Exit status: 0 for status ok / oom / unsupported / unavailable / budget_too_small, 1 for error,
 // 2 for a command line the shared parser rejects (message on stderr, no JSON line).
 // Diagnostics go to stderr. See bench/README.md for every field.
+#include <memsafe/grad.hpp>
 #include <memsafe/memsafe.hpp>
 #include <memsafe/linalg/fortran.hpp>
 
@@ -100,6 +106,7 @@ struct config {
   std::uint64_t seed = 42;
   double lengthscale = 1;
   std::size_t cols = 1;  // matvec: right-hand columns (1: K·v, more: K·M)
+  bool grad = false;      // matvec: the VJP with respect to the row points instead of the product
   double offset = 0;  // knn, random data: added to every coordinate of X and the queries
 
   // Threads for the FAISS and naive code (memsafe resolves its own 0).
@@ -166,7 +173,7 @@ void print_row(const config& c, const row& r) {
   if (!r.isa.empty()) j.add("isa", r.isa);
   if (!r.screen.empty()) j.add("screen", r.screen);
   if (c.impl == "memsafe" && c.bench == "matvec") j.add("symmetric", r.symmetric);
-  if (c.bench == "matvec") j.add("cols", c.cols);
+  if (c.bench == "matvec") j.add("cols", c.cols).add("grad", c.grad);
   j.add("build", MEMSAFE_BENCH_BUILD).add("compiled_target", compiled_target);
 #if defined(MEMSAFE_BENCH_HAS_FAISS)
   if (c.impl == "faiss") {
@@ -551,6 +558,30 @@ std::vector<T> matvec_memsafe(const config& c, const std::vector<T>& X, const st
   return std::move(res.values);
 }
 
+// The VJP of K(X, X')·v with respect to X (see the header): n×d values, row-major.
+template <class T>
+std::vector<T> matvec_grad_memsafe(const config& c, const std::vector<T>& X, const std::vector<T>& v, row& r) {
+  const std::size_t n = c.n, d = c.d;
+  const std::vector<T> Xc = X, g = mx::normal_matrix<T>(n, 1, c.seed, 2);
+  const auto Xv = memsafe::points(X.data(), n, d), Xcv = memsafe::points(Xc.data(), n, d);
+  const memsafe::options opts{c.budget, c.threads};
+  r.budget_bytes = c.budget;
+  auto b = memsafe::vjp(memsafe::rbf(Xv, Xcv, c.lengthscale) * memsafe::vec(v.data(), n), memsafe::vec(g.data(), n),
+                        memsafe::wrt(Xv));
+  std::vector<T> out;
+  std::size_t peak = 0;
+  timed_reps(c, r, [&] {
+    auto gr = memsafe::grad(b, opts);
+    peak = std::max(peak, gr.stats.peak_temp_bytes);
+    out = gr.of(Xv);
+    r.min_budget_bytes = gr.stats.min_budget_bytes;
+    r.threads = gr.stats.threads;
+  });
+  if (out.size() != n * d) throw std::runtime_error("memsafe returned a gradient of the wrong size");
+  r.peak_temp_bytes = peak;
+  return out;
+}
+
 template <class T>
 std::vector<T> matvec_naive(const config& c, const std::vector<T>& Xs, const std::vector<T>& v, row& r) {
   const std::size_t n = c.n, d = c.d;
@@ -632,7 +663,13 @@ void run_matvec(const config& c, row& r) {
   const std::vector<T> v = mx::normal_matrix<T>(c.n, c.cols, c.seed, 1);
   r.input_bytes = (c.n * c.d + c.n * c.cols) * sizeof(T);
 
-  const std::vector<T> y = c.impl == "memsafe" ? matvec_memsafe<T>(c, X, v, r) : matvec_naive<T>(c, X, v, r);
+  if (c.grad && c.impl != "memsafe") {
+    bc::fail_row(r, "unsupported", "--grad 1: the naive matvec has no gradient");
+    return;
+  }
+  const std::vector<T> y = c.grad                ? matvec_grad_memsafe<T>(c, X, v, r)
+                           : c.impl == "memsafe" ? matvec_memsafe<T>(c, X, v, r)
+                                                 : matvec_naive<T>(c, X, v, r);
   if (!c.dump.empty()) bc::dump_values(c.dump, y, "--dump: ");
   r.status = "ok";
 }
@@ -693,7 +730,8 @@ int main(int argc, char** argv) {
                                 "else the build's shared data folder)");
   else {
     bc::add_matvec_options(args);
-    args.option("cols", "1", "right-hand columns: 1 for K·v, more for K·M with an n x C matrix");
+    args.option("cols", "1", "right-hand columns: 1 for K·v, more for K·M with an n x C matrix")
+        .option("grad", "0", "1: time the gradient of <g, K(X, X')·v> with respect to X instead of the product");
   }
   args.option("precision", "f32", "f32|f64")
       .option("budget", "64MiB", "memsafe's temporary-memory budget, e.g. 64MiB, 1GB, 4096")
@@ -726,6 +764,8 @@ int main(int argc, char** argv) {
     c.lengthscale = args.get_double("lengthscale");
     c.cols = args.get_uint("cols");
     if (c.cols == 0 || c.cols > 4096) args.fail("--cols must be between 1 and 4096");
+    c.grad = args.get_uint("grad") != 0;
+    if (c.grad && c.cols != 1) args.fail("--grad 1 takes --cols 1");
   }
   c.precision = args.get_choice("precision", {"f32", "f64"});
   c.budget = parse_size_option(args, "budget");

@@ -590,6 +590,29 @@ def section_sums(rows) -> str:
     return "\n".join(s)
 
 
+def section_grad(rows) -> str:
+    gr = [r for r in rows if r.get("suite") == "grad"]
+    s = ["## Gradients of a kernel sum (vjp)", "",
+         "`python3 bench/run.py grad` — the gradient of ⟨g, K(X, X′)·v⟩ with respect to the row points X (RBF, "
+         "ℓ = 1, d = 3, X′ the same points as the column side): memsafe's `grad(vjp(rbf(X, X′) * v, g, wrt(X)))` "
+         "with a 64 MiB budget against KeOps' own symbolic derivative (`Genred(\"Grad(Exp(-SqDist(x,y)*s)*b, x, "
+         "e)\")`, summed over j), alternating in every round. Pairs/s counts the n² pairs. Min / median over the "
+         "rounds.", ""]
+    if not gr:
+        return "\n".join(s + [NM + ".", ""])
+    body = []
+    for r in sorted(gr, key=lambda r: (r.get("precision"), r.get("n") or 0, r.get("impl"))):
+        sp = r.get("speedup_vs_keops_median")
+        body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}", r.get("impl"), str(r.get("threads")),
+                     status_cell(r, f"{sig(r.get('min_s'))} / {sig(r.get('median_s'))} s"),
+                     sig(r.get("pairs_per_s")) if r.get("pairs_per_s") else NM,
+                     fbytes(r["peak_temp_bytes"]) if r.get("peak_temp_bytes") else "—",
+                     f"{sp:.2f}× / {r.get('speedup_vs_keops_min'):.2f}×" if sp else "—"])
+    s += [table(["workload", "impl", "threads", "min / median", "pairs/s", "peak temp", "speed-up vs KeOps (median / min)"],
+                body), ""]
+    return "\n".join(s)
+
+
 def section_attention(rows) -> str:
     at = [r for r in rows if r.get("suite") == "attention"]
     s = ["## Attention (forward, forward + backward)", "",
@@ -1677,6 +1700,7 @@ def main(argv=None) -> int:
         section_sweep(rows, sweep_img),
         section_matvec3(rows),
         section_sums(rows),
+        section_grad(rows),
         section_attention(rows),
         section_exact_gp(rows),
         section_sgpr(rows, sgpr_img),

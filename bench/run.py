@@ -48,7 +48,7 @@ from array import array
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KEOPS_SCRIPT = os.path.join(HERE, "peers", "keops_bench.py")
-SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile", "isa", "sums"]
+SUITES = ["peak", "fig2", "knn", "mnist", "sweep", "matvec3", "overhead", "compile", "isa", "sums", "grad"]
 IMPLS = ["memsafe", "faiss", "keops", "naive"]
 UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine can hold
 
@@ -339,6 +339,8 @@ class Runner:
             opt("lengthscale", req.get("lengthscale", 1))
             if req.get("cols", 1) != 1:  # K·M with an n x cols matrix
                 opt("cols", req["cols"])
+            if req.get("grad"):  # the VJP with respect to the row points (the grad suite)
+                opt("grad", 1)
         if req["bench"] == "knn" and req["data"] == "mnist":
             opt("data-dir", self.mnist_dir)
         if req["impl"] == "naive":
@@ -919,9 +921,53 @@ def suite_sums(R: Runner) -> None:
     R.write("sums", out)
 
 
+def suite_grad(R: Runner) -> None:
+    """Gradients (issue 14's vjp): the gradient of <g, K(X, X')v> with respect to the row points X,
+    RBF, 64 MiB (memsafe: grad(vjp(rbf(X, X', l) * v, g, wrt(X))); KeOps: its symbolic
+    Grad(Exp(-SqDist(x,y)*s)*b, x, e) summed over j), f32 and f64, d = 3, n = 3·10^4 (10^4 with
+    --quick). memsafe and KeOps alternate in every round (--reps rounds of one timed call; KeOps's
+    first call, its compilation, is untimed as always); each row keeps every round's time, and
+    memsafe's row the ratio of the medians (speedup_vs_keops_median) and of the minima."""
+    a = R.a
+    impls = [i for i in ("memsafe", "keops") if R.wants(i)]
+    if not impls:
+        return
+    n = 10000 if a.quick else 30000
+    out = []
+    for precision in ("f32", "f64"):
+        w = {"bench": "matvec", "n": n, "d": 3, "precision": precision, "lengthscale": 1, "grad": True,
+             "budget": "64MiB", "reps": 1}
+        rows: dict = {}
+        for _ in range(a.reps):
+            for impl in impls:
+                req = {**w, "impl": impl}
+                if impl == "keops":
+                    req["timeout"] = max(a.timeout, 1200)
+                r = R.measure("grad", req)
+                agg = rows.setdefault(impl, {**r, "times_s": []})
+                if r.get("status") == "ok" and r.get("times_s"):
+                    agg["times_s"] = agg["times_s"] + list(r["times_s"])
+                elif r.get("status") != "ok":
+                    agg.update({"status": r.get("status"), "message": r.get("message")})
+        for agg in rows.values():
+            t = sorted(agg["times_s"])
+            agg.pop("_dump", None)
+            if t:
+                med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+                agg.update({"min_s": t[0], "median_s": med, "reps": len(t), "pairs_per_s": n * n / med})
+        ms, ko = rows.get("memsafe"), rows.get("keops")
+        if ms and ko and ms.get("median_s") and ko.get("median_s"):
+            ms["speedup_vs_keops_median"] = ko["median_s"] / ms["median_s"]
+            ms["speedup_vs_keops_min"] = ko["min_s"] / ms["min_s"]
+            log(f"[grad] {precision} d=3 n={n}: memsafe {ms['pairs_per_s'] / 1e6:.0f} M pairs/s, "
+                f"{ms['speedup_vs_keops_median']:.2f}x KeOps (median)")
+        out.extend(rows.values())
+    R.write("grad", out)
+
+
 SUITE_FUNCS = {"peak": suite_peak, "fig2": suite_fig2, "knn": suite_knn, "mnist": suite_mnist, "sweep": suite_sweep,
                "matvec3": suite_matvec3, "overhead": suite_overhead, "compile": suite_compile, "isa": suite_isa,
-               "sums": suite_sums}
+               "sums": suite_sums, "grad": suite_grad}
 
 
 def newest_source() -> tuple[str, float] | None:

@@ -14,6 +14,9 @@ kNN:    D_ij = ((q_i - x_j)**2).sum(-1) (l2), (q_i - x_j).abs().sum(-1) (l1) or 
         queries' inside them); indices = D_ij.argKmin(k, dim=1).
 matvec: K_ij = exp(-||x_i - x_j||^2 / (2 l^2)), y = K @ v (RBF, unit variance); with --cols C > 1,
         Y = K @ V for an n x C matrix V (K·M).
+        With --grad 1: the gradient of <g, K(X, X')v> with respect to X (X' the same points as
+        a j-variable), Genred("Grad(Exp(-SqDist(x,y)*s)*b, x, e)", Sum over j) with g from
+        stream 2: KeOps' own symbolic derivative, as memsafe_bench matvec --grad 1 times it.
 
 Data.  random: N(0,1) draws from numpy.random.default_rng, one stream per array
 (SeedSequence([seed, 0]) for the database X, [seed, 1] for the queries Q or the vector v),
@@ -102,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(mv)
     mv.add_argument("--lengthscale", type=float, default=1.0)
     mv.add_argument("--cols", type=int, default=1, help="right-hand columns: 1 for K @ v, more for K @ V (n x C)")
+    mv.add_argument("--grad", type=int, default=0, choices=[0, 1],
+                    help="1: time the gradient of <g, K v> with respect to the row points instead")
     return p
 
 
@@ -226,11 +231,28 @@ def run_matvec(a, row, np, LazyTensor):
         K = (-((xi - xj) ** 2).sum(-1) * scale).exp()
         return K @ v
 
-    y, setup, times = time_calls(matvec, a.reps, row)
+    fn = matvec
+    row["grad"] = bool(a.grad)
+    if a.grad:
+        if a.cols != 1:
+            raise ValueError("--grad 1 takes --cols 1")
+        from pykeops.numpy import Genred
+        g = normal(a.seed, 2, (a.n, 1), dt)
+        row["input_bytes"] += int(g.nbytes)
+        routine = Genred("Grad(Exp(-SqDist(x,y)*s)*b, x, e)",
+                         [f"x = Vi({a.d})", f"y = Vj({a.d})", "b = Vj(1)", "e = Vi(1)", "s = Pm(1)"],
+                         reduction_op="Sum", axis=1)
+        svec = np.array([scale], dtype=dt)
+
+        def fn():
+            return routine(X, X, v, g, svec, backend="CPU")
+
+    y, setup, times = time_calls(fn, a.reps, row)
     med = statistics.median(times)
     row.update(setup_s=setup, times_s=times, min_s=min(times), median_s=med, pairs_per_s=n * n / med)
     if a.dump:
-        np.asarray(y, dtype=np.float64).reshape(-1)[: min(n, 2000)].tofile(a.dump)  # rows of Y, row-major
+        rows = min(n, 2000) * (a.d if a.grad else 1)
+        np.asarray(y, dtype=np.float64).reshape(-1)[:rows].tofile(a.dump)  # rows of Y (or the gradient), row-major
 
 
 def main(argv=None) -> int:
