@@ -9,6 +9,8 @@
 //   ∂k/∂σ_f² = φ,  ∂k/∂z_k = σ_f² ψ · (−2 (x_k − z_k)/ℓ_k²),  ∂k/∂ℓ_k = σ_f² ψ · (−2 (x_k − z_k)²/ℓ_k³).
 // Matérn 1/2 is not differentiable at r = 0; there ψ is taken as 0 (every term it multiplies has a
 // factor x_k − z_k = 0), so a point sitting exactly on an inducing point contributes no gradient.
+// φ and ψ use memsafe::math's exp (< 1 ulp) and the sqrt builtin, without branches, so that the
+// GP module's loops over a row of r² values vectorise (sgpr.hpp: kernel_block, contract_kuf).
 #pragma once
 #include <cmath>
 #include <string>
@@ -16,6 +18,7 @@
 #include <type_traits>
 
 #include "../core/error.hpp"
+#include "../core/math.hpp"
 
 namespace memsafe::gp {
 
@@ -52,34 +55,37 @@ template <memsafe::gp::kernel K>
 struct profile {
   static double phi(double r2) {
     using memsafe::gp::kernel;
+    namespace mm = memsafe::math;
     if constexpr (K == kernel::rbf) {
-      return std::exp(-0.5 * r2);
+      return mm::exp(-0.5 * r2);
     } else if constexpr (K == kernel::matern12) {
-      return std::exp(-std::sqrt(r2));
+      return mm::exp(-mm::sqrt(r2));
     } else if constexpr (K == kernel::matern32) {
-      const double s = std::sqrt(3.0 * r2);
-      return (1.0 + s) * std::exp(-s);
+      const double s = mm::sqrt(3.0 * r2);
+      return (1.0 + s) * mm::exp(-s);
     } else {
-      const double s = std::sqrt(5.0 * r2);
-      return (1.0 + s + s * s / 3.0) * std::exp(-s);
+      const double s = mm::sqrt(5.0 * r2);
+      return (1.0 + s + s * s / 3.0) * mm::exp(-s);
     }
   }
   /// φ and ψ together (one exp).
   static void phi_psi(double r2, double& phi, double& psi) {
     using memsafe::gp::kernel;
+    namespace mm = memsafe::math;
     if constexpr (K == kernel::rbf) {
-      phi = std::exp(-0.5 * r2);
+      phi = mm::exp(-0.5 * r2);
       psi = -0.5 * phi;
     } else if constexpr (K == kernel::matern12) {
-      const double r = std::sqrt(r2);
-      phi = std::exp(-r);
-      psi = r > 0 ? -0.5 * phi / r : 0.0;
+      const double r = mm::sqrt(r2);
+      phi = mm::exp(-r);
+      const double rs = r > 0 ? r : 1.0;  // both arms computed: a select, not a branch
+      psi = r > 0 ? -0.5 * phi / rs : 0.0;
     } else if constexpr (K == kernel::matern32) {
-      const double s = std::sqrt(3.0 * r2), e = std::exp(-s);
+      const double s = mm::sqrt(3.0 * r2), e = mm::exp(-s);
       phi = (1.0 + s) * e;
       psi = -1.5 * e;  // dφ/dr = −3r e, dr/d(r²) = 1/(2r)
     } else {
-      const double s = std::sqrt(5.0 * r2), e = std::exp(-s);
+      const double s = mm::sqrt(5.0 * r2), e = mm::exp(-s);
       phi = (1.0 + s + s * s / 3.0) * e;
       psi = -(5.0 / 6.0) * (1.0 + s) * e;  // dφ/dr = −(5/3) r (1 + √5 r) e
     }

@@ -179,26 +179,35 @@ inline void validate(const data_view& D, const inducing_view& I, const hyperpara
   validate_model(I, h, f);
 }
 
-/// K(rows [i0, i1) of Z, the nc points Xc) · σ_f² into out (row i at out + (i − i0)·ld).
+/// r2[j] = Σ_k (x_jk − z_k)²/ℓ_k² for the nc points Xc (row-major, d columns) and one point z.
+inline void scaled_sqdist_row(const double* z, const double* Xc, std::size_t nc, std::size_t d, const double* il2,
+                              double* r2) {
+  for (std::size_t j = 0; j < nc; ++j) {
+    const double* x = Xc + j * d;
+    double s = 0;
+    for (std::size_t k = 0; k < d; ++k) {
+      const double u = x[k] - z[k];
+      s += u * u * il2[k];
+    }
+    r2[j] = s;
+  }
+}
+
+/// K(rows [i0, i1) of Z, the nc points Xc) · σ_f² into out (row i at out + (i − i0)·ld): per row
+/// the r² values first, then φ over the row in place (a loop with no carried value: it vectorises).
 /// When b is given, b[i] += Σ_j out(i, j)·yc[j].
 template <memsafe::gp::kernel K>
 void kernel_block(const double* Z, std::size_t i0, std::size_t i1, const double* Xc, std::size_t nc, std::size_t d,
                   const double* il2, double s2, double* out, std::size_t ld, double* b, const double* yc) {
   for (std::size_t i = i0; i < i1; ++i) {
-    const double* z = Z + i * d;
     double* o = out + (i - i0) * ld;
-    double acc = 0;
-    for (std::size_t j = 0; j < nc; ++j) {
-      const double* x = Xc + j * d;
-      double r2 = 0;
-      for (std::size_t k = 0; k < d; ++k) {
-        const double u = x[k] - z[k];
-        r2 += u * u * il2[k];
-      }
-      o[j] = s2 * profile<K>::phi(r2);
-      if (b) acc += o[j] * yc[j];
+    scaled_sqdist_row(Z + i * d, Xc, nc, d, il2, o);
+    for (std::size_t j = 0; j < nc; ++j) o[j] = s2 * profile<K>::phi(o[j]);
+    if (b) {
+      double acc = 0;
+      for (std::size_t j = 0; j < nc; ++j) acc += o[j] * yc[j];
+      b[i] += acc;
     }
-    if (b) b[i] += acc;
   }
 }
 
@@ -583,20 +592,24 @@ inline void contract_kuf(sgpr_call& c, const data_view& D, const hyperparameters
         double* gz = p;
         for (std::size_t i = r0; i < r1; ++i) {
           const double* zi = Z + i * d;
-          const double* wr = Wc.data() + i * nc;
+          // Kc's and Wc's rows are free once Wc is formed: Kc's row holds r², then q_j = w_ij σ_f² ψ_ij;
+          // Wc's row w_ij φ_ij. The φ/ψ loop carries no value from one j to the next, so it vectorises.
+          double* qr = Kc.data() + i * nc;
+          double* wr = Wc.data() + i * nc;
+          scaled_sqdist_row(zi, Xc, nc, d, il2, qr);
+          const double g1i = g1[i];
+          for (std::size_t j = 0; j < nc; ++j) {
+            const double wij = wr[j] + g1i * yc[j];
+            double phi, psi;
+            prof::phi_psi(qr[j], phi, psi);
+            wr[j] = wij * phi;
+            qr[j] = wij * s2 * psi;
+          }
           std::fill(gz, gz + d, 0.0);
           for (std::size_t j = 0; j < nc; ++j) {
-            const double wij = wr[j] + g1[i] * yc[j];
             const double* x = Xc + j * d;
-            double r2 = 0;
-            for (std::size_t k = 0; k < d; ++k) {
-              const double u = x[k] - zi[k];
-              r2 += u * u * il2[k];
-            }
-            double phi, psi;
-            prof::phi_psi(r2, phi, psi);
-            p[2 * d] += wij * phi;
-            const double q = wij * s2 * psi;
+            p[2 * d] += wr[j];
+            const double q = qr[j];
             for (std::size_t k = 0; k < d; ++k) {
               const double u = x[k] - zi[k];
               gz[k] += q * u;
