@@ -843,6 +843,25 @@ def exp_peaks(R: Runner) -> list[dict]:
     return rows
 
 
+def add_round(rows: dict, key, r: dict) -> None:
+    """Adds one round's row r (one timed call) to rows[key]: its times appended, or its failure kept."""
+    agg = rows.setdefault(key, {**r, "times_s": []})
+    if r.get("status") == "ok" and r.get("times_s"):
+        agg["times_s"] = agg["times_s"] + list(r["times_s"])
+    elif r.get("status") != "ok":
+        agg.update({"status": r.get("status"), "message": r.get("message")})
+
+
+def summarise_rounds(agg: dict) -> bool:
+    """min_s, median_s and reps over the rounds' times of agg; False when it has none."""
+    t = sorted(agg["times_s"])
+    if not t:
+        return False
+    med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+    agg.update({"min_s": t[0], "median_s": med, "reps": len(t)})
+    return True
+
+
 def suite_sums(R: Runner) -> None:
     """Fused kernel sums (issue 15): the exp throughput (exp_peak), then RBF matvec — f32 d = 3
     n = 10^5 (matvec3) and f64 d = 1 n = 3·10^4 (a Fig. 2 point), 64 MiB — with the fused kernels
@@ -875,21 +894,16 @@ def suite_sums(R: Runner) -> None:
                     r = R.measure("sums", {**req0, "isa_forced": None, "symmetric_off": True})
                 else:
                     r = R.measure("sums", {**req0, "isa_forced": isa})
-                agg = rows.setdefault(isa, {**r, "times_s": []})
-                if r.get("status") == "ok" and r.get("times_s"):
-                    agg["times_s"] = agg["times_s"] + list(r["times_s"])
-                elif r.get("status") != "ok":
-                    agg.update({"status": r.get("status"), "message": r.get("message")})
+                add_round(rows, isa, r)
         for isa, agg in rows.items():
-            t = sorted(agg["times_s"])
-            if not t:
+            if not summarise_rounds(agg):
                 continue
-            med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+            med = agg["median_s"]
             ran = best if isa in (None, "plain") else isa
             n_, ti = agg["n"], agg.get("tile_rows") or 0
             evaluated = n_ * (n_ + ti) / 2 if agg.get("symmetric") else n_ * agg["m"]
-            agg.update({"min_s": t[0], "median_s": med, "reps": len(t), "pairs_per_s": agg["n"] * agg["m"] / med,
-                        "evaluated_pairs_per_s": evaluated / med, "isa_ran": ran})
+            agg.update({"pairs_per_s": agg["n"] * agg["m"] / med, "evaluated_pairs_per_s": evaluated / med,
+                        "isa_ran": ran})
             pk = next((p for p in peaks if p["isa"] == ran and p["type"] == w["precision"]), None)
             if pk:
                 agg["exp_peak_gexp_per_s"] = pk["gexp_per_s"]
@@ -943,18 +957,11 @@ def suite_grad(R: Runner) -> None:
                 req = {**w, "impl": impl}
                 if impl == "keops":
                     req["timeout"] = max(a.timeout, 1200)
-                r = R.measure("grad", req)
-                agg = rows.setdefault(impl, {**r, "times_s": []})
-                if r.get("status") == "ok" and r.get("times_s"):
-                    agg["times_s"] = agg["times_s"] + list(r["times_s"])
-                elif r.get("status") != "ok":
-                    agg.update({"status": r.get("status"), "message": r.get("message")})
+                add_round(rows, impl, R.measure("grad", req))
         for agg in rows.values():
-            t = sorted(agg["times_s"])
             agg.pop("_dump", None)
-            if t:
-                med = t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
-                agg.update({"min_s": t[0], "median_s": med, "reps": len(t), "pairs_per_s": n * n / med})
+            if summarise_rounds(agg):
+                agg["pairs_per_s"] = n * n / agg["median_s"]
         ms, ko = rows.get("memsafe"), rows.get("keops")
         if ms and ko and ms.get("median_s") and ko.get("median_s"):
             ms["speedup_vs_keops_median"] = ko["median_s"] / ms["median_s"]
