@@ -97,15 +97,17 @@ def host_info() -> dict:
 
 
 def git_rev() -> str | None:
-    """The checkout's revision (-dirty when code differs from it); MEMSAFE_GIT_REV overrides it, for a
-    copy of the tree whose .git is not the code's (a remote machine handed a snapshot)."""
+    """The checkout's revision (-dirty when code that can change a measurement differs from it: not the
+    results, report.py or Markdown); MEMSAFE_GIT_REV overrides it, for a copy of the tree whose .git is
+    not the code's (a remote machine handed a snapshot)."""
     if os.environ.get("MEMSAFE_GIT_REV"):
         return os.environ["MEMSAFE_GIT_REV"]
     try:
         rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--",
-                                "include", "bench", "examples", ":(exclude)bench/results"],
+                                "include", "bench", "examples", ":(exclude)bench/results", ":(exclude)bench/report.py",
+                                ":(exclude,glob)**/*.md"],
                                capture_output=True, text=True).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
