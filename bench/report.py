@@ -596,14 +596,16 @@ def section_grad(rows) -> str:
          "`python3 bench/run.py grad` — the gradient of ⟨g, K(X, X′)·v⟩ with respect to the row points X (RBF, "
          "ℓ = 1, d = 3, X′ the same points as the column side): memsafe's `grad(vjp(rbf(X, X′) * v, g, wrt(X)))` "
          "with a 64 MiB budget against KeOps' own symbolic derivative (`Genred(\"Grad(Exp(-SqDist(x,y)*s)*b, x, "
-         "e)\")`, summed over j), alternating in every round. Pairs/s counts the n² pairs. Min / median over the "
-         "rounds.", ""]
+         "e)\")`, summed over j), alternating in every round. memsafe runs built with -march=native and, as "
+         "“memsafe (default flags)”, built as a consumer builds it (plain -O2, no -march: memsafe_bench_default). "
+         "Pairs/s counts the n² pairs. Min / median over the rounds.", ""]
     if not gr:
         return "\n".join(s + [NM + ".", ""])
     body = []
-    for r in sorted(gr, key=lambda r: (r.get("precision"), r.get("n") or 0, r.get("impl"))):
+    for r in sorted(gr, key=lambda r: (r.get("precision"), r.get("n") or 0, r.get("impl"), r.get("build") or "")):
         sp = r.get("speedup_vs_keops_median")
-        body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}", r.get("impl"), str(r.get("threads")),
+        impl = r.get("impl") + (" (default flags)" if r.get("build") == "default" else "")
+        body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}", impl, str(r.get("threads")),
                      status_cell(r, f"{sig(r.get('min_s'))} / {sig(r.get('median_s'))} s"),
                      sig(r.get("pairs_per_s")) if r.get("pairs_per_s") else NM,
                      fbytes(r["peak_temp_bytes"]) if r.get("peak_temp_bytes") else "—",

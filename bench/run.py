@@ -941,12 +941,21 @@ def suite_grad(R: Runner) -> None:
     """Gradients (issue 14's vjp): the gradient of <g, K(X, X')v> with respect to the row points X,
     RBF, 64 MiB (memsafe: grad(vjp(rbf(X, X', l) * v, g, wrt(X))); KeOps: its symbolic
     Grad(Exp(-SqDist(x,y)*s)*b, x, e) summed over j), f32 and f64, d = 3, n = 3·10^4 (10^4 with
-    --quick). memsafe and KeOps alternate in every round (--reps rounds of one timed call; KeOps's
+    --quick). memsafe runs twice — built -march=native (--bin) and as a consumer builds it
+    (memsafe_bench_default, --bin-default: plain -O2, no -march; skipped with a note when it is not
+    built) — and alternates with KeOps in every round (--reps rounds of one timed call; KeOps's
     first call, its compilation, is untimed as always); each row keeps every round's time, and
-    memsafe's row the ratio of the medians (speedup_vs_keops_median) and of the minima."""
+    memsafe's rows the ratio of the medians (speedup_vs_keops_median) and of the minima."""
     a = R.a
-    impls = [i for i in ("memsafe", "keops") if R.wants(i)]
-    if not impls:
+    variants = [("memsafe", "native", a.bin)] if R.wants("memsafe") else []
+    if variants and os.access(a.bin_default, os.X_OK):
+        variants.append(("memsafe", "default", a.bin_default))
+    elif variants:
+        log(f"[grad] {a.bin_default} not built: no default-flags row (cmake --build build --target "
+            "memsafe_bench_default)")
+    if R.wants("keops"):
+        variants.append(("keops", None, None))
+    if not variants:
         return
     n = 10000 if a.quick else 30000
     out = []
@@ -955,20 +964,28 @@ def suite_grad(R: Runner) -> None:
              "budget": "64MiB", "reps": 1}
         rows: dict = {}
         for _ in range(a.reps):
-            for impl in impls:
+            for impl, build, path in variants:
                 req = {**w, "impl": impl}
                 if impl == "keops":
                     req["timeout"] = max(a.timeout, 1200)
-                add_round(rows, impl, R.measure("grad", req))
+                else:
+                    req["bin"] = path
+                r = R.measure("grad", req)
+                if build:
+                    r["build"] = build
+                add_round(rows, (impl, build), r)
         for agg in rows.values():
             agg.pop("_dump", None)
+            agg.pop("bin", None)
             if summarise_rounds(agg):
                 agg["pairs_per_s"] = n * n / agg["median_s"]
-        ms, ko = rows.get("memsafe"), rows.get("keops")
-        if ms and ko and ms.get("median_s") and ko.get("median_s"):
+        ko = rows.get(("keops", None))
+        for (impl, build), ms in rows.items():
+            if impl != "memsafe" or not (ms.get("median_s") and ko and ko.get("median_s")):
+                continue
             ms["speedup_vs_keops_median"] = ko["median_s"] / ms["median_s"]
             ms["speedup_vs_keops_min"] = ko["min_s"] / ms["min_s"]
-            log(f"[grad] {precision} d=3 n={n}: memsafe {ms['pairs_per_s'] / 1e6:.0f} M pairs/s, "
+            log(f"[grad] {precision} d=3 n={n} ({build} build): memsafe {ms['pairs_per_s'] / 1e6:.0f} M pairs/s, "
                 f"{ms['speedup_vs_keops_median']:.2f}x KeOps (median)")
         out.extend(rows.values())
     R.write("grad", out)
@@ -1045,7 +1062,8 @@ def main(argv=None) -> int:
         p.error(f"{a.bin} not found or not executable: build it first "
                 "(cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build --target memsafe_bench)")
     if needs_bin and not a.allow_stale:  # each row records the git revision: the binaries must be built from it
-        used = [a.bin] + ([a.bin_default] if a.suite in ("isa", "all") else []) + \
+        used = [a.bin] + ([a.bin_default] if a.suite in ("isa", "all") or
+                          (a.suite == "grad" and os.path.exists(a.bin_default)) else []) + \
                ([os.path.join(os.path.dirname(a.bin), "exp_peak")] if a.suite in ("sums", "all") else [])
         newest = newest_source()  # rows measured by a stale binary would carry the current git revision
         for b in used:

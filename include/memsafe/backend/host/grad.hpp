@@ -34,6 +34,7 @@
 #include "jobs.hpp"
 #include "kernels.hpp"
 #include "tile.hpp"
+#include "tile_isa.hpp"
 
 namespace memsafe::host {
 
@@ -145,16 +146,23 @@ grad_layout make_layout(const J& j, bool transposed, bool fused) {
   return L;
 }
 
+/// Columns per block of the backward row kernel (grad_kernel.inc); the column buffers are padded
+/// to a multiple of it.
+inline constexpr std::size_t grad_lanes = 8;
+inline std::size_t grad_cols_padded(std::size_t nj) { return (nj + grad_lanes - 1) / grad_lanes * grad_lanes; }
+
 /// Bytes of one thread's tile workspace of a pass over P with ti×tj tiles (the carves of
 /// grad_worker, in order); the per-thread accumulators are grad_ext_bytes.
 template <class P, class T>
 std::size_t grad_tile_bytes(const P& p, const grad_layout& L, std::size_t ti, std::size_t tj) {
-  std::size_t b = align64(ti * tj * sizeof(T));
+  const std::size_t tjp = grad_cols_padded(tj);
+  std::size_t b = align64(ti * tjp * sizeof(T));
   if (L.need_e) b += tile_gen<P>::workspace_bytes(p, ti, tj);
-  if (L.formed) b += align64(tj * sizeof(double)) + align64(L.wrank * tj * sizeof(T));
-  if (L.dmax) b += align64(L.dmax * tj * sizeof(T)) + align64(L.dmax * sizeof(T)) + 2 * align64(tj * sizeof(T));
-  if (L.dmax && L.par_width) b += 2 * align64(tj * sizeof(T));
-  if (L.cols) b += align64(L.dmax * tj * sizeof(T));
+  if (L.formed) b += align64(tjp * sizeof(double)) + align64(L.wrank * tjp * sizeof(T));
+  if (L.dmax)
+    b += align64(L.dmax * tjp * sizeof(T)) + align64(ti * L.dmax * sizeof(T)) + 4 * align64(tjp * sizeof(T)) +
+         align64(2 * L.dmax * grad_lanes * sizeof(double)) + align64(L.dmax * sizeof(double));
+  if (L.cols) b += align64(L.dmax * tjp * sizeof(T));
   b += align64(ti * L.row_width * sizeof(double));
   return b;
 }
@@ -207,18 +215,39 @@ std::size_t other_bytes(const O& o, bool a_side, std::size_t ti, std::size_t tj)
   return align64(r * c * sizeof(T)) + tile_gen<O>::workspace_bytes(o, r, c) + align64(ti * tj * sizeof(double));
 }
 
-/// Σ over n entries in 8 double lanes (vectorises without reassociation flags).
-template <class T, class Fn>
-inline double lane_sum(std::size_t n, Fn&& fn) {
-  double lane[8] = {};
-  std::size_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int w = 0; w < 8; ++w) lane[w] += static_cast<double>(fn(j + w));
-  double s = 0;
-  for (; j < n; ++j) s += static_cast<double>(fn(j));
-  for (int w = 0; w < 8; ++w) s += lane[w];
-  return s;
-}
+/// One term's rows of one backward tile, for term_rows (grad_kernel.inc).
+template <class T>
+struct term_rows_args {
+  std::size_t ni = 0, nj = 0, njp = 0, d = 0;  ///< rows, columns, padded columns, dimension
+  const T* xs = nullptr;       ///< ni × d row points, transformed (the formula's scales)
+  const T* ys = nullptr;       ///< d × njp column points, transformed, signed; zero past nj
+  const T* w = nullptr;        ///< ni × njp weights W; zero past nj
+  T *u = nullptr, *c = nullptr, *f = nullptr, *al = nullptr;  ///< njp-wide row scratch
+  const double* rsc = nullptr; ///< d row-gradient scales
+  double* ra = nullptr;        ///< the row gradients (rows ra_ld apart), or nullptr
+  std::size_t ra_ld = 0;
+  double* pq = nullptr;        ///< d per-dimension parameter sums, or nullptr
+  T* gyt = nullptr;            ///< d × njp column gradients, or nullptr
+  double* lanes = nullptr;     ///< 2·d·grad_lanes doubles of scratch
+  bool par = false;            ///< accumulate pv / pa
+  double pv = 0, pa = 0;       ///< Σ W h′ F and Σ W h′ ∂F/∂α over the tile (added to)
+};
+
+#define MEMSAFE_TILE_LANE_LOOP MEMSAFE_LANE_LOOP
+#include "grad_kernel.inc"
+#undef MEMSAFE_TILE_LANE_LOOP
+
+}  // namespace memsafe::host
+
+#if defined(MEMSAFE_TILE_AVX2)  // the AVX2 copy for a build whose own target lacks it (tile_isa.hpp)
+#include "avx2_begin.inc"
+namespace memsafe::host::avx2_tile {
+#include "grad_kernel.inc"
+}  // namespace memsafe::host::avx2_tile
+#include "avx2_end.inc"
+#endif
+
+namespace memsafe::host {
 
 /// One thread's worker of a backward row pass (the run_row_blocks protocol: start, fold,
 /// merge_from, finish).
@@ -229,20 +258,23 @@ struct grad_worker {
   tile_gen<P> gen;
   std::conditional_t<std::is_void_v<O>, no_gen, std::optional<tile_gen<std::conditional_t<std::is_void_v<O>, P, O>>>>
       gen_o;
-  T *tile = nullptr, *ybuf = nullptr, *xrow = nullptr, *urow = nullptr, *crow = nullptr, *gyt = nullptr;
-  T *otile = nullptr, *wpack = nullptr, *frow = nullptr, *arow = nullptr;
+  T *tile = nullptr, *ybuf = nullptr, *xs = nullptr, *gyt = nullptr, *otile = nullptr, *wpack = nullptr;
+  T *urow = nullptr, *crow = nullptr, *frow = nullptr, *arow = nullptr;
   double *racc = nullptr, *ext_par = nullptr, *ext_col = nullptr, *wd = nullptr, *wrow = nullptr;
+  double *lanes = nullptr, *rsc = nullptr;
   std::size_t tj;
+  bool avx2;  ///< term_rows from host::avx2_tile (tile_avx2())
 
   grad_worker(const grad_ctx<P, T, O>& ctx, std::byte* ws, std::size_t ti, std::size_t tj_, double* ext)
-      : c(&ctx), gen(ctx.p), tj(tj_) {
+      : c(&ctx), gen(ctx.p), tj(tj_), avx2(tile_avx2()) {
     const grad_layout& L = ctx.L;
     std::byte* cur = ws;
-    tile = carve<T>(cur, ti * tj);
+    const std::size_t tjp = grad_cols_padded(tj);
+    tile = carve<T>(cur, ti * tjp);  // rows tjp apart (grad_cols_padded(nj) for a narrower tile)
     if (L.need_e) gen.bind(cur, ti, tj);
     if (L.formed) {
-      wrow = carve<double>(cur, tj);
-      wpack = carve<T>(cur, L.wrank * tj);
+      wrow = carve<double>(cur, tjp);
+      wpack = carve<T>(cur, L.wrank * tjp);
     }
     if constexpr (!std::is_void_v<O>) {
       const O& o = *ctx.other;
@@ -253,16 +285,16 @@ struct grad_worker {
       wd = carve<double>(cur, ti * tj);
     }
     if (L.dmax) {
-      ybuf = carve<T>(cur, L.dmax * tj);
-      xrow = carve<T>(cur, L.dmax);
-      urow = carve<T>(cur, tj);
-      crow = carve<T>(cur, tj);
-      if (L.par_width) {
-        frow = carve<T>(cur, tj);
-        arow = carve<T>(cur, tj);
-      }
+      ybuf = carve<T>(cur, L.dmax * tjp);
+      xs = carve<T>(cur, ti * L.dmax);
+      urow = carve<T>(cur, tjp);
+      crow = carve<T>(cur, tjp);
+      frow = carve<T>(cur, tjp);
+      arow = carve<T>(cur, tjp);
+      lanes = carve<double>(cur, 2 * L.dmax * grad_lanes);
+      rsc = carve<double>(cur, L.dmax);
     }
-    if (L.cols) gyt = carve<T>(cur, L.dmax * tj);
+    if (L.cols) gyt = carve<T>(cur, L.dmax * tjp);
     racc = carve<double>(cur, ti * L.row_width);
     if (L.par_width) {
       ext_par = ext;
@@ -307,6 +339,9 @@ struct grad_worker {
     } else {
       form_weights(i0, ni, j0, nj);
     }
+    const std::size_t ld = grad_cols_padded(nj);  // W's rows, zero past nj for term_rows
+    if (ld > nj)
+      for (std::size_t r = 0; r < ni; ++r) std::fill(tile + r * ld + nj, tile + (r + 1) * ld, T(0));
     std::size_t k = 0;
     auto one = [&](const auto& term) {
       if (L.active[k]) term_step(term, k, i0, ni, j0, nj);
@@ -329,7 +364,9 @@ struct grad_worker {
         gen_o->fill(i0, ni, 0, p, otile, p);
         gemm_views<T>(ni, nj, p, matrix_view<const T>(otile, ni, p), block(G, 0, p, j0, nj), wd);
       }
-      for (std::size_t q = 0; q < ni * nj; ++q) tile[q] = static_cast<T>(wd[q]);
+      const std::size_t ld = grad_cols_padded(nj);
+      for (std::size_t r = 0; r < ni; ++r)
+        for (std::size_t q = 0; q < nj; ++q) tile[r * ld + q] = static_cast<T>(wd[r * nj + q]);
     }
   }
 
@@ -337,13 +374,14 @@ struct grad_worker {
     const grad_layout& L = c->L;
     const auto& w = c->w;
     const bool tr = L.transposed;
+    const std::size_t ld = grad_cols_padded(nj);
     if (L.need_e) {
-      gen.fill(i0, ni, j0, nj, tile, nj);
+      gen.fill(i0, ni, j0, nj, tile, ld);
       if (w.softmax)  // P_ij = exp(E_ij − lse_i), i the row of E
         for (std::size_t r = 0; r < ni; ++r)
           for (std::size_t q = 0; q < nj; ++q) {
             const std::size_t oi = tr ? j0 + q : i0 + r;
-            tile[r * nj + q] = math::exp(tile[r * nj + q] - w.lse[oi]);
+            tile[r * ld + q] = math::exp(tile[r * ld + q] - w.lse[oi]);
           }
       operand_step(i0, ni, j0, nj);
     }
@@ -354,8 +392,10 @@ struct grad_worker {
     const std::size_t rank = L.wrank;
     const matrix_view<const T>& R = tr ? w.b : w.a;
     const matrix_view<const T>& C = tr ? w.a : w.b;
-    for (std::size_t k = 0; k < rank; ++k)
-      for (std::size_t q = 0; q < nj; ++q) wpack[k * nj + q] = C(j0 + q, k);
+    for (std::size_t k = 0; k < rank; ++k) {
+      for (std::size_t q = 0; q < nj; ++q) wpack[k * ld + q] = C(j0 + q, k);
+      std::fill(wpack + k * ld + nj, wpack + (k + 1) * ld, T(0));
+    }
     for (std::size_t r = 0; r < ni; ++r) {
       const std::size_t i = i0 + r;
       if (w.dense) {
@@ -363,17 +403,26 @@ struct grad_worker {
           for (std::size_t q = 0; q < nj; ++q) wrow[q] = static_cast<double>(w.g(j0 + q, i));
         else
           for (std::size_t q = 0; q < nj; ++q) wrow[q] = static_cast<double>(w.g(i, j0 + q));
+        std::fill(wrow + nj, wrow + ld, 0.0);
+      } else if (rank) {
+        const T* ri = R.data() + i * R.row_stride();
+#if defined(MEMSAFE_TILE_AVX2)
+        if (avx2)
+          avx2_tile::lowrank_row(ri, R.col_stride(), rank, wpack, ld, wrow);
+        else
+#endif
+          lowrank_row(ri, R.col_stride(), rank, wpack, ld, wrow);
       } else {
-        std::fill(wrow, wrow + nj, 0.0);
-        for (std::size_t k = 0; k < rank; ++k) {
-          const double a = static_cast<double>(R(i, k));
-          const T* ck = wpack + k * nj;
-          for (std::size_t q = 0; q < nj; ++q) wrow[q] += a * static_cast<double>(ck[q]);
-        }
+        std::fill(wrow, wrow + ld, 0.0);
       }
-      T* wt = tile + r * nj;
+      T* wt = tile + r * ld;
       if (!w.softmax) {
-        for (std::size_t q = 0; q < nj; ++q) wt[q] = static_cast<T>(wrow[q]);
+#if defined(MEMSAFE_TILE_AVX2)
+        if (avx2)
+          avx2_tile::narrow_row(wrow, ld, wt);
+        else
+#endif
+          narrow_row(wrow, ld, wt);
       } else if (!w.delta) {
         for (std::size_t q = 0; q < nj; ++q) wt[q] = static_cast<T>(static_cast<double>(wt[q]) * wrow[q]);
       } else if (tr) {  // δ indexed by E's row, this pass's column
@@ -391,11 +440,11 @@ struct grad_worker {
   void operand_step(std::size_t i0, std::size_t ni, std::size_t j0, std::size_t nj) {
     const grad_layout& L = c->L;
     const auto& A = c->w.a;
-    const std::size_t C = L.c;
+    const std::size_t C = L.c, ld = grad_cols_padded(nj);
     if (L.op_cols) {
       for (std::size_t r = 0; r < ni; ++r)
         for (std::size_t q = 0; q < nj; ++q) {
-          const double qv = static_cast<double>(tile[r * nj + q]);
+          const double qv = static_cast<double>(tile[r * ld + q]);
           double* dst = ext_col + L.op_col_off + (j0 + q) * C;
           for (std::size_t k = 0; k < C; ++k) dst[k] += qv * static_cast<double>(A(i0 + r, k));
         }
@@ -404,7 +453,7 @@ struct grad_worker {
       for (std::size_t r = 0; r < ni; ++r) {
         double* dst = racc + r * L.row_width + L.op_row_off;
         for (std::size_t q = 0; q < nj; ++q) {
-          const double qv = static_cast<double>(tile[r * nj + q]);
+          const double qv = static_cast<double>(tile[r * ld + q]);
           for (std::size_t k = 0; k < C; ++k) dst[k] += qv * static_cast<double>(A(j0 + q, k));
         }
       }
@@ -438,109 +487,62 @@ struct grad_worker {
         return static_cast<double>(wk(k));
       }
     };
-    // column points of the tile, [k][j]
-    for (std::size_t k = 0; k < d; ++k)
-      for (std::size_t q = 0; q < nj; ++q) ybuf[k * nj + q] = p.y_sign * xform(k, leaf.y(j0 + q, k));
-    if (cs >= 0) std::fill(gyt, gyt + d * nj, T(0));
+    // column points of the tile, [k][j], zero-padded to a multiple of grad_lanes columns
+    const std::size_t njp = grad_cols_padded(nj);
+    for (std::size_t k = 0; k < d; ++k) {
+      T* yk = ybuf + k * njp;
+      for (std::size_t q = 0; q < nj; ++q) yk[q] = p.y_sign * xform(k, leaf.y(j0 + q, k));
+      std::fill(yk + nj, yk + njp, T(0));
+    }
+    for (std::size_t r = 0; r < ni; ++r)
+      for (std::size_t k = 0; k < d; ++k) xs[r * d + k] = xform(k, leaf.x(i0 + r, k));
+    for (std::size_t k = 0; k < d; ++k) rsc[k] = row_scale(k);
+    if (cs >= 0) std::fill(gyt, gyt + d * njp, T(0));
     T hconst = T(1);
     if constexpr (Chain::affine) hconst = tm.chain.der(T(0));
-    double pv = 0, pa = 0;
-    double* pq = par ? ext_par + L.poff[t] + 2 : nullptr;
-    for (std::size_t r = 0; r < ni; ++r) {
-      const std::size_t i = i0 + r;
-      for (std::size_t k = 0; k < d; ++k) xrow[k] = xform(k, leaf.x(i, k));
-      std::fill(urow, urow + nj, T(0));
-      for (std::size_t k = 0; k < d; ++k) {
-        const T* yk = ybuf + k * nj;
-        if constexpr (stat) {
-          const T xv = xrow[k];
-          for (std::size_t q = 0; q < nj; ++q) {
-            const T tt = xv - yk[q];
-            urow[q] = madd(tt, tt, urow[q]);
-          }
-        } else {
-          const T xv = wk(k) * xrow[k];
-          for (std::size_t q = 0; q < nj; ++q) urow[q] = madd(xv, yk[q], urow[q]);
-        }
-      }
-      const T* wr = tile + r * nj;
-      if constexpr (stat) {
-        // c_ij, and for the parameters the products W·h′·F (and W·h′·∂F/∂α) into rows summed in
-        // lanes afterwards: no loop-carried sum here, so the formula's exp/sqrt vectorise.
-        const T as = p.acc_scale;
-        auto cij = [&](std::size_t q, T& f, T& cw) {
-          T df;
-          Dv::at(as * urow[q], p, f, df);
-          T hp = hconst;
-          if constexpr (!Chain::affine) hp = tm.chain.der(f);
-          cw = wr[q] * hp;
-          crow[q] = cw * df;
-        };
-        if (!par) {
-          for (std::size_t q = 0; q < nj; ++q) {
-            T f, cw;
-            cij(q, f, cw);
-          }
-        } else {
-          for (std::size_t q = 0; q < nj; ++q) {
-            T f, cw;
-            cij(q, f, cw);
-            frow[q] = cw * f;
-            if constexpr (Dv::has_alpha) arow[q] = cw * Dv::dalpha(as * urow[q], p, f);
-          }
-          pv += lane_sum<T>(nj, [&](std::size_t q) { return frow[q]; });
-          if constexpr (Dv::has_alpha) pa += lane_sum<T>(nj, [&](std::size_t q) { return arow[q]; });
-        }
-      } else {
-        for (std::size_t q = 0; q < nj; ++q) {
-          T hp = hconst;
-          if constexpr (!Chain::affine) hp = tm.chain.der(urow[q]);
-          crow[q] = wr[q] * hp;
-        }
-      }
-      double* ra = rs >= 0 ? racc + r * L.row_width + std::size_t(L.roff[std::size_t(rs)]) : nullptr;
-      for (std::size_t k = 0; k < d; ++k) {
-        const T xv = xrow[k];
-        const T* yk = ybuf + k * nj;
-        if constexpr (stat) {
-          const double gx = lane_sum<T>(nj, [&](std::size_t q) { return crow[q] * (xv - yk[q]); });
-          if (pq)
-            pq[k] += lane_sum<T>(nj, [&](std::size_t q) {
-              const T tt = xv - yk[q];
-              return crow[q] * tt * tt;
-            });
-          if (cs >= 0) {
-            T* g = gyt + k * nj;
-            for (std::size_t q = 0; q < nj; ++q) g[q] -= crow[q] * (xv - yk[q]);
-          }
-          if (ra) ra[k] += row_scale(k) * gx;
-        } else {
-          const double gx = lane_sum<T>(nj, [&](std::size_t q) { return crow[q] * yk[q]; });
-          if (pq) pq[k] += static_cast<double>(xv) * gx;
-          if (cs >= 0) {
-            T* g = gyt + k * nj;
-            for (std::size_t q = 0; q < nj; ++q) g[q] += crow[q] * xv;
-          }
-          if (ra) ra[k] += row_scale(k) * gx;
-        }
-      }
+    term_rows_args<T> a;
+    a.ni = ni;
+    a.nj = nj;
+    a.njp = njp;
+    a.d = d;
+    a.xs = xs;
+    a.ys = ybuf;
+    a.w = tile;
+    a.rsc = rsc;
+    if (rs >= 0) {
+      a.ra = racc + std::size_t(L.roff[std::size_t(rs)]);
+      a.ra_ld = L.row_width;
     }
+    a.pq = par ? ext_par + L.poff[t] + 2 : nullptr;
+    a.gyt = cs >= 0 ? gyt : nullptr;
+    a.u = urow;
+    a.c = crow;
+    a.f = frow;
+    a.al = arow;
+    a.lanes = lanes;
+    a.par = par;
+#if defined(MEMSAFE_TILE_AVX2)
+    if (avx2)
+      avx2_tile::term_rows<Dv>(tm.chain, p, hconst, a);
+    else
+#endif
+      term_rows<Dv>(tm.chain, p, hconst, a);
     if (par) {
-      ext_par[L.poff[t]] += pv;
-      ext_par[L.poff[t] + 1] += pa;
+      ext_par[L.poff[t]] += a.pv;
+      ext_par[L.poff[t] + 1] += a.pa;
     }
     if (cs >= 0 && L.cols_direct) {  // this worker is the only one that sees these columns
       T* o = c->out[std::size_t(cs)];
       for (std::size_t k = 0; k < d; ++k) {
         const double sc = row_scale(k) * static_cast<double>(p.y_sign);
-        const T* g = gyt + k * nj;
+        const T* g = gyt + k * njp;
         for (std::size_t q = 0; q < nj; ++q) o[(j0 + q) * d + k] += static_cast<T>(sc * static_cast<double>(g[q]));
       }
     } else if (cs >= 0) {
       double* ca = ext_col + std::size_t(L.coff[std::size_t(cs)]);
       for (std::size_t k = 0; k < d; ++k) {
         const double sc = row_scale(k) * static_cast<double>(p.y_sign);
-        const T* g = gyt + k * nj;
+        const T* g = gyt + k * njp;
         for (std::size_t q = 0; q < nj; ++q) ca[(j0 + q) * d + k] += sc * static_cast<double>(g[q]);
       }
     }

@@ -27,23 +27,11 @@
 #if defined(MEMSAFE_SIMD_DISPATCH) && !defined(__AVX2__)
 #define MEMSAFE_TILE_AVX2 1
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#define MEMSAFE_TILE_LANE_LOOP  // Clang vectorises the plain lane loop (kernels.hpp, MEMSAFE_LANE_LOOP)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#define MEMSAFE_TILE_LANE_LOOP _Pragma("GCC unroll 1")  // as MEMSAFE_LANE_LOOP where AVX2 is the target
-#endif
+#include "avx2_begin.inc"
 namespace memsafe::host::avx2_tile {
 #include "tile_kernel.inc"
 }  // namespace memsafe::host::avx2_tile
-#undef MEMSAFE_TILE_LANE_LOOP
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+#include "avx2_end.inc"
 
 #endif
 
