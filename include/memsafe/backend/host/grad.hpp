@@ -245,6 +245,10 @@ namespace memsafe::host::avx2_tile {
 #include "grad_kernel.inc"
 }  // namespace memsafe::host::avx2_tile
 #include "avx2_end.inc"
+/// `call` (a grad_kernel.inc function) from the AVX2 copy when `avx2`, else the TU's own.
+#define MEMSAFE_GRAD_KERNEL(avx2, call) ((avx2) ? avx2_tile::call : call)
+#else
+#define MEMSAFE_GRAD_KERNEL(avx2, call) call
 #endif
 
 namespace memsafe::host {
@@ -406,23 +410,13 @@ struct grad_worker {
         std::fill(wrow + nj, wrow + ld, 0.0);
       } else if (rank) {
         const T* ri = R.data() + i * R.row_stride();
-#if defined(MEMSAFE_TILE_AVX2)
-        if (avx2)
-          avx2_tile::lowrank_row(ri, R.col_stride(), rank, wpack, ld, wrow);
-        else
-#endif
-          lowrank_row(ri, R.col_stride(), rank, wpack, ld, wrow);
+        MEMSAFE_GRAD_KERNEL(avx2, lowrank_row(ri, R.col_stride(), rank, wpack, ld, wrow));
       } else {
         std::fill(wrow, wrow + ld, 0.0);
       }
       T* wt = tile + r * ld;
       if (!w.softmax) {
-#if defined(MEMSAFE_TILE_AVX2)
-        if (avx2)
-          avx2_tile::narrow_row(wrow, ld, wt);
-        else
-#endif
-          narrow_row(wrow, ld, wt);
+        MEMSAFE_GRAD_KERNEL(avx2, narrow_row(wrow, ld, wt));
       } else if (!w.delta) {
         for (std::size_t q = 0; q < nj; ++q) wt[q] = static_cast<T>(static_cast<double>(wt[q]) * wrow[q]);
       } else if (tr) {  // δ indexed by E's row, this pass's column
@@ -521,12 +515,7 @@ struct grad_worker {
     a.al = arow;
     a.lanes = lanes;
     a.par = par;
-#if defined(MEMSAFE_TILE_AVX2)
-    if (avx2)
-      avx2_tile::term_rows<Dv>(tm.chain, p, hconst, a);
-    else
-#endif
-      term_rows<Dv>(tm.chain, p, hconst, a);
+    MEMSAFE_GRAD_KERNEL(avx2, term_rows<Dv>(tm.chain, p, hconst, a));
     if (par) {
       ext_par[L.poff[t]] += a.pv;
       ext_par[L.poff[t] + 1] += a.pa;
