@@ -53,6 +53,8 @@ def row_key(r: dict) -> tuple:
                 r.get("host_simd"))
     if r.get("suite") == "sums":  # exp peaks per instruction set and type; matvec per variant
         key += (r.get("isa"), r.get("type"), r.get("isa_forced"), bool(r.get("symmetric_off")), r.get("cols") or 1)
+    if r.get("suite") == "grad":  # one row per build (rows before builds were recorded: -march=native)
+        key += (r.get("build") or "native",)
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
         key += (r.get("task"), r.get("ranks"), r.get("threads_per_rank"))
     return key
@@ -602,7 +604,7 @@ def section_grad(rows) -> str:
     if not gr:
         return "\n".join(s + [NM + ".", ""])
     body = []
-    for r in sorted(gr, key=lambda r: (r.get("precision"), r.get("n") or 0, r.get("impl"), r.get("build") or "")):
+    for r in sorted(gr, key=lambda r: (r.get("precision"), r.get("n") or 0, r.get("impl"), r.get("build") == "default")):
         sp = r.get("speedup_vs_keops_median")
         impl = r.get("impl") + (" (default flags)" if r.get("build") == "default" else "")
         body.append([f"{r.get('precision')} d={r.get('d')} n={r.get('n'):,}", impl, str(r.get("threads")),
