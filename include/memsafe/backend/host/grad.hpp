@@ -494,27 +494,11 @@ struct grad_worker {
     if (cs >= 0) std::fill(gyt, gyt + d * njp, T(0));
     T hconst = T(1);
     if constexpr (Chain::affine) hconst = tm.chain.der(T(0));
-    term_rows_args<T> a;
-    a.ni = ni;
-    a.nj = nj;
-    a.njp = njp;
-    a.d = d;
-    a.xs = xs;
-    a.ys = ybuf;
-    a.w = tile;
-    a.rsc = rsc;
-    if (rs >= 0) {
-      a.ra = racc + std::size_t(L.roff[std::size_t(rs)]);
-      a.ra_ld = L.row_width;
-    }
-    a.pq = par ? ext_par + L.poff[t] + 2 : nullptr;
-    a.gyt = cs >= 0 ? gyt : nullptr;
-    a.u = urow;
-    a.c = crow;
-    a.f = frow;
-    a.al = arow;
-    a.lanes = lanes;
-    a.par = par;
+    term_rows_args<T> a{.ni = ni, .nj = nj, .njp = njp, .d = d, .xs = xs, .ys = ybuf, .w = tile,
+                        .u = urow, .c = crow, .f = frow, .al = arow, .rsc = rsc,
+                        .ra = rs >= 0 ? racc + std::size_t(L.roff[std::size_t(rs)]) : nullptr,
+                        .ra_ld = L.row_width, .pq = par ? ext_par + L.poff[t] + 2 : nullptr,
+                        .gyt = cs >= 0 ? gyt : nullptr, .lanes = lanes, .par = par};
     MEMSAFE_GRAD_KERNEL(avx2, term_rows<Dv>(tm.chain, p, hconst, a));
     if (par) {
       ext_par[L.poff[t]] += a.pv;
