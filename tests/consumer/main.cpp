@@ -63,15 +63,21 @@ std::vector<T> numbers(std::size_t n, std::size_t d, unsigned seed) {
 
 bool failed = false;
 
-/// e evaluated twice: as dispatched (MEMSAFE_ISA unset), then with MEMSAFE_ISA=portable.
-template <class X>
-auto dispatched_and_portable(const X& e) {
+/// run() twice: as dispatched (MEMSAFE_ISA unset), then with MEMSAFE_ISA=portable.
+template <class F>
+auto dispatched_and_portable_run(F&& run) {
   ::unsetenv("MEMSAFE_ISA");
-  auto a = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  auto a = run();
   ::setenv("MEMSAFE_ISA", "portable", 1);
-  auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  auto b = run();
   ::unsetenv("MEMSAFE_ISA");
   return std::pair{std::move(a), std::move(b)};
+}
+
+/// e evaluated as dispatched and with MEMSAFE_ISA=portable.
+template <class X>
+auto dispatched_and_portable(const X& e) {
+  return dispatched_and_portable_run([&] { return memsafe::eval(e, memsafe::options{memsafe::unlimited, 2}); });
 }
 
 template <class X>
@@ -250,11 +256,7 @@ int grad_checks() {
   const auto b = memsafe::vjp(memsafe::rbf(X, Y, ls, var) * memsafe::vec(v.data(), m), memsafe::vec(g.data(), n),
                               memsafe::wrt(X, Y, memsafe::params));
   const memsafe::options o{memsafe::unlimited, 2};
-  ::unsetenv("MEMSAFE_ISA");
-  const auto a1 = memsafe::grad(b, o);
-  ::setenv("MEMSAFE_ISA", "portable", 1);
-  const auto a2 = memsafe::grad(b, o);
-  ::unsetenv("MEMSAFE_ISA");
+  const auto [a1, a2] = dispatched_and_portable_run([&] { return memsafe::grad(b, o); });
   bool ok = true;
   for (const auto* r : {&a1, &a2}) {
     const std::vector<double> p = {r->params.at(0).variance.at(0), r->params.at(0).lengthscale.at(0)};
@@ -273,10 +275,7 @@ int grad_checks() {
     }
   const auto bf = memsafe::vjp(memsafe::linear(Xf, Yf, s) * memsafe::matrix(M.data(), m, c),
                                memsafe::matrix(G.data(), n, c), memsafe::wrt(Xf));
-  const auto f1 = memsafe::grad(bf, o);
-  ::setenv("MEMSAFE_ISA", "portable", 1);
-  const auto f2 = memsafe::grad(bf, o);
-  ::unsetenv("MEMSAFE_ISA");
+  const auto [f1, f2] = dispatched_and_portable_run([&] { return memsafe::grad(bf, o); });
   ok = ok && rel_diff(f1.of(Xf), hx) <= 1e-5 && rel_diff(f2.of(Xf), hx) <= 1e-5 && rel_diff(f1.of(Xf), f2.of(Xf)) <= 1e-5;
   // Matérn-3/2 with the row points only: ∂L/∂x_i = Σ_j g_i v_j (−3σ²/ℓ²) exp(−√3 r/ℓ) (x_i − y_j)
   const auto vf = plain<float>(m, 1, 20), gf = plain<float>(n, 1, 21);
@@ -290,10 +289,7 @@ int grad_checks() {
     }
   const auto bm = memsafe::vjp(memsafe::matern32(Xf, Yf, ls, var) * memsafe::vec(vf.data(), m),
                                memsafe::vec(gf.data(), n), memsafe::wrt(Xf));
-  const auto m1 = memsafe::grad(bm, o);
-  ::setenv("MEMSAFE_ISA", "portable", 1);
-  const auto m2 = memsafe::grad(bm, o);
-  ::unsetenv("MEMSAFE_ISA");
+  const auto [m1, m2] = dispatched_and_portable_run([&] { return memsafe::grad(bm, o); });
   ok = ok && rel_diff(m1.of(Xf), mx) <= 1e-5 && rel_diff(m2.of(Xf), mx) <= 1e-5 && rel_diff(m1.of(Xf), m2.of(Xf)) <= 1e-5;
   std::printf("memsafe consumer: gradients (rbf K·v f64, linear K·M f32, matern32 K·v f32) agree with naive loops, "
               "dispatched and portable%s\n",
