@@ -251,6 +251,69 @@ TEST_CASE("sgpr gradient matches central finite differences at several budgets")
   }
 }
 
+TEST_CASE("sgpr with several column blocks per chunk (d = 40) matches the dense implementation and finite differences") {
+  // The row kernels take a chunk's points in transposed blocks: of block_columns(d) points (96 at
+  // d = 40) where the budget has room, else of 8. The chunks below hold 1 point, about 100 points
+  // (blocks of 8, the last one partial) and all 230 (blocks of 96: two full ones and a partial one),
+  // so the block and lane edges fall inside the chunks.
+  REQUIRE(memsafe::detail::gp::block_columns(40) == 96);
+  for (auto k : {gp::kernel::matern12, gp::kernel::matern32, gp::kernel::rbf}) {
+    problem p(230, 6, 40, k, 5);
+    CAPTURE(gp::kernel_name(k));
+    const double want = ref_bound(p);
+    const double e = 1e-4;
+    const double fd_var = fd(
+        [&](double t) {
+          auto h = p.h;
+          h.variance += t;
+          return bound_at(p, h, p.Z);
+        },
+        e);
+    vec fd_ell(p.d), fd_Z(p.m * p.d);
+    for (std::size_t q = 0; q < p.d; ++q)
+      fd_ell[q] = fd(
+          [&](double t) {
+            auto h = p.h;
+            h.lengthscales[q] += t;
+            return bound_at(p, h, p.Z);
+          },
+          e);
+    for (std::size_t q = 0; q < p.m * p.d; ++q)
+      fd_Z[q] = fd(
+          [&](double t) {
+            vec Z = p.Z;
+            Z[q] += t;
+            return bound_at(p, p.h, Z);
+          },
+          e);
+    const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
+    for (std::size_t budget : {minimum, minimum + 100 * 2 * p.m * sizeof(double), std::size_t(memsafe::unlimited)}) {
+      CAPTURE(budget);
+      const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = budget, .gradient = true});
+      CHECK(r.stats.peak_temp_bytes <= budget);
+      CHECK(rel(r.bound, want) < 1e-10);
+      CHECK(rel(r.grad.variance, fd_var) < 1e-6);
+      CHECK(rel_max(r.grad.lengthscales, fd_ell) < 1e-6);
+      CHECK(rel_max(r.grad.Z, fd_Z) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("sgpr reports which copy of its row kernels ran") {
+  problem p(40, 5, 3, gp::kernel::matern32, 2);
+  const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = memsafe::unlimited, .gradient = true});
+#if defined(MEMSAFE_TILE_AVX2)
+  // A translation unit without AVX2 (a default-flags build): the AVX2 copy wherever the CPU has it,
+  // unless MEMSAFE_ISA=portable asks for the translation unit's own.
+  const bool cpu_avx2 = (memsafe::host::cpu_isas() & memsafe::host::isa_bit(memsafe::host::isa::avx2)) != 0;
+  const auto forced = memsafe::env::isa();
+  const bool portable = forced && *forced == "portable";
+  CHECK(r.stats.avx2_rows == (cpu_avx2 && !portable));
+#else
+  CHECK_FALSE(r.stats.avx2_rows);  // the translation unit's own target (AVX2 already, or no copy)
+#endif
+}
+
 TEST_CASE("sgpr gradient with one thread equals the threaded one and the chunk sizes follow the budget") {
   problem p(50, 6, 3, gp::kernel::matern32, 11);
   const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);

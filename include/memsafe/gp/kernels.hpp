@@ -10,9 +10,10 @@
 // Matérn 1/2 is not differentiable at r = 0; there ψ is taken as 0 (every term it multiplies has a
 // factor x_k − z_k = 0), so a point sitting exactly on an inducing point contributes no gradient.
 // φ and ψ use memsafe::math's exp (< 1 ulp) and the sqrt builtin, without branches, so that the
-// GP module's loops over a row of r² values vectorise (sgpr.hpp: kernel_block, contract_kuf).
+// GP module's loops over a row of r² values vectorise (row_kernel.inc).
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -50,47 +51,89 @@ inline kernel parse_kernel(std::string_view s) {
 namespace memsafe::detail::gp {
 
 /// φ(r²) and ψ = dφ/d(r²) of one kernel, chosen at compile time (the inner loops are instantiated
-/// once per kernel through with_kernel).
+/// once per kernel through with_kernel). The Matérn kernels are functions of s = √(root_scale·r²):
+/// phi_s / phi_psi_s take s as computed, so that a loop over a row can take its square roots
+/// together (sqrt_lanes); phi / phi_psi compute it themselves.
 template <memsafe::gp::kernel K>
 struct profile {
-  static double phi(double r2) {
+  static constexpr bool root = K != memsafe::gp::kernel::rbf;
+  static constexpr double root_scale = K == memsafe::gp::kernel::matern32 ? 3.0
+                                       : K == memsafe::gp::kernel::matern52 ? 5.0
+                                                                            : 1.0;
+  /// √(root_scale·r²) (0 for the RBF, which needs none).
+  static double root_of(double r2) {
+    if constexpr (root) return memsafe::math::sqrt(root_scale * r2);
+    else return 0.0;
+  }
+  /// φ from r² and s = root_of(r²).
+  static double phi_s([[maybe_unused]] double r2, [[maybe_unused]] double s) {
     using memsafe::gp::kernel;
     namespace mm = memsafe::math;
     if constexpr (K == kernel::rbf) {
       return mm::exp(-0.5 * r2);
     } else if constexpr (K == kernel::matern12) {
-      return mm::exp(-mm::sqrt(r2));
+      return mm::exp(-s);
     } else if constexpr (K == kernel::matern32) {
-      const double s = mm::sqrt(3.0 * r2);
       return (1.0 + s) * mm::exp(-s);
     } else {
-      const double s = mm::sqrt(5.0 * r2);
       return (1.0 + s + s * s / 3.0) * mm::exp(-s);
     }
   }
-  /// φ and ψ together (one exp).
-  static void phi_psi(double r2, double& phi, double& psi) {
+  /// φ and ψ together (one exp) from r² and s = root_of(r²).
+  static void phi_psi_s([[maybe_unused]] double r2, [[maybe_unused]] double s, double& phi, double& psi) {
     using memsafe::gp::kernel;
     namespace mm = memsafe::math;
     if constexpr (K == kernel::rbf) {
       phi = mm::exp(-0.5 * r2);
       psi = -0.5 * phi;
     } else if constexpr (K == kernel::matern12) {
-      const double r = mm::sqrt(r2);
-      phi = mm::exp(-r);
-      const double rs = r > 0 ? r : 1.0;  // both arms computed: a select, not a branch
-      psi = r > 0 ? -0.5 * phi / rs : 0.0;
+      phi = mm::exp(-s);
+      const double rs = s > 0 ? s : 1.0;  // both arms computed: a select, not a branch
+      psi = s > 0 ? -0.5 * phi / rs : 0.0;
     } else if constexpr (K == kernel::matern32) {
-      const double s = mm::sqrt(3.0 * r2), e = mm::exp(-s);
+      const double e = mm::exp(-s);
       phi = (1.0 + s) * e;
       psi = -1.5 * e;  // dφ/dr = −3r e, dr/d(r²) = 1/(2r)
     } else {
-      const double s = mm::sqrt(5.0 * r2), e = mm::exp(-s);
+      const double e = mm::exp(-s);
       phi = (1.0 + s + s * s / 3.0) * e;
       psi = -(5.0 / 6.0) * (1.0 + s) * e;  // dφ/dr = −(5/3) r (1 + √5 r) e
     }
   }
+  static double phi(double r2) { return phi_s(r2, root_of(r2)); }
+  static void phi_psi(double r2, double& phi, double& psi) { phi_psi_s(r2, root_of(r2), phi, psi); }
 };
+
+/// Columns of the row loops (row_kernel.inc): one 64-byte vector of doubles.
+inline constexpr std::size_t gp_lanes = 8;
+
+/// s[w] = √(scale·x[w]) for W lanes. Without -fno-math-errno GCC keeps a scalar call per square
+/// root (its errno path for negative arguments), which keeps the whole loop around it scalar; the
+/// SSE2 square-root builtin (sqrtpd, two lanes; VEX-encoded in an AVX2 region) sets no errno and
+/// rounds as sqrt does — the same values.
+template <std::size_t W>
+[[gnu::always_inline]] inline void sqrt_lanes(const double* x, double scale, double* s) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__NO_MATH_ERRNO__)
+  typedef double v2 __attribute__((vector_size(16)));
+  static_assert(W % 2 == 0, "sqrt_lanes: an even number of lanes");
+  for (std::size_t h = 0; h < W; h += 2) {
+    v2 t;
+    __builtin_memcpy(&t, x + h, sizeof t);
+    t = __builtin_ia32_sqrtpd(t * scale);
+    __builtin_memcpy(s + h, &t, sizeof t);
+  }
+#else
+  for (std::size_t w = 0; w < W; ++w) s[w] = memsafe::math::sqrt(scale * x[w]);
+#endif
+}
+
+/// The sum of W lanes, in lane order.
+template <std::size_t W>
+[[gnu::always_inline]] inline double lane_total(const double* l) {
+  double t = 0;
+  for (std::size_t w = 0; w < W; ++w) t += l[w];
+  return t;
+}
 
 /// Calls f(std::integral_constant<kernel, K>{}) for the run-time kernel k.
 template <class F>

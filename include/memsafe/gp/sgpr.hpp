@@ -42,6 +42,7 @@
 #include "../core/error.hpp"
 #include "../expr/view.hpp"
 #include "../linalg/dense.hpp"
+#include "../backend/host/tile_isa.hpp"
 #include "../plan/plan.hpp"
 #include "kernels.hpp"
 
@@ -91,6 +92,9 @@ struct sgpr_stats {
   std::size_t chunk_columns = 0;           ///< nc of the forward pass
   std::size_t chunk_columns_backward = 0;  ///< nc of the backward pass (0 without gradient)
   std::size_t threads = 1;
+  /// The loops over rows of Kuf ran their AVX2 copy: a translation unit compiled without AVX2 (no
+  /// -march) on a CPU that has it, MEMSAFE_ISA not portable (backend/host/tile_isa.hpp).
+  bool avx2_rows = false;
   double seconds_forward = 0, seconds_backward = 0;
 };
 
@@ -211,6 +215,90 @@ void kernel_block(const double* Z, std::size_t i0, std::size_t i1, const double*
   }
 }
 
+/// A block of training points transposed for the row kernels (row_kernel.inc): xt holds d rows of
+/// ncp values — the nc points' coordinates, then zeros up to ncp, a multiple of gp_lanes — and yt
+/// their ncp targets (zeros where there are none and past nc).
+struct col_block {
+  const double* xt = nullptr;
+  const double* yt = nullptr;
+  std::size_t d = 0, nc = 0, ncp = 0;
+};
+
+/// Points of a block for dimension d where the budget has room: as many as keep its transposed copy
+/// within 4096 doubles (32 KiB, a level-1 data cache), a multiple of gp_lanes, from gp_lanes to
+/// 256 (sgpr_call takes gp_lanes where it has not).
+inline std::size_t block_columns(std::size_t d) {
+  return std::clamp<std::size_t>(4096 / (d + 1) / gp_lanes * gp_lanes, gp_lanes, 256);
+}
+
+/// Doubles of one thread's scratch for the row kernels: a block of `block` points and
+/// contract_rows's lanes.
+inline std::size_t row_scratch(std::size_t d, std::size_t block) { return (d + 1) * block + (2 * d + 1) * gp_lanes; }
+
+/// The nc (≤ the block's size) points X (row-major, d columns) and their targets y (or none)
+/// transposed into buf.
+inline col_block load_block(const double* X, const double* y, std::size_t nc, std::size_t d, double* buf) {
+  const std::size_t ncp = (nc + gp_lanes - 1) / gp_lanes * gp_lanes;
+  for (std::size_t k = 0; k < d; ++k) {
+    double* r = buf + k * ncp;
+    for (std::size_t j = 0; j < nc; ++j) r[j] = X[j * d + k];
+    std::fill(r + nc, r + ncp, 0.0);
+  }
+  double* yt = buf + d * ncp;
+  if (y) std::copy(y, y + nc, yt);
+  else std::fill(yt, yt + nc, 0.0);
+  std::fill(yt + nc, yt + ncp, 0.0);
+  return {buf, yt, d, nc, ncp};
+}
+
+#define MEMSAFE_TILE_LANE_LOOP MEMSAFE_LANE_LOOP
+#include "row_kernel.inc"
+#undef MEMSAFE_TILE_LANE_LOOP
+
+}  // namespace memsafe::detail::gp
+
+#if defined(MEMSAFE_TILE_AVX2)  // the AVX2 copy for a build whose own target lacks it (backend/host/tile_isa.hpp)
+#include "../backend/host/avx2_begin.inc"
+namespace memsafe::detail::gp::avx2 {
+#include "row_kernel.inc"
+}  // namespace memsafe::detail::gp::avx2
+#include "../backend/host/avx2_end.inc"
+/// `call` (a row_kernel.inc function) from the AVX2 copy when `on`, else the translation unit's own.
+#define MEMSAFE_GP_ROWS(on, call) ((on) ? avx2::call : call)
+#else
+#define MEMSAFE_GP_ROWS(on, call) call
+#endif
+
+namespace memsafe::detail::gp {
+
+/// σ_f²·K(rows [r0, r1) of Z, the nc points Xc) into out (row i at out + (i − r0)·ld); with b,
+/// b[i] += Σ_j K_ij·yc[j]. Blocks of S points through `scratch` (row_scratch(d, S) doubles, the
+/// thread's); `avx2`: the AVX2 copy of the kernel (host::tile_avx2()).
+template <memsafe::gp::kernel K>
+void kuf_block([[maybe_unused]] bool avx2, const double* Z, std::size_t r0, std::size_t r1, const double* Xc, const double* yc,
+               std::size_t nc, std::size_t d, const double* il2, double s2, double* out, std::size_t ld, double* b,
+               double* scratch, std::size_t S) {
+  for (std::size_t j0 = 0; j0 < nc; j0 += S) {
+    const col_block cb = load_block(Xc + j0 * d, b ? yc + j0 : nullptr, std::min(S, nc - j0), d, scratch);
+    MEMSAFE_GP_ROWS(avx2, kuf_rows<K>(Z, r0, r1, cb, il2, s2, out + j0, ld, b));
+  }
+}
+
+/// The backward contraction (contract_rows) of rows [r0, r1) of Z against the nc points Xc with
+/// targets yc (or none, then g1 is ignored), Wm's row i at Wm + (i − r0)·ld; block by block as kuf_block.
+template <memsafe::gp::kernel K>
+void contract_block([[maybe_unused]] bool avx2, const double* Z, std::size_t r0, std::size_t r1, const double* Xc, const double* yc,
+                    std::size_t nc, std::size_t d, const double* il2, double s2, const double* Wm, std::size_t ld,
+                    const double* g1, double zf, double* gZ, double* lsum, double* vsum, double* scratch,
+                    std::size_t S) {
+  double* lanes = scratch + (d + 1) * S;
+  for (std::size_t j0 = 0; j0 < nc; j0 += S) {
+    const col_block cb = load_block(Xc + j0 * d, yc ? yc + j0 : nullptr, std::min(S, nc - j0), d, scratch);
+    MEMSAFE_GP_ROWS(avx2, contract_rows<K>(Z, r0, r1, cb, il2, s2, Wm + j0, ld, yc ? g1 : nullptr, zf, gZ, lsum,
+                                           vsum, lanes, lanes + d * gp_lanes, lanes + 2 * d * gp_lanes));
+  }
+}
+
 /// Largest chunk of columns (≤ n) whose `per_column` bytes, plus `fixed`, fit the budget.
 inline std::size_t chunk_columns(std::size_t budget, std::size_t fixed, std::size_t per_column, std::size_t n) {
   if (budget < fixed + per_column) return 0;
@@ -266,9 +354,10 @@ inline void syrk_lower(const double* Kc, std::size_t m, std::size_t nc, double* 
   dsyrk_(&uplo, &trans, &N, &Kk, &one, Kc, &Kk, &one, Psi, &N, 1, 1);
 }
 
-/// Bytes of the small temporaries: 1/ℓ² (d) and per-thread partial sums (2d + 1 each).
-inline std::size_t small_bytes(std::size_t d, std::size_t threads) {
-  return (d + threads * (2 * d + 1)) * sizeof(double);
+/// Bytes of the small temporaries: 1/ℓ² (d), and per thread its partial sums (2d + 1) and the row
+/// kernels' scratch for blocks of `block` points (row_scratch).
+inline std::size_t small_bytes(std::size_t d, std::size_t threads, std::size_t block = gp_lanes) {
+  return (d + threads * (2 * d + 1 + row_scratch(d, block))) * sizeof(double);
 }
 
 /// The budget_error of a call whose budget cannot hold its smallest plan (`what` names that plan).
@@ -294,24 +383,33 @@ struct sgpr_call {
   std::size_t m, d, budget, threads;
   bool gradient, whitened;
   memsafe::detail::accountant acc;
-  memsafe::detail::temp_buffer<double> small;  ///< 1/ℓ² (d), then per-thread partial sums (2d + 1 each)
+  memsafe::detail::temp_buffer<double> small;  ///< 1/ℓ² (d), per-thread partial sums (2d + 1 each), scratch
   double* il2 = nullptr;
   double* partial = nullptr;
-  std::size_t fixed = 0;  ///< bytes of `small`, held for the whole call
+  double* scratch = nullptr;  ///< per thread row_scratch(d, block) doubles (thread_scratch)
+  std::size_t block = gp_lanes;  ///< points of the row kernels' blocks
+  std::size_t fixed = 0;      ///< bytes of `small`, held for the whole call
+  bool avx2 = memsafe::host::tile_avx2();  ///< the row kernels' AVX2 copy
 
-  /// The thread count is lowered until the partial sums leave room for `column_bytes`.
+  /// The thread count is lowered until the partial sums and the smallest blocks leave room for
+  /// `column_bytes`; the blocks are block_columns(d) points where that leaves room for as many
+  /// columns of `column_bytes`, else gp_lanes.
   sgpr_call(std::size_t m_, std::size_t d_, const hyperparameters& h, const memsafe::gp::sgpr_options& o,
             std::size_t budget_, std::size_t column_bytes)
       : m(m_), d(d_), budget(budget_), threads(memsafe::plan::resolve_threads(o.threads)), gradient(o.gradient),
         whitened(o.whitened), acc(budget_) {
     while (threads > 1 && small_bytes(d, threads) + column_bytes > budget) --threads;
-    small = memsafe::detail::temp_buffer<double>(acc, d + threads * (2 * d + 1));
+    const std::size_t big = block_columns(d);
+    if (small_bytes(d, threads, big) + big * column_bytes <= budget) block = big;
+    small = memsafe::detail::temp_buffer<double>(acc, small_bytes(d, threads, block) / sizeof(double));
     il2 = small.data();
     partial = small.data() + d;
+    scratch = partial + threads * (2 * d + 1);
     fixed = small.size() * sizeof(double);
     for (std::size_t k = 0; k < d; ++k) il2[k] = 1.0 / (h.lengthscales[k] * h.lengthscales[k]);
   }
   void clear_partials() { std::fill(partial, partial + threads * (2 * d + 1), 0.0); }
+  double* thread_scratch(std::size_t t) const { return scratch + t * row_scratch(d, block); }
 };
 
 /// Kuu + jitter·I and its Cholesky factor L into P, with the kernel, its parameters and a copy of Z
@@ -328,8 +426,9 @@ inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparamete
   const double* Z = P.Z.data();
   P.L.assign(m * m, 0.0);
   with_kernel(h.kind, [&](auto kc) {
-    parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
-      kernel_block<decltype(kc)::value>(Z, r0, r1, Z, m, d, c.il2, h.variance, P.L.data() + r0 * m, m, nullptr, nullptr);
+    parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+      kuf_block<decltype(kc)::value>(c.avx2, Z, r0, r1, Z, nullptr, m, d, c.il2, h.variance, P.L.data() + r0 * m, m,
+                                     nullptr, c.thread_scratch(t), c.block);
     });
   });
   for (std::size_t i = 0; i < m; ++i) P.L[i * m + i] += h.jitter;
@@ -370,9 +469,9 @@ inline forward_sums accumulate(sgpr_call& c, const data_view& D, const hyperpara
       const std::size_t nc = std::min(ncf, n - j0);
       const double* Xc = D.X + j0 * d;
       with_kernel(h.kind, [&](auto kc) {
-        parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
-          kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, c.il2, h.variance, Kc.data() + r0 * nc, nc,
-                                            S.b.data(), D.y + j0);
+        parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+          kuf_block<decltype(kc)::value>(c.avx2, Z, r0, r1, Xc, D.y + j0, nc, d, c.il2, h.variance,
+                                         Kc.data() + r0 * nc, nc, S.b.data(), c.thread_scratch(t), c.block);
         });
       });
       if (c.whitened) la::solve_lower(Lv, memsafe::matrix(Kc.data(), m, nc));
@@ -513,52 +612,26 @@ struct gradient_sums {
   }
 };
 
-/// Σ Ḡuu ⊙ ∂Kuu/∂(σ_f², ℓ, Z) over Kuu's rows [i0, i1), O((i1 − i0)·m·d), no temporary.
+/// Σ Ḡuu ⊙ ∂Kuu/∂(σ_f², ℓ, Z) over Kuu's rows [i0, i1), O((i1 − i0)·m·d), no temporary but the
+/// threads' scratch. Kuu depends on Z through both arguments: each row's Z gradient counts twice
+/// (Ḡuu is symmetric), −4/ℓ² Σ_j q_ij (z_j − z_i); φ(0) = 1 on the diagonal, where u = 0.
 inline void contract_kuu(sgpr_call& c, const hyperparameters& h, const double* Z, const std::vector<double>& Guu,
                          std::size_t i0, std::size_t i1, gradient_sums& g) {
   const std::size_t m = c.m, d = c.d;
-  const double s2 = h.variance;
-  const double* il2 = c.il2;
   c.clear_partials();
   with_kernel(h.kind, [&](auto kc) {
-    using prof = profile<decltype(kc)::value>;
     parallel_rows(c.threads, i1 - i0, [&](std::size_t r0, std::size_t r1, std::size_t t) {
       double* p = c.partial + t * (2 * d + 1);
-      double* gz = p;  // scratch (d)
-      for (std::size_t i = i0 + r0; i < i0 + r1; ++i) {
-        const double* zi = Z + i * d;
-        std::fill(gz, gz + d, 0.0);
-        for (std::size_t i2 = 0; i2 < m; ++i2) {
-          const double gv = Guu[i * m + i2];
-          if (i2 == i) {
-            p[2 * d] += gv;  // φ(0) = 1
-            continue;
-          }
-          const double* z2 = Z + i2 * d;
-          double r2 = 0;
-          for (std::size_t k = 0; k < d; ++k) {
-            const double u = zi[k] - z2[k];
-            r2 += u * u * il2[k];
-          }
-          double phi, psi;
-          prof::phi_psi(r2, phi, psi);
-          p[2 * d] += gv * phi;
-          const double q = gv * s2 * psi;
-          for (std::size_t k = 0; k < d; ++k) {
-            const double u = zi[k] - z2[k];
-            gz[k] += q * u;
-            p[d + k] += q * u * u;
-          }
-        }
-        for (std::size_t k = 0; k < d; ++k) g.Z[i * d + k] += 4.0 * il2[k] * gz[k];
-      }
+      contract_block<decltype(kc)::value>(c.avx2, Z, i0 + r0, i0 + r1, Z, nullptr, m, d, c.il2, h.variance,
+                                          Guu.data() + (i0 + r0) * m, m, nullptr, -4.0, g.Z.data(), p + d, p + 2 * d,
+                                          c.thread_scratch(t), c.block);
     });
   });
   g.add_partials(c);
 }
 
 /// The backward pass's n-sized work over a set of training points (D may be empty): per chunk
-/// W_c = 2·Ḡ₂·Kuf_c + ḡ₁·y_cᵀ (GEMM, then the loop), contracted with ∂Kuf/∂(σ_f², ℓ, Z).
+/// W_c = 2·Ḡ₂·Kuf_c + ḡ₁·y_cᵀ (GEMM, then the row kernel), contracted with ∂Kuf/∂(σ_f², ℓ, Z).
 inline void contract_kuf(sgpr_call& c, const data_view& D, const hyperparameters& h, const double* Z,
                          const backward_state& Bk, gradient_sums& g, memsafe::gp::sgpr_stats& st) {
   namespace la = memsafe::linalg;
@@ -572,52 +645,25 @@ inline void contract_kuf(sgpr_call& c, const data_view& D, const hyperparameters
   memsafe::detail::temp_buffer<double> Kc(c.acc, m * ncb);
   memsafe::detail::temp_buffer<double> Wc(c.acc, m * ncb);
   auto G2v = memsafe::matrix(static_cast<const double*>(Bk.G2.data()), m, m);
-  const double* g1 = Bk.g1.data();
   for (std::size_t j0 = 0; j0 < n; j0 += ncb) {
     const std::size_t nc = std::min(ncb, n - j0);
     const double* Xc = D.X + j0 * d;
     const double* yc = D.y + j0;
     with_kernel(h.kind, [&](auto kc) {
-      parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t) {
-        kernel_block<decltype(kc)::value>(Z, r0, r1, Xc, nc, d, il2, s2, Kc.data() + r0 * nc, nc, nullptr, nullptr);
+      parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
+        kuf_block<decltype(kc)::value>(c.avx2, Z, r0, r1, Xc, nullptr, nc, d, il2, s2, Kc.data() + r0 * nc, nc,
+                                       nullptr, c.thread_scratch(t), c.block);
       });
     });
     la::gemm(2.0, G2v, false, memsafe::matrix(static_cast<const double*>(Kc.data()), m, nc), false, 0.0,
              memsafe::matrix(Wc.data(), m, nc));
     c.clear_partials();
     with_kernel(h.kind, [&](auto kc) {
-      using prof = profile<decltype(kc)::value>;
       parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
         double* p = c.partial + t * (2 * d + 1);
-        double* gz = p;
-        for (std::size_t i = r0; i < r1; ++i) {
-          const double* zi = Z + i * d;
-          // Kc's and Wc's rows are free once Wc is formed: Kc's row holds r², then q_j = w_ij σ_f² ψ_ij;
-          // Wc's row w_ij φ_ij. The φ/ψ loop carries no value from one j to the next, so it vectorises.
-          double* qr = Kc.data() + i * nc;
-          double* wr = Wc.data() + i * nc;
-          scaled_sqdist_row(zi, Xc, nc, d, il2, qr);
-          const double g1i = g1[i];
-          for (std::size_t j = 0; j < nc; ++j) {
-            const double wij = wr[j] + g1i * yc[j];
-            double phi, psi;
-            prof::phi_psi(qr[j], phi, psi);
-            wr[j] = wij * phi;
-            qr[j] = wij * s2 * psi;
-          }
-          std::fill(gz, gz + d, 0.0);
-          for (std::size_t j = 0; j < nc; ++j) {
-            const double* x = Xc + j * d;
-            p[2 * d] += wr[j];
-            const double q = qr[j];
-            for (std::size_t k = 0; k < d; ++k) {
-              const double u = x[k] - zi[k];
-              gz[k] += q * u;
-              p[d + k] += q * u * u;
-            }
-          }
-          for (std::size_t k = 0; k < d; ++k) g.Z[i * d + k] -= 2.0 * il2[k] * gz[k];
-        }
+        contract_block<decltype(kc)::value>(c.avx2, Z, r0, r1, Xc, yc, nc, d, il2, s2, Wc.data() + r0 * nc, nc,
+                                            Bk.g1.data(), -2.0, g.Z.data(), p + d, p + 2 * d, c.thread_scratch(t),
+                                            c.block);
       });
     });
     g.add_partials(c);
@@ -666,6 +712,7 @@ inline sgpr_result sgpr(const data_view& D, const inducing_view& I, const hyperp
     dg::too_small("memsafe::gp::sgpr", budget, R.stats.minimum_bytes, m, opts.gradient, "one column of Kuf");
   dg::sgpr_call c(m, d, h, opts, budget, (opts.gradient ? 2 : 1) * m * sizeof(double));
   R.stats.threads = c.threads;
+  R.stats.avx2_rows = c.avx2;
 
   auto t0 = clock_type::now();
   dg::factor_kuu(c, I, h, R.posterior, "memsafe::gp::sgpr");

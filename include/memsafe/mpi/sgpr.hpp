@@ -278,6 +278,7 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
   R.stats.budget_bytes = budget;
   R.stats.minimum_bytes = minimum;
   R.stats.threads = c.threads;
+  R.stats.avx2_rows = c.avx2;
   const memsafe::gp::data_view local{D.X, D.y, D.n, d};  // an empty shard may say d = 0
 
   // Forward: this rank's sums, one allreduce, the m×m algebra.
