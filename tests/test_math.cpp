@@ -351,6 +351,36 @@ TEST_CASE("math: pow accuracy") {
   }
 }
 
+TEST_CASE("math: sqrt_n equals sqrt of the scaled values, bit for bit, at every length and for special values") {
+  // In a build that keeps errno (the default-flags tests: tests/CMakeLists.txt, memsafe_default_tests)
+  // sqrt_n takes its roots through the SSE square-root builtins; elsewhere it is the plain loop.
+  auto run = [](auto zero) {
+    using T = decltype(zero);
+    using L = std::numeric_limits<T>;
+    std::vector<T> x = {T(0), -T(0), T(1), T(2), T(3.5), L::infinity(), -L::infinity(), L::quiet_NaN(), T(-1),
+                        L::denorm_min(), L::min(), L::max(), T(1e-30), T(7), T(0.25), T(1e10), T(123.456)};
+    std::mt19937_64 g(5);
+    for (T v : uniform<T>(T(0), T(1e4), 21, g)) x.push_back(v);
+    for (T s : {T(1), T(3), T(0.5)})
+      for (std::size_t n = 0; n <= x.size(); ++n) {
+        std::vector<T> a(n + 1, T(-7));
+        mm::sqrt_n(x.data(), s, a.data(), n);
+        for (std::size_t j = 0; j < n; ++j) {
+          CAPTURE(n);
+          CAPTURE(j);
+          const T want = std::sqrt(s * x[j]);
+          CHECK(same(a[j], want));
+        }
+        CHECK(a[n] == T(-7));  // nothing written past n
+        std::vector<T> in_place(x.begin(), x.begin() + std::ptrdiff_t(n));
+        mm::sqrt_n(in_place.data(), s, in_place.data(), n);
+        for (std::size_t j = 0; j < n; ++j) CHECK(same(in_place[j], a[j]));
+      }
+  };
+  run(0.0f);
+  run(0.0);
+}
+
 TEST_CASE("math: sqrt and a finalise-style loop") {
   CHECK(mm::sqrt(4.0) == 2.0);
   CHECK(mm::sqrt(2.0f) == std::sqrt(2.0f));

@@ -4,7 +4,10 @@
 // A formula's derivative is a specialisation of `derivative<F>`:
 //   kind == stationary:  F = σ²·g(u), u = acc_scale · Σ_k (x̃_k − s·ỹ_k)²  (x̃ the per-dimension
 //                        scaled coordinates, s = y_sign); at(u, p, f, dfdu) gives F and ∂F/∂u,
-//                        dalpha(u, p, f) gives ∂F/∂α (rq).
+//                        dalpha(u, p, f) gives ∂F/∂α (rq). A formula of a = √(root_scale·u)
+//                        (root_scale ≠ 0: dist, the Matérns) also has at_root(u, a, p, f, dfdu),
+//                        so that a loop over a row can take its roots together (math::sqrt_n, which
+//                        vectorises without -fno-math-errno; backend/host/grad_kernel.inc).
 //   kind == dot:         F = Σ_k w_k x_k · s·y_k with w_k = σ² (scalar variance), the per-dimension
 //                        variances (ard), or 1 (dot): linear in each side.
 // `has_variance`, `has_lengthscale`, `has_alpha` say which parameters it has. Formulas without a
@@ -32,6 +35,7 @@ struct derivative {
   static constexpr bool defined = false;
   static constexpr derivative_kind kind = derivative_kind::stationary;
   static constexpr bool has_variance = false, has_lengthscale = false, has_alpha = false;
+  static constexpr int root_scale = 0;
   template <class T>
   static void at(T, const detail::formula_params<T>&, T& f, T& dfdu) {
     f = dfdu = T(0);
@@ -52,6 +56,7 @@ struct stationary_kernel_head {
   static constexpr bool defined = true;
   static constexpr derivative_kind kind = derivative_kind::stationary;
   static constexpr bool has_variance = true, has_lengthscale = true, has_alpha = false;
+  static constexpr int root_scale = 0;
   template <class T>
   static T dalpha(T, const detail::formula_params<T>&, T) {
     return T(0);
@@ -61,6 +66,7 @@ struct stationary_distance_head {
   static constexpr bool defined = true;
   static constexpr derivative_kind kind = derivative_kind::stationary;
   static constexpr bool has_variance = false, has_lengthscale = false, has_alpha = false;
+  static constexpr int root_scale = 0;
   template <class T>
   static T dalpha(T, const detail::formula_params<T>&, T) {
     return T(0);
@@ -81,11 +87,15 @@ struct derivative<formula::sqdist> : detail::stationary_distance_head {
 /// exist and 0 is used (the subgradient of smallest norm).
 template <>
 struct derivative<formula::dist> : detail::stationary_distance_head {
+  static constexpr int root_scale = 1;
   template <class T>
-  static void at(T u, const detail::formula_params<T>&, T& f, T& dfdu) {
-    const T a = math::sqrt(u);
+  static void at_root(T u, T a, const detail::formula_params<T>&, T& f, T& dfdu) {
     f = a;
     dfdu = detail::dsel(u == T(0), T(0), T(0.5) / a);
+  }
+  template <class T>
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    at_root(u, math::sqrt(u), p, f, dfdu);
   }
 };
 /// σ² exp(−u/2): ∂F/∂u = −F/2.
@@ -101,32 +111,46 @@ struct derivative<formula::rbf> : detail::stationary_kernel_head {
 /// cusp) and 0 is used, as GPflow's clamped distance gives; at an infinite distance 0.
 template <>
 struct derivative<formula::matern12> : detail::stationary_kernel_head {
+  static constexpr int root_scale = 1;
   template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    const T a = math::sqrt(u);
+  static void at_root(T u, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
     f = p.variance * math::exp(-a);
     dfdu = detail::dsel(u == T(0), T(0), T(-0.5) * f / a);
+  }
+  template <class T>
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    at_root(u, math::sqrt(u), p, f, dfdu);
   }
 };
 /// σ² (1 + a) exp(−a), a = √(3u): ∂F/∂u = −(3/2) σ² exp(−a) (finite at u = 0).
 template <>
 struct derivative<formula::matern32> : detail::stationary_kernel_head {
+  static constexpr int root_scale = 3;
   template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    const T a = math::sqrt(T(3) * u), e = math::exp(-a);
+  static void at_root(T, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    const T e = math::exp(-a);
     f = detail::dsel(a == math::detail::inf_v<T>(), T(0), p.variance * ((T(1) + a) * e));
     dfdu = T(-1.5) * p.variance * e;
+  }
+  template <class T>
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    at_root(u, math::sqrt(T(3) * u), p, f, dfdu);
   }
 };
 /// σ² (1 + a + a²/3) exp(−a), a = √(5u): ∂F/∂u = −(5/6) σ² (1 + a) exp(−a) (finite at u = 0).
 template <>
 struct derivative<formula::matern52> : detail::stationary_kernel_head {
+  static constexpr int root_scale = 5;
   template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    const T a2 = T(5) * u, a = math::sqrt(a2), e = math::exp(-a);
+  static void at_root(T u, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    const T a2 = T(5) * u, e = math::exp(-a);
     const bool inf = a == math::detail::inf_v<T>();
     f = detail::dsel(inf, T(0), p.variance * ((T(1) + a + a2 * T(1.0 / 3.0)) * e));
     dfdu = detail::dsel(inf, T(0), T(-5.0 / 6.0) * p.variance * ((T(1) + a) * e));
+  }
+  template <class T>
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    at_root(u, math::sqrt(T(5) * u), p, f, dfdu);
   }
 };
 /// σ² t^(−α), t = 1 + u/(2α): ∂F/∂u = −F/(2t); ∂F/∂α = F·(1 − 1/t − log t).

@@ -65,7 +65,7 @@ struct dist {
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>&) {
-    for (std::size_t j = 0; j < n; ++j) r[j] = math::sqrt(r[j]);
+    math::sqrt_n(r, T(1), r, n);
   }
 };
 /// Σ |x_k − y_k|
@@ -105,8 +105,9 @@ struct matern12 {
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    const T s = p.acc_scale, v = p.variance;
-    for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(-math::sqrt(s * r[j]));
+    const T v = p.variance;
+    math::sqrt_n(r, p.acc_scale, r, n);
+    for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(-r[j]);
   }
 };
 /// σ² (1 + √3 r) exp(−√3 r)
@@ -115,9 +116,10 @@ struct matern32 {
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    const T s = T(3) * p.acc_scale, v = p.variance;
+    const T v = p.variance;
+    math::sqrt_n(r, T(3) * p.acc_scale, r, n);
     for (std::size_t j = 0; j < n; ++j) {
-      const T a = math::sqrt(s * r[j]);
+      const T a = r[j];
       // (1 + a)·e^(−a) ≤ 1 first, so σ² times it cannot overflow; at an infinite distance the
       // kernel is 0, not (1 + inf)·0 = NaN; NaN stays NaN.
       r[j] = math::detail::select(a == math::detail::inf_v<T>(), T(0), v * ((T(1) + a) * math::exp(-a)));
@@ -130,12 +132,12 @@ struct matern52 {
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    const T s = T(5) * p.acc_scale, v = p.variance;
+    const T v = p.variance;
+    math::sqrt_n(r, T(5) * p.acc_scale, r, n);
     for (std::size_t j = 0; j < n; ++j) {
-      const T a2 = s * r[j];
-      const T a = math::sqrt(a2);
+      const T a = r[j];  // a² below is a·a (not 5r² itself: the roots are taken in place)
       r[j] = math::detail::select(a == math::detail::inf_v<T>(), T(0),
-                                  v * ((T(1) + a + a2 * T(1.0 / 3.0)) * math::exp(-a)));
+                                  v * ((T(1) + a + a * a * T(1.0 / 3.0)) * math::exp(-a)));
     }
   }
 };

@@ -53,7 +53,8 @@ namespace memsafe::detail::gp {
 /// φ(r²) and ψ = dφ/d(r²) of one kernel, chosen at compile time (the inner loops are instantiated
 /// once per kernel through with_kernel). The Matérn kernels are functions of s = √(root_scale·r²):
 /// phi_s / phi_psi_s take s as computed, so that a loop over a row can take its square roots
-/// together (sqrt_lanes); phi / phi_psi compute it themselves.
+/// together (math::sqrt_n, which vectorises without -fno-math-errno); phi / phi_psi compute it
+/// themselves.
 template <memsafe::gp::kernel K>
 struct profile {
   static constexpr bool root = K != memsafe::gp::kernel::rbf;
@@ -106,26 +107,6 @@ struct profile {
 
 /// Columns of the row loops (row_kernel.inc): one 64-byte vector of doubles.
 inline constexpr std::size_t gp_lanes = 8;
-
-/// s[w] = √(scale·x[w]) for W lanes. Without -fno-math-errno GCC keeps a scalar call per square
-/// root (its errno path for negative arguments), which keeps the whole loop around it scalar; the
-/// SSE2 square-root builtin (sqrtpd, two lanes; VEX-encoded in an AVX2 region) sets no errno and
-/// rounds as sqrt does — the same values.
-template <std::size_t W>
-[[gnu::always_inline]] inline void sqrt_lanes(const double* x, double scale, double* s) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__NO_MATH_ERRNO__)
-  typedef double v2 __attribute__((vector_size(16)));
-  static_assert(W % 2 == 0, "sqrt_lanes: an even number of lanes");
-  for (std::size_t h = 0; h < W; h += 2) {
-    v2 t;
-    __builtin_memcpy(&t, x + h, sizeof t);
-    t = __builtin_ia32_sqrtpd(t * scale);
-    __builtin_memcpy(s + h, &t, sizeof t);
-  }
-#else
-  for (std::size_t w = 0; w < W; ++w) s[w] = memsafe::math::sqrt(scale * x[w]);
-#endif
-}
 
 /// The sum of W lanes, in lane order.
 template <std::size_t W>
