@@ -170,6 +170,34 @@ double fd(F&& f, double e) {
 
 const gp::kernel all_kernels[] = {gp::kernel::rbf, gp::kernel::matern12, gp::kernel::matern32, gp::kernel::matern52};
 
+/// The bound's gradient by central finite differences (fd, step 1e-4), each parameter in turn.
+struct fd_gradient {
+  double variance = 0, noise = 0;
+  vec lengthscales, Z;
+  explicit fd_gradient(const problem& p) : lengthscales(p.d), Z(p.m * p.d) {
+    const double e = 1e-4;
+    auto at_h = [&](auto change) {
+      return [&p, change](double t) {
+        auto h = p.h;
+        change(h, t);
+        return bound_at(p, h, p.Z);
+      };
+    };
+    variance = fd(at_h([](gp::hyperparameters& h, double t) { h.variance += t; }), e);
+    noise = fd(at_h([](gp::hyperparameters& h, double t) { h.noise += t; }), e);
+    for (std::size_t q = 0; q < p.d; ++q)
+      lengthscales[q] = fd(at_h([q](gp::hyperparameters& h, double t) { h.lengthscales[q] += t; }), e);
+    for (std::size_t q = 0; q < p.m * p.d; ++q)
+      Z[q] = fd(
+          [&](double t) {
+            vec z = p.Z;
+            z[q] += t;
+            return bound_at(p, p.h, z);
+          },
+          e);
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("gp") {
@@ -195,39 +223,9 @@ TEST_CASE("sgpr gradient matches central finite differences at several budgets")
   for (auto k : all_kernels) {
     problem p(29, 5, 2, k, 7);
     CAPTURE(gp::kernel_name(k));
-    // Finite differences of the bound, each parameter in turn.
-    const double e = 1e-4;
-    vec fd_ell(p.d), fd_Z(p.m * p.d);
-    const double fd_var = fd(
-        [&](double t) {
-          auto h = p.h;
-          h.variance += t;
-          return bound_at(p, h, p.Z);
-        },
-        e);
-    const double fd_noise = fd(
-        [&](double t) {
-          auto h = p.h;
-          h.noise += t;
-          return bound_at(p, h, p.Z);
-        },
-        e);
-    for (std::size_t q = 0; q < p.d; ++q)
-      fd_ell[q] = fd(
-          [&](double t) {
-            auto h = p.h;
-            h.lengthscales[q] += t;
-            return bound_at(p, h, p.Z);
-          },
-          e);
-    for (std::size_t q = 0; q < p.m * p.d; ++q)
-      fd_Z[q] = fd(
-          [&](double t) {
-            vec Z = p.Z;
-            Z[q] += t;
-            return bound_at(p, p.h, Z);
-          },
-          e);
+    const fd_gradient fdg(p);
+    const double fd_var = fdg.variance, fd_noise = fdg.noise;
+    const vec &fd_ell = fdg.lengthscales, &fd_Z = fdg.Z;
     const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
     vec first_Z;
     for (bool wh : {false, true})
@@ -261,40 +259,17 @@ TEST_CASE("sgpr with several column blocks per chunk (d = 40) matches the dense 
     problem p(230, 6, 40, k, 5);
     CAPTURE(gp::kernel_name(k));
     const double want = ref_bound(p);
-    const double e = 1e-4;
-    const double fd_var = fd(
-        [&](double t) {
-          auto h = p.h;
-          h.variance += t;
-          return bound_at(p, h, p.Z);
-        },
-        e);
-    vec fd_ell(p.d), fd_Z(p.m * p.d);
-    for (std::size_t q = 0; q < p.d; ++q)
-      fd_ell[q] = fd(
-          [&](double t) {
-            auto h = p.h;
-            h.lengthscales[q] += t;
-            return bound_at(p, h, p.Z);
-          },
-          e);
-    for (std::size_t q = 0; q < p.m * p.d; ++q)
-      fd_Z[q] = fd(
-          [&](double t) {
-            vec Z = p.Z;
-            Z[q] += t;
-            return bound_at(p, p.h, Z);
-          },
-          e);
+    const fd_gradient fdg(p);
     const std::size_t minimum = gp::sgpr_minimum_bytes(p.m, p.d, true);
     for (std::size_t budget : {minimum, minimum + 100 * 2 * p.m * sizeof(double), std::size_t(memsafe::unlimited)}) {
       CAPTURE(budget);
       const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = budget, .gradient = true});
       CHECK(r.stats.peak_temp_bytes <= budget);
       CHECK(rel(r.bound, want) < 1e-10);
-      CHECK(rel(r.grad.variance, fd_var) < 1e-6);
-      CHECK(rel_max(r.grad.lengthscales, fd_ell) < 1e-6);
-      CHECK(rel_max(r.grad.Z, fd_Z) < 1e-6);
+      CHECK(rel(r.grad.variance, fdg.variance) < 1e-6);
+      CHECK(rel(r.grad.noise, fdg.noise) < 1e-6);
+      CHECK(rel_max(r.grad.lengthscales, fdg.lengthscales) < 1e-6);
+      CHECK(rel_max(r.grad.Z, fdg.Z) < 1e-6);
     }
   }
 }
