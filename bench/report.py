@@ -42,6 +42,9 @@ def row_key(r: dict) -> tuple:
     if r.get("suite") == "sgpr_train":  # one row per implementation, data set, split, m and iteration budget
         return ("sgpr_train", r.get("impl"), r.get("dataset"), r.get("split"), r.get("m"), r.get("kernel"),
                 r.get("iters_max"), r.get("threads"), r.get("budget_bytes"))
+    if r.get("suite") == "default_flags":  # one row per workload, build and machine (bench/default_flags.sh)
+        return ("default_flags", r.get("bench"), r.get("kernel"), r.get("precision"), r.get("build"), r.get("n"),
+                r.get("m"), r.get("d"), r.get("threads"), r.get("host_cpu"))
     if r.get("suite") == "exact_gp":  # one row per implementation, data set, split and CG setting
         return ("exact_gp", r.get("impl"), r.get("dataset"), r.get("split"), r.get("n"), r.get("threads"),
                 r.get("tolerance"), r.get("rank"), r.get("dtype"), r.get("budget_bytes"))
@@ -947,6 +950,39 @@ def overhead_workloads(ov):
     return seen
 
 
+def section_default_flags(rows) -> str:
+    df = [r for r in rows if r.get("suite") == "default_flags"]
+    s = ["## Default flags against -march=native (Matérn sums, the GP module)", "",
+         "`bash bench/default_flags.sh` — two small programs built as a consumer compiles by default (plain "
+         "`g++ -O2`, no `-march`, errno kept: *default*) and as this project compiles (`-O3 -march=native "
+         "-fno-math-errno`: *native*), one thread, the builds alternating in every round; each round's time is the "
+         "best of 3 calls, and the table gives min / median over the rounds. *kv*: the fused K·v, X = Y with n "
+         "N(0, 1) points (`bench/default_flags/kv.cpp`); *sgpr*: one `gp::sgpr` bound + gradient on synthetic "
+         "N(0, 1) data, 64 MiB of temporaries, BLAS on one thread (`bench/default_flags/sgpr.cpp`). The default "
+         "build takes the AVX2 copies of the kernels at run time and its square roots through `math::sqrt_n` "
+         "(docs/design.md).", ""]
+    if not df:
+        return "\n".join(s + [NM + ".", ""])
+    by_cpu: dict[str, list] = {}
+    for r in df:
+        by_cpu.setdefault(r.get("host_cpu") or "unknown", []).append(r)
+    for cpu, rs in sorted(by_cpu.items()):
+        s += [f"On {cpu} ({rs[0].get('host_simd') or '?'}), {rs[0].get('timestamp', '')[:10]}, `{rs[0].get('cmd', '')}`:", ""]
+        keyed = {(r.get("bench"), r.get("kernel"), r.get("precision"), r.get("n"), r.get("m"), r.get("d"), r.get("build")): r
+                 for r in rs}
+        body = []
+        order = {"native": 0, "default": 1}  # then default@<rev> builds (BASE_REV: the headers before a change)
+        for (bench, kernel, prec, n, m, d, build), r in sorted(
+                keyed.items(), key=lambda kv: tuple(str(x) for x in kv[0][:6]) + (order.get(kv[0][6], 2), kv[0][6])):
+            nat = keyed.get((bench, kernel, prec, n, m, d, "native"))
+            shape = f"n={n:,} d={d}" + (f" m={m:,}" if m else "")
+            ratio = f"{r['median_s'] / nat['median_s']:.2f}×" if nat and nat.get("median_s") else "—"
+            body.append([bench, kernel, prec, shape, build, f"{sig(r['min_s'])} / {sig(r['median_s'])} s", ratio])
+        s += [table(["workload", "kernel", "precision", "shape", "build", "min / median", "time / native's (medians)"],
+                    body), ""]
+    return "\n".join(s)
+
+
 def section_isa(rows) -> str:
     rs = [r for r in rows if r.get("suite") == "isa"]
     s = ["## Instruction sets: default-flags build, -march=native, forced kernels", "",
@@ -1710,6 +1746,7 @@ def main(argv=None) -> int:
         section_sgpr(rows, sgpr_img),
         section_overhead(rows),
         section_isa(rows),
+        section_default_flags(rows),
         section_mpi(rows),
         section_compile(rows),
         goals(rows, pk),
