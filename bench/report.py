@@ -950,6 +950,14 @@ def overhead_workloads(ov):
     return seen
 
 
+def group_rows(rows, field: str) -> dict[str, list]:
+    """Rows grouped by one field's value ("unknown" where it is missing), in their order."""
+    groups: dict[str, list] = {}
+    for r in rows:
+        groups.setdefault(r.get(field) or "unknown", []).append(r)
+    return groups
+
+
 def section_default_flags(rows) -> str:
     df = [r for r in rows if r.get("suite") == "default_flags"]
     s = ["## Default flags against -march=native (Matérn sums, the GP module)", "",
@@ -963,10 +971,7 @@ def section_default_flags(rows) -> str:
          "(docs/design.md).", ""]
     if not df:
         return "\n".join(s + [NM + ".", ""])
-    by_cpu: dict[str, list] = {}
-    for r in df:
-        by_cpu.setdefault(r.get("host_cpu") or "unknown", []).append(r)
-    for cpu, rs in sorted(by_cpu.items()):
+    for cpu, rs in sorted(group_rows(df, "host_cpu").items()):
         s += [f"On {cpu} ({rs[0].get('host_simd') or '?'}), {rs[0].get('timestamp', '')[:10]}, `{rs[0].get('cmd', '')}`:", ""]
         keyed = {(r.get("bench"), r.get("kernel"), r.get("precision"), r.get("n"), r.get("m"), r.get("d"), r.get("build")): r
                  for r in rs}
@@ -1002,9 +1007,7 @@ def section_isa(rows) -> str:
         return "\n".join(s + [NM + ".", ""])
     # One table per machine (its instruction sets): the CPU under this project changes between sessions,
     # and an AVX2-only CPU's rows must not sit beside an AVX-512 CPU's as if from the same run.
-    groups: dict[str, list] = {}
-    for r in rs:
-        groups.setdefault(r.get("host_simd") or "unknown", []).append(r)
+    groups = group_rows(rs, "host_simd")
     for simd in sorted(groups, key=lambda g: (-len(g), g)):
         s += isa_machine_table(groups[simd])
     return "\n".join(s + ["*speed vs native dispatched*: the median of the -march=native build with the "
