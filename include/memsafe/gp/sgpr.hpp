@@ -354,10 +354,11 @@ inline void syrk_lower(const double* Kc, std::size_t m, std::size_t nc, double* 
   dsyrk_(&uplo, &trans, &N, &Kk, &one, Kc, &Kk, &one, Psi, &N, 1, 1);
 }
 
-/// Bytes of the small temporaries: 1/ℓ² (d), and per thread its partial sums (2d + 1) and the row
-/// kernels' scratch for blocks of `block` points (row_scratch).
+/// Bytes of the small temporaries: 1/ℓ² (d), and per thread its partial sums (d + 1: the
+/// lengthscales' and the variance's) and the row kernels' scratch for blocks of `block` points
+/// (row_scratch).
 inline std::size_t small_bytes(std::size_t d, std::size_t threads, std::size_t block = gp_lanes) {
-  return (d + threads * (2 * d + 1 + row_scratch(d, block))) * sizeof(double);
+  return (d + threads * (d + 1 + row_scratch(d, block))) * sizeof(double);
 }
 
 /// The budget_error of a call whose budget cannot hold its smallest plan (`what` names that plan).
@@ -383,7 +384,7 @@ struct sgpr_call {
   std::size_t m, d, budget, threads;
   bool gradient, whitened;
   memsafe::detail::accountant acc;
-  memsafe::detail::temp_buffer<double> small;  ///< 1/ℓ² (d), per-thread partial sums (2d + 1 each), scratch
+  memsafe::detail::temp_buffer<double> small;  ///< 1/ℓ² (d), per-thread partial sums (d + 1 each), scratch
   double* il2 = nullptr;
   double* partial = nullptr;
   double* scratch = nullptr;  ///< per thread row_scratch(d, block) doubles (thread_scratch)
@@ -404,11 +405,13 @@ struct sgpr_call {
     small = memsafe::detail::temp_buffer<double>(acc, small_bytes(d, threads, block) / sizeof(double));
     il2 = small.data();
     partial = small.data() + d;
-    scratch = partial + threads * (2 * d + 1);
+    scratch = partial + threads * (d + 1);
     fixed = small.size() * sizeof(double);
     for (std::size_t k = 0; k < d; ++k) il2[k] = 1.0 / (h.lengthscales[k] * h.lengthscales[k]);
   }
-  void clear_partials() { std::fill(partial, partial + threads * (2 * d + 1), 0.0); }
+  void clear_partials() { std::fill(partial, partial + threads * (d + 1), 0.0); }
+  /// Thread t's partial sums: Σ q·u_k² per dimension (d), then Σ w·φ (∂F/∂σ_f²).
+  double* partials(std::size_t t) const { return partial + t * (d + 1); }
   double* thread_scratch(std::size_t t) const { return scratch + t * row_scratch(d, block); }
 };
 
@@ -605,9 +608,9 @@ struct gradient_sums {
   /// Adds the call's per-thread partial sums.
   void add_partials(const sgpr_call& c) {
     for (std::size_t t = 0; t < c.threads; ++t) {
-      const double* p = c.partial + t * (2 * c.d + 1);
-      for (std::size_t k = 0; k < c.d; ++k) l[k] += p[c.d + k];
-      variance += p[2 * c.d];
+      const double* p = c.partials(t);
+      for (std::size_t k = 0; k < c.d; ++k) l[k] += p[k];
+      variance += p[c.d];
     }
   }
 };
@@ -621,9 +624,9 @@ inline void contract_kuu(sgpr_call& c, const hyperparameters& h, const double* Z
   c.clear_partials();
   with_kernel(h.kind, [&](auto kc) {
     parallel_rows(c.threads, i1 - i0, [&](std::size_t r0, std::size_t r1, std::size_t t) {
-      double* p = c.partial + t * (2 * d + 1);
+      double* p = c.partials(t);
       contract_block<decltype(kc)::value>(c.avx2, Z, i0 + r0, i0 + r1, Z, nullptr, m, d, c.il2, h.variance,
-                                          Guu.data() + (i0 + r0) * m, m, nullptr, -4.0, g.Z.data(), p + d, p + 2 * d,
+                                          Guu.data() + (i0 + r0) * m, m, nullptr, -4.0, g.Z.data(), p, p + d,
                                           c.thread_scratch(t), c.block);
     });
   });
@@ -660,10 +663,9 @@ inline void contract_kuf(sgpr_call& c, const data_view& D, const hyperparameters
     c.clear_partials();
     with_kernel(h.kind, [&](auto kc) {
       parallel_rows(c.threads, m, [&](std::size_t r0, std::size_t r1, std::size_t t) {
-        double* p = c.partial + t * (2 * d + 1);
+        double* p = c.partials(t);
         contract_block<decltype(kc)::value>(c.avx2, Z, r0, r1, Xc, yc, nc, d, il2, s2, Wc.data() + r0 * nc, nc,
-                                            Bk.g1.data(), -2.0, g.Z.data(), p + d, p + 2 * d, c.thread_scratch(t),
-                                            c.block);
+                                            Bk.g1.data(), -2.0, g.Z.data(), p, p + d, c.thread_scratch(t), c.block);
       });
     });
     g.add_partials(c);
