@@ -351,10 +351,20 @@ TEST_CASE("math: pow accuracy") {
   }
 }
 
+#if defined(MEMSAFE_SQRT_BUILTINS)
+/// sqrt_n_avx is always_inline under target("avx"): called from code compiled for AVX, as the AVX2
+/// regions do (MEMSAFE_ROOTS_N).
+template <class T>
+__attribute__((target("avx"))) void roots_avx(const T* x, T s, T* a, std::size_t n) {
+  mm::sqrt_n_avx(x, s, a, n);
+}
+#endif
+
 TEST_CASE("math: sqrt_n equals sqrt of the scaled values, bit for bit, at every length and for special values") {
   // In a build that keeps errno (the default-flags tests: tests/CMakeLists.txt, memsafe_default_tests)
-  // sqrt_n takes its roots through the SSE square-root builtins; elsewhere it is the plain loop.
-  auto run = [](auto zero) {
+  // sqrt_n takes its roots through the packed square-root builtins (16 bytes at a time, 32 where the
+  // target has AVX); elsewhere it is the plain loop. The AVX regions' sqrt_n_avx likewise.
+  auto run = [](auto zero, auto roots) {
     using T = decltype(zero);
     using L = std::numeric_limits<T>;
     std::vector<T> x = {T(0), -T(0), T(1), T(2), T(3.5), L::infinity(), -L::infinity(), L::quiet_NaN(), T(-1),
@@ -364,7 +374,7 @@ TEST_CASE("math: sqrt_n equals sqrt of the scaled values, bit for bit, at every 
     for (T s : {T(1), T(3), T(0.5)})
       for (std::size_t n = 0; n <= x.size(); ++n) {
         std::vector<T> a(n + 1, T(-7));
-        mm::sqrt_n(x.data(), s, a.data(), n);
+        roots(x.data(), s, a.data(), n);
         for (std::size_t j = 0; j < n; ++j) {
           CAPTURE(n);
           CAPTURE(j);
@@ -373,12 +383,22 @@ TEST_CASE("math: sqrt_n equals sqrt of the scaled values, bit for bit, at every 
         }
         CHECK(a[n] == T(-7));  // nothing written past n
         std::vector<T> in_place(x.begin(), x.begin() + std::ptrdiff_t(n));
-        mm::sqrt_n(in_place.data(), s, in_place.data(), n);
+        roots(in_place.data(), s, in_place.data(), n);
         for (std::size_t j = 0; j < n; ++j) CHECK(same(in_place[j], a[j]));
       }
   };
-  run(0.0f);
-  run(0.0);
+  auto plain = [](const auto* x, auto s, auto* a, std::size_t n) { mm::sqrt_n(x, s, a, n); };
+  run(0.0f, plain);
+  run(0.0, plain);
+#if defined(MEMSAFE_SQRT_BUILTINS)
+  if (__builtin_cpu_supports("avx")) {
+    auto wide = [](const auto* x, auto s, auto* a, std::size_t n) { roots_avx(x, s, a, n); };
+    run(0.0f, wide);
+    run(0.0, wide);
+  } else {
+    MESSAGE("no AVX on this CPU: math::sqrt_n_avx not run");
+  }
+#endif
 }
 
 TEST_CASE("math: sqrt and a finalise-style loop") {

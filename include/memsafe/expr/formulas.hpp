@@ -48,50 +48,61 @@ struct formula_params {
 
 namespace formula {
 
-#define MEMSAFE_FORMULA_HEAD(NAME, BASE)                 \
+// ROOT ≠ 0: the finalise starts with the root a = √(root_factor(p)·u) of the accumulated u
+// (root_factor = ROOT·acc_scale for the Matérns), taken in place by math::sqrt_n, and
+// after_root(a, n, p) is the rest of it — so a fused kernel can take the roots with its own
+// instruction set's vector square root (sum_kernel.inc) and then call after_root.
+#define MEMSAFE_FORMULA_HEAD(NAME, BASE, ROOT)            \
   static constexpr const char* name = NAME;              \
-  static constexpr detail::base_kind base = detail::base_kind::BASE;
+  static constexpr detail::base_kind base = detail::base_kind::BASE; \
+  static constexpr int root_scale = ROOT;
 
 /// ‖x − y‖²
 struct sqdist {
-  MEMSAFE_FORMULA_HEAD("sqdist", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("sqdist", sqeuclid, 0)
   static constexpr bool has_finalise = false;
   template <class T>
   MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// ‖x − y‖
 struct dist {
-  MEMSAFE_FORMULA_HEAD("dist", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("dist", sqeuclid, 1)
   static constexpr bool has_finalise = true;
   template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>&) {
-    math::sqrt_n(r, T(1), r, n);
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
+    math::sqrt_n(r, root_factor(p), r, n);
   }
+  template <class T>
+  MEMSAFE_HD static T root_factor(const detail::formula_params<T>&) {
+    return T(1);
+  }
+  template <class T>
+  MEMSAFE_HD static void after_root(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// Σ |x_k − y_k|
 struct l1 {
-  MEMSAFE_FORMULA_HEAD("l1", l1)
+  MEMSAFE_FORMULA_HEAD("l1", l1, 0)
   static constexpr bool has_finalise = false;
   template <class T>
   MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// x · y
 struct dot {
-  MEMSAFE_FORMULA_HEAD("dot", dot)
+  MEMSAFE_FORMULA_HEAD("dot", dot, 0)
   static constexpr bool has_finalise = false;
   template <class T>
   MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// 1 − x·y / (‖x‖‖y‖); a zero vector has similarity 0 (distance 1) with everything.
 struct cosine {
-  MEMSAFE_FORMULA_HEAD("cosine", cosine)
+  MEMSAFE_FORMULA_HEAD("cosine", cosine, 0)
   static constexpr bool has_finalise = false;
   template <class T>
   MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// σ² exp(−r²/2), r² = Σ ((x_k − y_k)/ℓ_k)²
 struct rbf {
-  MEMSAFE_FORMULA_HEAD("rbf", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("rbf", sqeuclid, 0)
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
@@ -101,23 +112,39 @@ struct rbf {
 };
 /// σ² exp(−r)
 struct matern12 {
-  MEMSAFE_FORMULA_HEAD("matern12", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("matern12", sqeuclid, 1)
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
+    math::sqrt_n(r, root_factor(p), r, n);
+    after_root(r, n, p);
+  }
+  template <class T>
+  MEMSAFE_HD static T root_factor(const detail::formula_params<T>& p) {
+    return T(root_scale) * p.acc_scale;
+  }
+  template <class T>
+  MEMSAFE_HD static void after_root(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
-    math::sqrt_n(r, p.acc_scale, r, n);
     for (std::size_t j = 0; j < n; ++j) r[j] = v * math::exp(-r[j]);
   }
 };
 /// σ² (1 + √3 r) exp(−√3 r)
 struct matern32 {
-  MEMSAFE_FORMULA_HEAD("matern32", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("matern32", sqeuclid, 3)
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
+    math::sqrt_n(r, root_factor(p), r, n);
+    after_root(r, n, p);
+  }
+  template <class T>
+  MEMSAFE_HD static T root_factor(const detail::formula_params<T>& p) {
+    return T(root_scale) * p.acc_scale;
+  }
+  template <class T>
+  MEMSAFE_HD static void after_root(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
-    math::sqrt_n(r, T(3) * p.acc_scale, r, n);
     for (std::size_t j = 0; j < n; ++j) {
       const T a = r[j];
       // (1 + a)·e^(−a) ≤ 1 first, so σ² times it cannot overflow; at an infinite distance the
@@ -128,12 +155,20 @@ struct matern32 {
 };
 /// σ² (1 + √5 r + 5r²/3) exp(−√5 r)
 struct matern52 {
-  MEMSAFE_FORMULA_HEAD("matern52", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("matern52", sqeuclid, 5)
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
+    math::sqrt_n(r, root_factor(p), r, n);
+    after_root(r, n, p);
+  }
+  template <class T>
+  MEMSAFE_HD static T root_factor(const detail::formula_params<T>& p) {
+    return T(root_scale) * p.acc_scale;
+  }
+  template <class T>
+  MEMSAFE_HD static void after_root(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
-    math::sqrt_n(r, T(5) * p.acc_scale, r, n);
     for (std::size_t j = 0; j < n; ++j) {
       const T a = r[j];  // a² below is a·a (not 5r² itself: the roots are taken in place)
       r[j] = math::detail::select(a == math::detail::inf_v<T>(), T(0),
@@ -143,7 +178,7 @@ struct matern52 {
 };
 /// σ² (1 + r²/(2α))^(−α)
 struct rq {
-  MEMSAFE_FORMULA_HEAD("rq", sqeuclid)
+  MEMSAFE_FORMULA_HEAD("rq", sqeuclid, 0)
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
@@ -153,7 +188,7 @@ struct rq {
 };
 /// σ² x·y (per-dimension variances through ard())
 struct linear {
-  MEMSAFE_FORMULA_HEAD("linear", dot)
+  MEMSAFE_FORMULA_HEAD("linear", dot, 0)
   static constexpr bool has_finalise = true;
   template <class T>
   MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {

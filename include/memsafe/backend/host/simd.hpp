@@ -70,6 +70,14 @@ struct simd;
 template <>
 struct simd<float> : simd_ops<float, vec::f32x16, vec::i32x16> {
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v}; }
+  /// √a per lane, correctly rounded (the same values as std::sqrt, with no errno to keep)
+  static reg sqrt(reg a) {
+#if defined(__clang__)
+    return __builtin_ia32_sqrtps512(a, 4);
+#else
+    return __builtin_ia32_sqrtps512_mask(a, a, (unsigned short)-1, 4);
+#endif
+  }
   /// c − a·b, one rounding
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
@@ -101,6 +109,13 @@ struct simd<float> : simd_ops<float, vec::f32x16, vec::i32x16> {
 template <>
 struct simd<double> : simd_ops<double, vec::f64x8, vec::i64x8> {
   static reg set1(double v) { return reg{v, v, v, v, v, v, v, v}; }
+  static reg sqrt(reg a) {
+#if defined(__clang__)
+    return __builtin_ia32_sqrtpd512(a, 4);
+#else
+    return __builtin_ia32_sqrtpd512_mask(a, a, (unsigned char)-1, 4);
+#endif
+  }
   /// a·b + c, one rounding
   static reg fmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
@@ -157,6 +172,7 @@ struct simd;
 template <>
 struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v}; }
+  static reg sqrt(reg a) { return __builtin_ia32_sqrtps256(a); }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
@@ -192,6 +208,7 @@ struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
 template <>
 struct simd<double> : simd_ops<double, vec::f64x4, vec::i64x4> {
   static reg set1(double v) { return reg{v, v, v, v}; }
+  static reg sqrt(reg a) { return __builtin_ia32_sqrtpd256(a); }
   /// a·b + c, one rounding
   static reg fmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
