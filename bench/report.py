@@ -961,17 +961,21 @@ def group_rows(rows, field: str) -> dict[str, list]:
 def section_default_flags(rows) -> str:
     df = [r for r in rows if r.get("suite") == "default_flags"]
     s = ["## Default flags against -march=native (Matérn sums, the GP module)", "",
-         "`bash bench/default_flags.sh` — two small programs built as a consumer compiles by default (plain "
+         "`bash bench/default_flags.sh` — three small programs built as a consumer compiles by default (plain "
          "`g++ -O2`, no `-march`, errno kept: *default*) and as this project compiles (`-O3 -march=native "
          "-fno-math-errno`: *native*), one thread, the builds alternating in every round; each round's time is the "
          "best of 3 calls, and the table gives min / median over the rounds. *kv*: the fused K·v, X = Y with n "
-         "N(0, 1) points (`bench/default_flags/kv.cpp`); *sgpr*: one `gp::sgpr` bound + gradient on synthetic "
+         "N(0, 1) points (`bench/default_flags/kv.cpp`); *grad*: the VJP of K(X, X′)·v with respect to X "
+         "(`bench/default_flags/grad.cpp`); *sgpr*: one `gp::sgpr` bound + gradient on synthetic "
          "N(0, 1) data, 64 MiB of temporaries, BLAS on one thread (`bench/default_flags/sgpr.cpp`). The default "
-         "build takes the AVX2 copies of the kernels at run time and its square roots through `math::sqrt_n` "
-         "(docs/design.md).", ""]
+         "build takes the AVX2 copies of the kernels at run time and its square roots by packed square-root "
+         "builtins, which set no errno (docs/design.md). The latest run on each CPU; earlier runs stay in "
+         "`bench/results/default_flags.jsonl`.", ""]
     if not df:
         return "\n".join(s + [NM + ".", ""])
     for cpu, rs in sorted(group_rows(df, "host_cpu").items()):
+        latest = max(r.get("timestamp", "") for r in rs)
+        rs = [r for r in rs if r.get("timestamp", "") == latest]
         s += [f"On {cpu} ({rs[0].get('host_simd') or '?'}), {rs[0].get('timestamp', '')[:10]}, `{rs[0].get('cmd', '')}`:", ""]
         keyed = {(r.get("bench"), r.get("kernel"), r.get("precision"), r.get("n"), r.get("m"), r.get("d"), r.get("build")): r
                  for r in rs}
