@@ -44,6 +44,22 @@ struct formula_params {
   }
 };
 
+/// The finalise of a formula with roots (F::root_scale ≠ 0): the roots √(root_factor(p)·u) in
+/// place, then F::after_root; root_factor is root_scale·acc_scale unless F has its own.
+template <class F>
+struct rooted {
+  static constexpr bool has_finalise = true;
+  template <class T>
+  MEMSAFE_HD static T root_factor(const formula_params<T>& p) {
+    return T(F::root_scale) * p.acc_scale;
+  }
+  template <class T>
+  MEMSAFE_HD static void finalise(T* r, std::size_t n, const formula_params<T>& p) {
+    math::sqrt_n(r, F::root_factor(p), r, n);
+    F::after_root(r, n, p);
+  }
+};
+
 }  // namespace detail
 
 namespace formula {
@@ -65,13 +81,8 @@ struct sqdist {
   MEMSAFE_HD static void finalise(T*, std::size_t, const detail::formula_params<T>&) {}
 };
 /// ‖x − y‖
-struct dist {
+struct dist : detail::rooted<dist> {
   MEMSAFE_FORMULA_HEAD("dist", sqeuclid, 1)
-  static constexpr bool has_finalise = true;
-  template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    math::sqrt_n(r, root_factor(p), r, n);
-  }
   template <class T>
   MEMSAFE_HD static T root_factor(const detail::formula_params<T>&) {
     return T(1);
@@ -111,18 +122,8 @@ struct rbf {
   }
 };
 /// σ² exp(−r)
-struct matern12 {
+struct matern12 : detail::rooted<matern12> {
   MEMSAFE_FORMULA_HEAD("matern12", sqeuclid, 1)
-  static constexpr bool has_finalise = true;
-  template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    math::sqrt_n(r, root_factor(p), r, n);
-    after_root(r, n, p);
-  }
-  template <class T>
-  MEMSAFE_HD static T root_factor(const detail::formula_params<T>& p) {
-    return T(root_scale) * p.acc_scale;
-  }
   template <class T>
   MEMSAFE_HD static void after_root(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
@@ -130,18 +131,8 @@ struct matern12 {
   }
 };
 /// σ² (1 + √3 r) exp(−√3 r)
-struct matern32 {
+struct matern32 : detail::rooted<matern32> {
   MEMSAFE_FORMULA_HEAD("matern32", sqeuclid, 3)
-  static constexpr bool has_finalise = true;
-  template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    math::sqrt_n(r, root_factor(p), r, n);
-    after_root(r, n, p);
-  }
-  template <class T>
-  MEMSAFE_HD static T root_factor(const detail::formula_params<T>& p) {
-    return T(root_scale) * p.acc_scale;
-  }
   template <class T>
   MEMSAFE_HD static void after_root(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
@@ -154,18 +145,8 @@ struct matern32 {
   }
 };
 /// σ² (1 + √5 r + 5r²/3) exp(−√5 r)
-struct matern52 {
+struct matern52 : detail::rooted<matern52> {
   MEMSAFE_FORMULA_HEAD("matern52", sqeuclid, 5)
-  static constexpr bool has_finalise = true;
-  template <class T>
-  MEMSAFE_HD static void finalise(T* r, std::size_t n, const detail::formula_params<T>& p) {
-    math::sqrt_n(r, root_factor(p), r, n);
-    after_root(r, n, p);
-  }
-  template <class T>
-  MEMSAFE_HD static T root_factor(const detail::formula_params<T>& p) {
-    return T(root_scale) * p.acc_scale;
-  }
   template <class T>
   MEMSAFE_HD static void after_root(T* r, std::size_t n, const detail::formula_params<T>& p) {
     const T v = p.variance;
