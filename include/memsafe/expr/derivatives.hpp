@@ -87,7 +87,7 @@ struct derivative<formula::sqdist> : detail::stationary_distance_head {
 /// exist and 0 is used (the subgradient of smallest norm).
 template <>
 struct derivative<formula::dist> : detail::stationary_distance_head {
-  static constexpr int root_scale = 1;
+  static constexpr int root_scale = formula::dist::root_scale;
   template <class T>
   static void at_root(T u, T a, const detail::formula_params<T>&, T& f, T& dfdu) {
     f = a;
@@ -95,7 +95,7 @@ struct derivative<formula::dist> : detail::stationary_distance_head {
   }
   template <class T>
   static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(u), p, f, dfdu);
+    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
   }
 };
 /// σ² exp(−u/2): ∂F/∂u = −F/2.
@@ -111,7 +111,7 @@ struct derivative<formula::rbf> : detail::stationary_kernel_head {
 /// cusp) and 0 is used, as GPflow's clamped distance gives; at an infinite distance 0.
 template <>
 struct derivative<formula::matern12> : detail::stationary_kernel_head {
-  static constexpr int root_scale = 1;
+  static constexpr int root_scale = formula::matern12::root_scale;
   template <class T>
   static void at_root(T u, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
     f = p.variance * math::exp(-a);
@@ -119,13 +119,13 @@ struct derivative<formula::matern12> : detail::stationary_kernel_head {
   }
   template <class T>
   static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(u), p, f, dfdu);
+    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
   }
 };
 /// σ² (1 + a) exp(−a), a = √(3u): ∂F/∂u = −(3/2) σ² exp(−a) (finite at u = 0).
 template <>
 struct derivative<formula::matern32> : detail::stationary_kernel_head {
-  static constexpr int root_scale = 3;
+  static constexpr int root_scale = formula::matern32::root_scale;
   template <class T>
   static void at_root(T, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
     const T e = math::exp(-a);
@@ -134,13 +134,13 @@ struct derivative<formula::matern32> : detail::stationary_kernel_head {
   }
   template <class T>
   static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(T(3) * u), p, f, dfdu);
+    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
   }
 };
 /// σ² (1 + a + a²/3) exp(−a), a = √(5u): ∂F/∂u = −(5/6) σ² (1 + a) exp(−a) (finite at u = 0).
 template <>
 struct derivative<formula::matern52> : detail::stationary_kernel_head {
-  static constexpr int root_scale = 5;
+  static constexpr int root_scale = formula::matern52::root_scale;
   template <class T>
   static void at_root(T u, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
     const T a2 = T(5) * u, e = math::exp(-a);
@@ -150,7 +150,7 @@ struct derivative<formula::matern52> : detail::stationary_kernel_head {
   }
   template <class T>
   static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(T(5) * u), p, f, dfdu);
+    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
   }
 };
 /// σ² t^(−α), t = 1 + u/(2α): ∂F/∂u = −F/(2t); ∂F/∂α = F·(1 − 1/t − log t).
