@@ -5,8 +5,10 @@
 
 #if defined(MEMSAFE_HAS_LAPACK)
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <memsafe/gp.hpp>
 #include <random>
 #include <string>
@@ -388,6 +390,131 @@ TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops 
       }
     CHECK(err < 1e-10);
   }
+}
+
+TEST_CASE("sgpr random: sizes, kernels, hyperparameters, budgets, threads, both accumulations against the dense implementation and directional differences") {
+  // Drawn per case: n across the row kernels' lanes and blocks, m, d (1 to 40), the kernel, the
+  // hyperparameters, the inducing points' spread (m ≤ 2 + 3d, so that Kuu stays well conditioned),
+  // the accumulation, the budget (the minimum, a random larger one, unlimited) and the threads.
+  // Checked: the bound against ref_bound; the gradient along a random direction δ of (σ_f², σ², ℓ,
+  // Z) against the 4th-order central difference of ref_bound along δ (one scalar per case: the
+  // dense reference costs O(n³) per evaluation, a per-parameter difference O(md·n³)), within 1e-6
+  // of Σ|δ_q·∂_q| (where no inducing point is within a scaled distance of 1e-3 of another point:
+  // the Matérns are not smooth there); peak ≤ budget; the bound within 1e-10 + 1e-13·κ₁(Kuu) of the
+  // reference, the gradient budget-, thread- and accumulation-independent within 1e-9 + 1e-13·κ₁.
+  // MEMSAFE_GP_FUZZ_SECONDS (default 4) bounds the time after 24 cases.
+  const char* env_s = std::getenv("MEMSAFE_GP_FUZZ_SECONDS");
+  const double seconds = env_s && *env_s ? std::strtod(env_s, nullptr) : 4.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t cases = 0, directions = 0;
+  for (unsigned i = 0;; ++i) {
+    if (cases >= 24 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) break;
+    std::mt19937_64 g(0x6a09e667u + i);
+    std::uniform_real_distribution<double> U(0.5, 2.0);
+    std::normal_distribution<double> N;
+    auto pick = [&g](std::initializer_list<std::size_t> v) { return *(v.begin() + g() % v.size()); };
+    const std::size_t d = pick({1, 2, 3, 5, 8, 17, 40});
+    const std::size_t n = pick({1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 64, 65, 100, 129});
+    const std::size_t m = std::min<std::size_t>(pick({1, 2, 3, 5, 8, 13, 20}), 2 + 3 * d);
+    const gp::kernel k = all_kernels[i % 4];
+    problem p(n, m, d, k, 1000 + i);
+    p.h.variance = U(g);
+    p.h.noise = 0.1 * U(g);
+    for (auto& l : p.h.lengthscales) l = U(g) * std::sqrt(double(d));
+    const double spread = U(g);
+    for (auto& z : p.Z) z *= spread;
+    // Kuu's condition number κ₁ = ‖Kuu‖₁ ‖Kuu⁻¹‖₁: both the library (which forms Kuf·Kufᵀ before
+    // solving with Kuu's factor unless whitened) and the dense reference lose digits in proportion.
+    double kappa = 0;
+    {
+      vec Kuu(m * m);
+      for (std::size_t a = 0; a < m; ++a)
+        for (std::size_t b = 0; b < m; ++b)
+          Kuu[a * m + b] = ref_kernel(k, &p.Z[a * d], &p.Z[b * d], d, p.h.lengthscales, p.h.variance) +
+                           (a == b ? p.h.jitter : 0.0);
+      const vec L = ref_chol(Kuu, m);
+      double n1 = 0, ninv = 0;
+      for (std::size_t b = 0; b < m; ++b) {
+        vec e(m, 0.0);
+        e[b] = 1;
+        const vec c = ref_solve(L, e, m);  // column b of Kuu⁻¹
+        double s1 = 0, s2 = 0;
+        for (std::size_t a = 0; a < m; ++a) s1 += std::fabs(Kuu[a * m + b]), s2 += std::fabs(c[a]);
+        n1 = std::max(n1, s1), ninv = std::max(ninv, s2);
+      }
+      kappa = n1 * ninv;
+    }
+    CAPTURE(i);
+    CAPTURE(std::string(gp::kernel_name(k)));
+    CAPTURE(kappa);
+    CAPTURE(n);
+    CAPTURE(m);
+    CAPTURE(d);
+    const double want = ref_bound(p);
+    // a random direction over (σ_f², σ², ℓ_1..ℓ_d, Z), scaled to each parameter, and the bound's
+    // difference along it
+    vec dir(2 + d + m * d);
+    for (auto& v : dir) v = N(g);
+    dir[0] *= p.h.variance, dir[1] *= p.h.noise;
+    for (std::size_t q = 0; q < d; ++q) dir[2 + q] *= p.h.lengthscales[q];
+    const double fd_dir = fd(
+        [&](double t) {
+          problem q = p;
+          q.h.variance += t * dir[0];
+          q.h.noise += t * dir[1];
+          for (std::size_t r = 0; r < d; ++r) q.h.lengthscales[r] += t * dir[2 + r];
+          for (std::size_t r = 0; r < m * d; ++r) q.Z[r] += t * dir[2 + d + r];
+          return ref_bound(q);
+        },
+        1e-5);
+    // The Matérn kernels are not smooth where two points meet (Matérn-1/2 has a kink there): a
+    // difference whose steps (≈ 1e-5) reach across such a point says nothing, so the direction is
+    // checked only where every scaled distance between an inducing point and another point is
+    // above 1e-3.
+    double closest = INFINITY;
+    for (std::size_t a = 0; a < m; ++a) {
+      auto dist_to = [&](const double* x) {
+        double r2 = 0;
+        for (std::size_t q = 0; q < d; ++q) r2 += (p.Z[a * d + q] - x[q]) * (p.Z[a * d + q] - x[q]) / (p.h.lengthscales[q] * p.h.lengthscales[q]);
+        return std::sqrt(r2);
+      };
+      for (std::size_t b = 0; b < n; ++b) closest = std::min(closest, dist_to(&p.X[b * d]));
+      for (std::size_t b = 0; b < m; ++b)
+        if (b != a) closest = std::min(closest, dist_to(&p.Z[b * d]));
+    }
+    const bool kink_free = k == gp::kernel::rbf || closest > 1e-3;
+    CAPTURE(closest);
+    const std::size_t minimum = gp::sgpr_minimum_bytes(m, d, true);
+    const std::size_t budgets[] = {minimum, minimum + g() % (40 * m * d * sizeof(double) + 4096), memsafe::unlimited};
+    vec first;
+    for (std::size_t budget : budgets) {
+      const bool wh = g() & 1;
+      const unsigned threads = 1 + static_cast<unsigned>(g() % 3);
+      CAPTURE(budget);
+      CAPTURE(wh);
+      CAPTURE(threads);
+      const auto r = gp::sgpr(p.data(), p.ind(), p.h, {.budget = budget, .gradient = true, .whitened = wh, .threads = threads});
+      REQUIRE(r.has_gradient);
+      CHECK(r.stats.peak_temp_bytes <= budget);
+      CHECK(rel(r.bound, want) < 1e-10 + 1e-13 * kappa);
+      vec gr = {r.grad.variance, r.grad.noise};
+      gr.insert(gr.end(), r.grad.lengthscales.begin(), r.grad.lengthscales.end());
+      gr.insert(gr.end(), r.grad.Z.begin(), r.grad.Z.end());
+      REQUIRE(gr.size() == dir.size());
+      double along = 0, scale = 0;
+      for (std::size_t q = 0; q < gr.size(); ++q) along += dir[q] * gr[q], scale += std::fabs(dir[q] * gr[q]);
+      INFO("along δ: " << along << " against the dense bound's difference " << fd_dir << " (scale " << scale << ")");
+      if (kink_free) CHECK(std::fabs(along - fd_dir) <= 1e-6 * scale + 1e-9);
+      if (first.empty())
+        first = gr;
+      else
+        CHECK(rel_max(gr, first) < 1e-9 + 1e-13 * kappa);
+    }
+    ++cases;
+    directions += kink_free;
+  }
+  MESSAGE("sgpr random: " << cases << " cases, " << directions << " with the directional check");
+  CHECK(directions * 4 >= cases * 3);
 }
 
 TEST_CASE("softplus transforms") {
