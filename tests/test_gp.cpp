@@ -72,15 +72,24 @@ struct problem : gp_test::problem {
       : gp_test::problem(n_, m_, d_, k, seed, 11) {}
 };
 
-/// The bound the long way: Qff = Kfu Kuu⁻¹ Kuf (n×n), log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²).
-double ref_bound(const problem& p) {
+/// Kuu + jitter·I (m×m, row-major) of a problem's inducing points.
+vec ref_Kuu(const problem& p) {
   const auto& h = p.h;
-  const std::size_t n = p.n, m = p.m, d = p.d;
-  vec Kuu(m * m), Kuf(m * n);
+  const std::size_t m = p.m, d = p.d;
+  vec Kuu(m * m);
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < m; ++j)
       Kuu[i * m + j] = ref_kernel(h.kind, &p.Z[i * d], &p.Z[j * d], d, h.lengthscales, h.variance) +
                        (i == j ? h.jitter : 0.0);
+  return Kuu;
+}
+
+/// The bound the long way: Qff = Kfu Kuu⁻¹ Kuf (n×n), log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²).
+double ref_bound(const problem& p) {
+  const auto& h = p.h;
+  const std::size_t n = p.n, m = p.m, d = p.d;
+  const vec Kuu = ref_Kuu(p);
+  vec Kuf(m * n);
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < n; ++j)
       Kuf[i * n + j] = ref_kernel(h.kind, &p.Z[i * d], &p.X[j * d], d, h.lengthscales, h.variance);
@@ -117,12 +126,8 @@ double ref_bound(const problem& p) {
 void ref_predict(const problem& p, vec& mean, vec& var) {
   const auto& h = p.h;
   const std::size_t n = p.n, m = p.m, d = p.d, ns = p.Xs.size() / d;
-  vec Kuu(m * m), Pm(m * m), b(m, 0);
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < m; ++j)
-      Kuu[i * m + j] = ref_kernel(h.kind, &p.Z[i * d], &p.Z[j * d], d, h.lengthscales, h.variance) +
-                       (i == j ? h.jitter : 0.0);
-  Pm = Kuu;
+  const vec Kuu = ref_Kuu(p);
+  vec Pm = Kuu, b(m, 0);
   for (std::size_t a = 0; a < n; ++a) {
     vec k(m);
     for (std::size_t i = 0; i < m; ++i) k[i] = ref_kernel(h.kind, &p.Z[i * d], &p.X[a * d], d, h.lengthscales, h.variance);
@@ -427,11 +432,7 @@ TEST_CASE("sgpr random: sizes, kernels, hyperparameters, budgets, threads, both 
     // solving with Kuu's factor unless whitened) and the dense reference lose digits in proportion.
     double kappa = 0;
     {
-      vec Kuu(m * m);
-      for (std::size_t a = 0; a < m; ++a)
-        for (std::size_t b = 0; b < m; ++b)
-          Kuu[a * m + b] = ref_kernel(k, &p.Z[a * d], &p.Z[b * d], d, p.h.lengthscales, p.h.variance) +
-                           (a == b ? p.h.jitter : 0.0);
+      const vec Kuu = ref_Kuu(p);
       const vec L = ref_chol(Kuu, m);
       double n1 = 0, ninv = 0;
       for (std::size_t b = 0; b < m; ++b) {

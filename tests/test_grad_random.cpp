@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "grad_check.hpp"
 #include "reference.hpp"
 
 namespace gref {
@@ -419,17 +420,6 @@ bool close(const std::vector<T>& got, const std::vector<ld>& want, const std::ve
   return false;
 }
 
-template <class T>
-std::vector<T> flat_params(const memsafe::gradients<T>& g) {
-  std::vector<T> r;
-  for (const auto& p : g.params) {
-    for (T v : p.lengthscale) r.push_back(v);
-    for (T v : p.variance) r.push_back(v);
-    for (T v : p.alpha) r.push_back(v);
-  }
-  return r;
-}
-
 /// One case of slot (T, F, ARD, R): draws, runs, checks. Returns an empty string or what failed.
 template <class T, kf F, bool ARD, red R>
 std::string run_case(std::mt19937_64& g) {
@@ -499,29 +489,33 @@ std::string run_case(std::mt19937_64& g) {
   const std::size_t mn = memsafe::plan_for(bw(), memsafe::options{memsafe::unlimited, 1}).min_bytes;
   w.extra_budget = static_cast<std::size_t>(g() % (4 * mn + 4096));
 
-  // every requested gradient against the reference; the vectors in a fixed order for comparisons
-  auto check = [&](const memsafe::gradients<T>& r, const char* run) -> std::string {
-    std::size_t k = 0;
-    if (w.want_x && !close(r.points[k++], want.gx, want.ax, tol, floor_rel, why)) return std::string(run) + ": ∂/∂X " + why;
-    if (w.want_y && !close(r.points[k++], want.gy, want.ay, tol, floor_rel, why)) return std::string(run) + ": ∂/∂Y " + why;
-    if (w.want_params && !close(flat_params(r), want.gth, want.ath, tol, floor_rel, why))
-      return std::string(run) + ": ∂/∂θ " + why;
-    if (w.want_operand && !close(r.operand, want.gop, want.aop, tol, floor_rel, why))
-      return std::string(run) + ": ∂/∂operand " + why;
-    return {};
+  // The requested gradients, in the one order every comparison uses: what each is compared with,
+  // and the library's values in that order (float values widened, exactly).
+  struct part {
+    const char* name;
+    const std::vector<ld>* want;
+    const std::vector<ld>* scale;  ///< Σ|terms|, what its rounding is measured against
   };
-  // the requested gradients in a fixed order, and the scales their rounding is measured against
-  auto flat = [&](const memsafe::gradients<T>& r) {
-    std::vector<std::vector<T>> v(r.points.begin(), r.points.end());
-    if (w.want_params) v.push_back(flat_params(r));
-    if (w.want_operand) v.push_back(r.operand);
+  std::vector<part> parts;
+  if (w.want_x) parts.push_back({"∂/∂X", &want.gx, &want.ax});
+  if (w.want_y) parts.push_back({"∂/∂Y", &want.gy, &want.ay});
+  if (w.want_params) parts.push_back({"∂/∂θ", &want.gth, &want.ath});
+  if (w.want_operand) parts.push_back({"∂/∂operand", &want.gop, &want.aop});
+  auto got = [&](const memsafe::gradients<T>& r) {
+    std::vector<std::vector<double>> v;
+    for (const auto& pts : r.points) v.push_back(gradcheck::as_double(pts));
+    if (w.want_params) v.push_back(gradcheck::flat_params(r));
+    if (w.want_operand) v.push_back(gradcheck::as_double(r.operand));
     return v;
   };
-  std::vector<const std::vector<ld>*> scales;
-  if (w.want_x) scales.push_back(&want.ax);
-  if (w.want_y) scales.push_back(&want.ay);
-  if (w.want_params) scales.push_back(&want.ath);
-  if (w.want_operand) scales.push_back(&want.aop);
+  // every requested gradient against the reference
+  auto check = [&](const std::vector<std::vector<double>>& v, const std::string& run) -> std::string {
+    if (v.size() != parts.size())
+      return run + ": " + std::to_string(v.size()) + " gradients instead of " + std::to_string(parts.size());
+    for (std::size_t q = 0; q < parts.size(); ++q)
+      if (!close(v[q], *parts[q].want, *parts[q].scale, tol, floor_rel, why)) return run + ": " + parts[q].name + " " + why;
+    return {};
+  };
   struct run_opt {
     std::size_t budget;
     unsigned threads;
@@ -530,7 +524,7 @@ std::string run_case(std::mt19937_64& g) {
   const run_opt runs[] = {{memsafe::unlimited, 1, "unlimited budget"},
                           {std::max<std::size_t>(mn, 1), w.threads_min, "the minimum budget"},
                           {mn + w.extra_budget, w.threads_mid, "a larger budget"}};
-  std::vector<std::vector<T>> first;
+  std::vector<std::vector<double>> first;
   for (const auto& o : runs) {
     const auto r = memsafe::grad(bw(), memsafe::options{o.budget, o.threads});
     const std::string at = std::string(o.label) + " (" + std::to_string(o.budget) + " B, " + std::to_string(o.threads) +
@@ -540,13 +534,13 @@ std::string run_case(std::mt19937_64& g) {
       return fail(at + ": peak " + std::to_string(r.stats.peak_temp_bytes) + " above the plan's " +
                   std::to_string(r.stats.planned_temp_bytes));
     if (r.stats.min_budget_bytes != mn) return fail(at + ": minimum " + std::to_string(r.stats.min_budget_bytes));
-    if (auto s = check(r, at.c_str()); !s.empty()) return fail(s);
-    const auto v = flat(r);
+    const auto v = got(r);
+    if (auto s = check(v, at); !s.empty()) return fail(s);
     if (first.empty()) {
       first = v;
     } else {
       for (std::size_t q = 0; q < v.size(); ++q)
-        if (!close(v[q], as_ld(first[q]), *scales[q], indep, floor_rel, why))
+        if (!close(v[q], as_ld(first[q]), *parts[q].scale, indep, floor_rel, why))
           return fail(at + ": gradient #" + std::to_string(q) + " differs from the unlimited run's: " + why);
     }
   }
@@ -554,7 +548,7 @@ std::string run_case(std::mt19937_64& g) {
     ref::scoped_env portable("MEMSAFE_ISA", "portable");
     const auto r = memsafe::grad(bw(), memsafe::options{std::max<std::size_t>(mn, 1), w.threads_min});
     if (r.stats.peak_temp_bytes > std::max<std::size_t>(mn, 1)) return fail("portable: peak above the minimum budget");
-    if (auto s = check(r, "MEMSAFE_ISA=portable"); !s.empty()) return fail(s);
+    if (auto s = check(got(r), "MEMSAFE_ISA=portable"); !s.empty()) return fail(s);
   }
   if (mn > 0) {  // below the minimum: budget_error naming it, before any work
     try {
