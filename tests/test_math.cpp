@@ -351,7 +351,7 @@ TEST_CASE("math: pow accuracy") {
   }
 }
 
-#if defined(MEMSAFE_SQRT_BUILTINS)
+#if defined(MEMSAFE_SQRT_AVX)
 /// sqrt_n_avx is always_inline under target("avx"): called from code compiled for AVX, as the AVX2
 /// regions do (MEMSAFE_ROOTS_N).
 template <class T>
@@ -363,7 +363,8 @@ __attribute__((target("avx"))) void roots_avx(const T* x, T s, T* a, std::size_t
 TEST_CASE("math: sqrt_n equals sqrt of the scaled values, bit for bit, at every length and for special values") {
   // In a build that keeps errno (the default-flags tests: tests/CMakeLists.txt, memsafe_default_tests)
   // sqrt_n takes its roots through the packed square-root builtins (16 bytes at a time, 32 where the
-  // target has AVX); elsewhere it is the plain loop. The AVX regions' sqrt_n_avx likewise.
+  // target has AVX); elsewhere it is the plain loop. The AVX regions' sqrt_n_avx likewise, errno
+  // kept or not (x86-64 GCC).
   auto run = [](auto zero, auto roots) {
     using T = decltype(zero);
     using L = std::numeric_limits<T>;
@@ -390,7 +391,7 @@ TEST_CASE("math: sqrt_n equals sqrt of the scaled values, bit for bit, at every 
   auto plain = [](const auto* x, auto s, auto* a, std::size_t n) { mm::sqrt_n(x, s, a, n); };
   run(0.0f, plain);
   run(0.0, plain);
-#if defined(MEMSAFE_SQRT_BUILTINS)
+#if defined(MEMSAFE_SQRT_AVX)
   if (__builtin_cpu_supports("avx")) {
     auto wide = [](const auto* x, auto s, auto* a, std::size_t n) { roots_avx(x, s, a, n); };
     run(0.0f, wide);
