@@ -5,6 +5,16 @@
 #include <limits>
 #include <type_traits>
 
+// -ffast-math (and -Ofast, -fassociative-math, -ffinite-math-only) lets the compiler fold away the
+// rounding steps of memsafe's exp and log ((v + 2^52·1.5) − 2^52·1.5 becomes v) and its NaN and
+// infinity tests: built with -ffast-math, an RBF K·v came out 4 % off, silently, and gp::sgpr found
+// a valid Kuu not positive definite. So such a build stops here. -fno-math-errno and
+// -ffp-contract=fast are safe (the project's own builds use the first).
+#if !defined(__CUDA_ARCH__) && (defined(__FAST_MATH__) || defined(__ASSOCIATIVE_MATH__) || \
+                                (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__))
+#error "memsafe cannot be compiled with -ffast-math, -Ofast, -fassociative-math or -ffinite-math-only: they fold away the rounding steps of its exp/log and its NaN/infinity checks, which gives wrong results. Build the files that include memsafe without them (e.g. add -fno-fast-math); -fno-math-errno and -ffp-contract=fast are safe."
+#endif
+
 #ifndef MEMSAFE_HD
 #if defined(__CUDACC__)
 #define MEMSAFE_HD __host__ __device__
