@@ -30,6 +30,8 @@ try:
     r = json.loads(sys.argv[2])
 except ValueError:
     print(tag, "no JSON line"); sys.exit()
+if "median_s" not in r:
+    print(tag, r.get("status"), r.get("message", "")); sys.exit()
 print(tag, "median %.3f ms, min %.3f ms," % (r["median_s"] * 1e3, r["min_s"] * 1e3), r.get("status"),
       "temp %.1f MiB" % (r.get("planned_temp_bytes", 0) / 2**20))' "round $r | $w | $p:" "$out"
     done

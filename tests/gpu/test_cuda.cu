@@ -388,6 +388,100 @@ TEST_CASE("RBF K*v in float by the hardware 2^x: d = 1..5 and 16, ARD, NaN and i
   }
 }
 
+TEST_CASE("symmetric K(X, X)*v (each pair once, in bands): ragged bands, every coordinate width, f32 exp2 and f64, against the reference and the plain form") {
+  // fused_sym_kernel (kernels_pairwise.cuh) with rows.cuh's run_symmetric, forced on at sizes a
+  // CPU reference can check (MEMSAFE_SYMMETRIC=on; by default it waits for n large enough to fill
+  // the GPU, test_cuda_plan.cu). n = 3000 in float: three bands of 1024 rows, the last ragged, so
+  // both bands before it fold pairs both ways, over ragged last tiles and 32-column groups.
+  const double ls = 0.8, var = 1.3;
+  const auto check_kv = [&](auto tag, std::size_t n, std::size_t d, int kernel) {
+    using T = decltype(tag);
+    INFO("T = " << (sizeof(T) == 4 ? "float" : "double") << ", n = " << n << ", d = " << d << ", kernel " << kernel);
+    auto x = data(n, d, 300 + unsigned(d) + unsigned(kernel), false), v = data(n, 1, 301, false);
+    auto xt = cast<T>(x), vt = cast<T>(v);
+    const auto xs = seen<T>(x), vs = seen<T>(v);
+    T* Xd = on_device(xt);
+    T* Vd = on_device(vt);
+    const auto X = memsafe::points(Xd, n, d);
+    const auto run_kv = [&](const char* mode) {
+      const ref::scoped_env e("MEMSAFE_SYMMETRIC", mode);
+      if (kernel == 0) return eval_all(memsafe::rbf(X, X, ls, var) * memsafe::vec(Vd, n));
+      return eval_all(memsafe::matern32(X, X, ls, var) * memsafe::vec(Vd, n));
+    };
+    const auto sym = run_kv("on"), plain = run_kv("off");
+    std::vector<double> want(n), mag(n);
+    double vabs = 0;
+    for (std::size_t j = 0; j < n; ++j) vabs += std::abs(vs[j]);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        const double r = std::sqrt(sq(&xs[i * d], &xs[j * d], d)) / ls;
+        const double k = kernel == 0 ? var * std::exp(-0.5 * r * r) : var * (1 + std::sqrt(3.0) * r) * std::exp(-std::sqrt(3.0) * r);
+        want[i] += k * vs[j], mag[i] += std::abs(k * vs[j]);
+      }
+    // Float: the exp2 form's bound (the RBF test above) — tile partials of ≤ 128 terms in T for the
+    // rows, ≤ 8 + 32 + 4 roundings for a column sum of a row block; double: 1e-12 of the magnitudes.
+    const double u = sizeof(T) == 4 ? 0x1p-24 : 0x1p-53;
+    bool any_sym = false;
+    for (std::size_t q = 0; q < sym.size(); ++q) {
+      const auto& r = sym[q];
+      INFO("plan: " << r.stats.plan.reduction << ", budget " << r.stats.plan.budget);
+      any_sym |= r.stats.plan.symmetric;
+      CHECK_FALSE(plain[q].stats.plan.symmetric);
+      REQUIRE(r.values.size() == n);
+      int bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double bound = sizeof(T) == 4 ? (0x1p-22 + 136 * u) * mag[i] + double(d + 3) * 0x1p-25 * var * vabs + u * std::abs(want[i])
+                                            : 1e-12 * mag[i];
+        for (const T got : {r.values[i], plain[q].values[i]})
+          if (!(std::abs(double(got) - want[i]) <= bound) && bad++ < 3)
+            CHECK_MESSAGE(false, "row " << i << ": " << got << " vs " << want[i] << " (bound " << bound << ")");
+      }
+      CHECK(bad == 0);
+    }
+    CHECK(any_sym);
+    // Deterministic: the same plan gives the same bits.
+    const ref::scoped_env e("MEMSAFE_SYMMETRIC", "on");
+    const auto again = kernel == 0 ? run(memsafe::rbf(X, X, ls, var) * memsafe::vec(Vd, n), {memsafe::unlimited, 1})
+                                   : run(memsafe::matern32(X, X, ls, var) * memsafe::vec(Vd, n), {memsafe::unlimited, 1});
+    CHECK(again.stats.plan.symmetric);
+    CHECK(again.values == sym.back().values);
+  };
+  for (std::size_t d : {1u, 2u, 3u, 4u, 7u, 20u}) check_kv(float{}, 3000, d, 0);
+  check_kv(float{}, 2100, 3, 1);
+  check_kv(double{}, 1700, 3, 0);
+  check_kv(double{}, 1300, 5, 1);
+  // A NaN point poisons every row in both forms (k(x_i, x_0)·v_0 is NaN for every i); (K + s·I)·v
+  // with host outputs adds the diagonal term after the device pass.
+  const std::size_t n = 2500, d = 3;
+  auto x = data(n, d, 311, false), v = data(n, 1, 312, false);
+  auto xf = cast<float>(x), vf = cast<float>(v);
+  const auto xs = seen<float>(x), vs = seen<float>(v);
+  float* Xd = on_device(xf);
+  float* Vd = on_device(vf);
+  const auto X = memsafe::points(Xd, n, d);
+  const ref::scoped_env e("MEMSAFE_SYMMETRIC", "on");
+  const auto Kn = mc::eval((memsafe::rbf(X, X, ls, var) + 0.5 * memsafe::identity(n)) * memsafe::vec(Vd, n),
+                           mc::options{memsafe::unlimited});
+  CHECK(Kn.stats.plan.symmetric);
+  for (std::size_t i = 0; i < n; i += 97) {
+    double want = 0.5 * vs[i], mag = 0.5 * std::abs(vs[i]);
+    for (std::size_t j = 0; j < n; ++j) {
+      const double t = var * std::exp(-0.5 * sq(&xs[i * d], &xs[j * d], d) / (ls * ls)) * vs[j];
+      want += t, mag += std::abs(t);
+    }
+    CHECK(std::abs(double(Kn.values[i]) - want) <= 1e-5 * mag);
+  }
+  std::vector<float> xbad = xf;
+  xbad[0] = std::nanf("");
+  float* Xb = on_device(xbad);
+  const auto Xn = memsafe::points(Xb, n, d);
+  const auto nan_run = mc::eval(memsafe::rbf(Xn, Xn, ls, var) * memsafe::vec(Vd, n), mc::options{memsafe::unlimited});
+  CHECK(nan_run.stats.plan.symmetric);
+  int finite = 0;
+  for (const float y : nan_run.values) finite += std::isfinite(y) ? 1 : 0;
+  CHECK(finite == 0);
+}
+
 TEST_CASE("top-k by block sort: k = 17, 300 and 2048 equal the reference") {
   const std::size_t n = 40, m = 5000, d = 4;
   auto x = data(n, d, 31, true), y = data(m, d, 32, true);

@@ -8,6 +8,7 @@
 #include <memsafe/cuda.cuh>
 
 #include <cstddef>
+#include <cstdlib>
 #include <vector>
 
 namespace mc = memsafe::cuda;
@@ -26,16 +27,32 @@ std::size_t kv_bytes(std::size_t ti, std::size_t S) {
   return rounded(ti * S * sizeof(double)) + 2 * rounded(ti * sizeof(T));
 }
 
-/// K(X, X)·v with the RBF kernel, n = 10⁶ points in d = 3, in T. Host vectors stand for device
-/// inputs (plan_for assumes them there and reads nothing).
-template <class T>
+/// K(X, Y)·v with the RBF kernel, n = 10⁶ points in d = 3, in T: Y another buffer (the plain
+/// form), or the same view as X (k(X, X)·v, the symmetric form where it pays). Host vectors stand
+/// for device inputs (plan_for assumes them there and reads nothing).
+template <class T, std::size_t N = 1000000>
 struct kv_case {
-  static constexpr std::size_t n = 1000000, d = 3;
-  std::vector<T> x = std::vector<T>(n * d), v = std::vector<T>(n);
-  auto expr() const {
+  static constexpr std::size_t n = N, d = 3;
+  std::vector<T> x = std::vector<T>(n * d), y = std::vector<T>(n * d), v = std::vector<T>(n);
+  auto expr(bool same = false) const {
     const auto X = memsafe::points(x.data(), n, d);
-    return memsafe::rbf(X, X, 1.0) * memsafe::vec(v.data(), n);
+    return memsafe::rbf(X, same ? X : memsafe::points(y.data(), n, d), 1.0) * memsafe::vec(v.data(), n);
   }
+};
+
+/// The symmetric form's planned bytes (rows_plan.cuh, layout_bytes) for bands of tb rows in blocks
+/// of rpb, S splits, host outputs: the split states, the column sums per row block and column, every
+/// column's double state, the outputs staged twice.
+template <class T>
+std::size_t sym_bytes(std::size_t n, std::size_t tb, std::size_t rpb, std::size_t S) {
+  return rounded(tb * S * sizeof(double)) + rounded(tb / rpb * n * sizeof(T)) + rounded(n * sizeof(double)) +
+         2 * rounded(tb * sizeof(T));
+}
+
+/// MEMSAFE_SYMMETRIC set for a scope.
+struct symmetric_env {
+  explicit symmetric_env(const char* v) { ::setenv("MEMSAFE_SYMMETRIC", v, 1); }
+  ~symmetric_env() { ::unsetenv("MEMSAFE_SYMMETRIC"); }
 };
 
 }  // namespace
@@ -91,6 +108,56 @@ TEST_CASE("K*v in double keeps 512-row blocks; a selection keeps 4 blocks per SM
   CHECK(s.tile_rows == m);
   CHECK(s.threads == 4);
   CHECK(s.planned_bytes <= s.budget);
+}
+
+TEST_CASE("K(X, X)*v takes each pair once in bands of rows where that fills the GPU, else the plain form") {
+  const kv_case<float> c;
+  const std::size_t n = c.n;
+  const auto kv = c.expr(true);
+  // Bands of n/16 rows capped at 32 blocks of 1024 rows; 128 × 132 blocks wanted over 32 row
+  // blocks: 528 splits of 15 tiles (1920 columns), 521 over 10^6 columns.
+  const auto p = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
+  CHECK(p.symmetric);
+  CHECK(p.reduction.find("symmetric") != std::string::npos);
+  CHECK(p.tile_rows == 32768);
+  CHECK(p.threads == 521);
+  CHECK(p.planned_bytes == sym_bytes<float>(n, 32768, 1024, 521));
+  CHECK(p.planned_bytes <= p.budget);
+  // The plain form's minimum is the call's minimum.
+  CHECK(p.min_bytes == mc::plan_for(c.expr(false), mc::options{std::size_t(1) << 30}, h100).min_bytes);
+  // 64 MiB: the largest band whose bytes fit with enough blocks (8 row blocks, 245 splits).
+  const auto q = mc::plan_for(kv, mc::options{64 * MiB}, h100);
+  CHECK(q.symmetric);
+  CHECK(q.tile_rows == 8192);
+  CHECK(q.threads == 245);
+  CHECK(q.planned_bytes == sym_bytes<float>(n, 8192, 1024, 245));
+  CHECK(q.planned_bytes <= 64 * MiB);
+  // 16 MiB: no band fits with 8 blocks per SM: the plain form, as for two buffers.
+  const auto r = mc::plan_for(kv, mc::options{16 * MiB}, h100);
+  CHECK_FALSE(r.symmetric);
+  CHECK(r.threads == 1);
+  CHECK(r.tile_rows == n);
+  // n = 10^4: a band launch cannot fill the GPU: plain.
+  const kv_case<float, 10000> small;
+  CHECK_FALSE(mc::plan_for(small.expr(true), mc::options{std::size_t(1) << 30}, h100).symmetric);
+  // double: 512-row blocks, bands of 32 of them.
+  const kv_case<double> cd;
+  const auto pd = mc::plan_for(cd.expr(true), mc::options{std::size_t(1) << 30}, h100);
+  CHECK(pd.symmetric);
+  CHECK(pd.tile_rows == 16384);
+  CHECK(pd.threads == 521);
+  CHECK(pd.planned_bytes == sym_bytes<double>(n, 16384, 512, 521));
+  {
+    const symmetric_env off("off");
+    const auto o = mc::plan_for(kv, mc::options{std::size_t(1) << 30}, h100);
+    CHECK_FALSE(o.symmetric);
+    CHECK(o.threads == 18);
+  }
+  {
+    const symmetric_env on("on");
+    CHECK(mc::plan_for(kv, mc::options{16 * MiB}, h100).symmetric);
+    CHECK(mc::plan_for(small.expr(true), mc::options{std::size_t(1) << 30}, h100).symmetric);
+  }
 }
 
 TEST_CASE("too small a budget names the minimum, with one split and the smallest blocks") {

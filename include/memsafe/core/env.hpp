@@ -29,10 +29,13 @@
 //                        "bf16" forces it at every d (an argument_error where the CPU or the
 //                        kernels lack it); "fp32" turns it off. Either way the answers are the
 //                        same, bit for bit (backend/host/select.hpp). Another text is an argument_error.
-//   MEMSAFE_SYMMETRIC    "off" (or "0") turns off the symmetric fused K·v of the host backend
-//                        (backend/host/sum_driver.hpp: k(X, X)·v with the same points on both sides
-//                        takes each pair once): every such product evaluates all n² pairs, for
-//                        comparisons. Any other value leaves it on.
+//   MEMSAFE_SYMMETRIC    "off" (or "0") turns off the symmetric fused K·v of the host and CUDA
+//                        backends (backend/host/sum_driver.hpp, backend/cuda/rows.cuh: k(X, X)·v
+//                        with the same points on both sides takes each pair once): every such
+//                        product evaluates all n² pairs, for comparisons. "on" makes the CUDA
+//                        backend take it wherever it applies and fits the budget, also where its
+//                        planner expects the plain form to be faster (small n; for tests). Any
+//                        other value leaves the default.
 //
 // The variables are read at every call that needs them, never cached. MEMSAFE_BUDGET applies to
 // the CUDA backend too. Other MEMSAFE_* variables (MEMSAFE_DATA_DIR, MEMSAFE_DATA_MIRROR,

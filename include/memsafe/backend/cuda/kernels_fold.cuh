@@ -177,6 +177,30 @@ __global__ void merge_rows_kernel(Mon mon, const typename Mon::state* part, std:
   mon.write(st, out, i_base + i);
 }
 
+/// Symmetric K·v (fused_sym_kernel): the column sums of a band's G row blocks, colpart[g·n + j],
+/// added to each column's double state in row-block order, for the columns [r1, n) right of it.
+template <class T>
+__global__ void sym_columns_kernel(const T* colpart, int G, std::int64_t n, std::int64_t r1, double* colsum) {
+  const std::int64_t j = r1 + std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  double c = colsum[j];
+  for (int g = 0; g < G; ++g) c += static_cast<double>(colpart[std::int64_t(g) * n + j]);
+  colsum[j] = c;
+}
+
+/// Symmetric K·v: a band's rows, r0 + i, from their S split states and what the bands before it
+/// added to them as columns (colsum).
+template <class Mon, class T>
+__global__ void merge_sym_rows_kernel(Mon mon, const typename Mon::state* part, std::int64_t ni, int S,
+                                      const double* colsum, std::int64_t r0, dev_out<T> out, std::int64_t i_base) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= ni) return;
+  typename Mon::state st = part[i];
+  for (int s = 1; s < S; ++s) mon.merge(st, part[std::int64_t(s) * ni + i]);
+  mon.merge(st, colsum[r0 + i]);
+  mon.write(st, out, i_base + i);
+}
+
 // ---- softmax_sum ------------------------------------------------------------------------------------
 
 /// Row state of the online softmax.

@@ -12,6 +12,7 @@
 #pragma once
 #include <concepts>
 #include <cstdint>
+#include <type_traits>
 
 #include "device_expr.cuh"
 #include "kernels_fold.cuh"
@@ -94,6 +95,68 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return r;
 }
 
+/// Stage the tile of points [jt, min(jt + TP, je)) of Y in shared memory for the fused sums: the
+/// coordinates (scaled, times ysign) zero-padded to DB, and the points' weights — in the padding
+/// slot of each point with Wslot, in `wts` with Wts, zero past je —, then the inverse norms for a
+/// cosine. Ends with the tile ready (a barrier); the caller's barrier before it frees the last one.
+template <base_kind B, int DB, int TP, int TJ, bool Wslot, bool Wts, class Mon, class T>
+__device__ __forceinline__ void stage_sum_tile(T* ys, T* yinv, T* wts, const Mon& mon, const dev_points<T>& Y,
+                                               const dev_scale<T>& sy, T ysign, std::int64_t jt, std::int64_t je) {
+  const int t = threadIdx.x;
+  for (int idx = t; idx < TP * DB; idx += TJ) {
+    const int jj = idx / DB, k = idx % DB;
+    const std::int64_t j = jt + jj;
+    T v = (j < je && k < Y.d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
+    if constexpr (Wslot) {
+      if (k == DB - 1) v = j < je ? mon.weight(j) : T(0);
+    }
+    ys[idx] = v;
+  }
+  if constexpr (Wts) {
+    for (int q = t; q < TP; q += TJ) wts[q] = jt + q < je ? mon.weight(jt + q) : T(0);
+  }
+  __syncthreads();
+  if constexpr (B == base_kind::cosine) {
+    if (t < TP) {
+      T sq = 0;
+#pragma unroll
+      for (int k = 0; k < DB; ++k) sq = ::fma(ys[t * DB + k], ys[t * DB + k], sq);
+      yinv[t] = inv_norm(sq);
+    }
+    __syncthreads();
+  }
+}
+
+/// The bases of R rows (their first KE coordinates in registers) against one staged point y: the
+/// first DE coordinates, read four at a time; with Wslot the point's weight from its padding slot.
+template <base_kind B, int R, int KE, int DE, bool Wslot, class T>
+__device__ __forceinline__ void entry_bases(const T (&xr)[R][KE], const T* y, T (&acc)[R], T& w) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = T(0);
+#pragma unroll
+  for (int k0 = 0; k0 < KE; k0 += 4) {
+    T yv[4];
+    load4(y + k0, yv);
+    if constexpr (Wslot) w = yv[3];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (k0 + q < DE) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = base_step<B>(xr[r][k0 + q], yv[q], acc[r]);
+      }
+    }
+  }
+}
+
+/// An entry from its base: the cosine's normalisation, then the map — or, in the exp2 form
+/// (Ex2), 2^(l2s·base) by the hardware 2^x, the amplitude left to the caller.
+template <bool Ex2, base_kind B, class Map, class T>
+__device__ __forceinline__ T entry_value(const Map& map, T v, T xinv, T yinv, T l2s) {
+  if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv, yinv);
+  if constexpr (Ex2) return exp2_approx(v * l2s);
+  else return map(v);
+}
+
 /// Sums, K·v and logsumexp (selections: fused_select_kernel below). Threads own rows; each block
 /// walks the columns of its split [s·cps, (s+1)·cps) in tiles of TJ points staged in shared memory
 /// (zero-padded to DB coordinates, read four at a time, so the d-loop is unrolled). The first DE
@@ -143,64 +206,22 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
   const std::int64_t je = jb + cps < Y.n ? jb + cps : Y.n;
   for (std::int64_t jt = jb; jt < je; jt += TP) {
     __syncthreads();
-    for (int idx = t; idx < TP * DB; idx += TJ) {
-      const int jj = idx / DB, k = idx % DB;
-      const std::int64_t j = jt + jj;
-      T v = (j < je && k < d) ? ysign * sy.apply(k, Y.at(j, k)) : T(0);
-      if constexpr (wslot) {
-        if (k == DB - 1) v = j < je ? mon.weight(j) : T(0);
-      }
-      ys[idx] = v;
-    }
-    if constexpr (partials && !wslot) {
-      for (int q = t; q < TP; q += TJ) wts[q] = jt + q < je ? mon.weight(jt + q) : T(0);
-    }
-    __syncthreads();
-    if constexpr (B == base_kind::cosine) {
-      if (t < TP) {
-        T sq = 0;
-#pragma unroll
-        for (int k = 0; k < DB; ++k) sq = ::fma(ys[t * DB + k], ys[t * DB + k], sq);
-        yinv[t] = inv_norm(sq);
-      }
-      __syncthreads();
-    }
+    stage_sum_tile<B, DB, TP, TJ, wslot, partials && !wslot>(ys, yinv, wts, mon, Y, sy, ysign, jt, je);
     const int nt = je - jt < TP ? int(je - jt) : TP;
     T part[R];  // tile partial sums (partials only): in T, added to the state once per tile
 #pragma unroll
     for (int r = 0; r < R; ++r) part[r] = T(0);
 #pragma unroll 2
     for (int jj = 0; jj < nt; ++jj) {
-      const T* y = ys + jj * DB;
       T acc[R];
       T w = T(0);  // the point's weight (partials)
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] = T(0);
-#pragma unroll
-      for (int k0 = 0; k0 < KE; k0 += 4) {
-        T yv[4];
-        load4(y + k0, yv);
-        if constexpr (wslot) w = yv[3];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (k0 + q < DE) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[r] = base_step<B>(xr[r][k0 + q], yv[q], acc[r]);
-          }
-        }
-      }
+      entry_bases<B, R, KE, DE, wslot>(xr, ys + jj * DB, acc, w);
       if constexpr (partials && !wslot) w = wts[jj];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        T v = acc[r];
-        if constexpr (B == base_kind::cosine) v = cosine_value(v, xinv[r], yinv[jj]);
-        if constexpr (ex2) {
-          part[r] = ::fma(exp2_approx(v * l2s), w, part[r]);
-        } else if constexpr (partials) {
-          part[r] = ::fma(map(v), w, part[r]);
-        } else {
-          mon.fold(st[r], map(v), j_base + jt + jj, jt + jj);
-        }
+        const T e = entry_value<ex2, B>(map, acc[r], xinv[r], yinv[jj], l2s);
+        if constexpr (partials) part[r] = ::fma(e, w, part[r]);
+        else mon.fold(st[r], e, j_base + jt + jj, jt + jj);
       }
     }
     if constexpr (partials) {
@@ -212,6 +233,120 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
   for (int r = 0; r < R; ++r) {
     const std::int64_t i = row0 + r * TJ + t;
     if (i < ni) part[s * ni + i] = st[r];
+  }
+}
+
+/// Symmetric K·v, k(X, X)·v with each pair evaluated once (rows.cuh, run_symmetric). One launch
+/// per band of ni rows starting at r0 (ni a multiple of TJ·R but for the last band): block x owns
+/// the band's rows r0 + x·TJ·R + r·TJ + t, block y the columns [r0 + y·cps, …) of [r0, X.n) (cps a
+/// multiple of TJ, so no tile straddles r1 = r0 + ni). A tile of the band's own square (j < r1)
+/// folds into its rows only; a tile right of it both ways: Σ_j k_ij·v_j into the rows' partial
+/// states (part, one per row and split, as fused_rows_kernel) and Σ_i k_ij·v_i into its columns,
+/// written once per column and row block to colpart[x·X.n + j] (in T, amplitude applied). The lanes
+/// of a warp take a group of 32 columns in rotated order — lane l at step q takes column
+/// (l + q) mod 32 — so a column's running sum passes from lane to lane by one shuffle per step (a
+/// systolic sum over the warp's 32 × R rows), and the warps' sums meet in shared memory in warp
+/// order. Every sum's order is fixed: results are deterministic. Rows right of the band have no
+/// padded rows (only the last band is ragged, and nothing lies right of it), so a padded row never
+/// reaches a column sum; padded columns of a ragged tile are skipped.
+template <class Map, class Mon, base_kind B, int DB, int R, int TJ, class T, int DE = DB>
+__global__ void __launch_bounds__(TJ) fused_sym_kernel(Map map, Mon mon, dev_points<T> X, dev_scale<T> sx, T ysign,
+                                                       std::int64_t r0, std::int64_t cps,
+                                                       typename Mon::state* part, std::int64_t ni, T* colpart) {
+  static_assert(DB % 4 == 0 && DE >= 1 && DE <= DB, "fused_sym_kernel: DB a multiple of 4, 1 <= DE <= DB");
+  static_assert(tile_partial_sums<Mon> && TJ % 32 == 0, "fused_sym_kernel: weighted sums, whole warps");
+  constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+  static_assert(TP % 32 == 0 && TJ % TP == 0, "fused_sym_kernel: tiles of whole 32-column groups dividing TJ");
+  constexpr bool ex2 = exp2_sum<Map, Mon, B, T>;
+  constexpr int KE = (DE + 3) / 4 * 4;
+  constexpr bool wslot = ex2 && DE < DB;
+  constexpr int W = TJ / 32;
+  __shared__ __align__(16) T ys[TP * DB];
+  __shared__ T yinv[TP];
+  __shared__ T wts[wslot ? 1 : TP];
+  __shared__ T colw[W][TP];  // each warp's column sums of the tile
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const std::int64_t s = blockIdx.y;
+  const std::int64_t lrow0 = std::int64_t(blockIdx.x) * TJ * R;  // within the band
+  const std::int64_t n = X.n, d = X.d, r1 = r0 + ni;
+  T xr[R][KE];
+  T xinv[R];
+  T wr[R];  // the rows' own weights v_i, for the column sums
+  typename Mon::state st[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t li = lrow0 + r * TJ + t;
+    const bool live = li < ni;
+    T sq = 0;
+#pragma unroll
+    for (int k = 0; k < KE; ++k) {
+      xr[r][k] = (live && k < d) ? sx.apply(k, X.at(r0 + li, k)) : T(0);
+      sq = ::fma(xr[r][k], xr[r][k], sq);
+    }
+    xinv[r] = inv_norm(sq);
+    wr[r] = live ? mon.weight(r0 + li) : T(0);
+    mon.init(st[r]);
+  }
+  T l2s = T(0), amp = T(1);
+  if constexpr (ex2) l2s = map.log2_scale(), amp = map.amplitude();
+  const std::int64_t jb = r0 + s * cps;
+  const std::int64_t je = jb + cps < n ? jb + cps : n;
+  for (std::int64_t jt = jb; jt < je; jt += TP) {
+    __syncthreads();
+    stage_sum_tile<B, DB, TP, TJ, wslot, !wslot>(ys, yinv, wts, mon, X, sx, ysign, jt, je);
+    const int nt = je - jt < TP ? int(je - jt) : TP;
+    const bool both = jt >= r1;
+    T part[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) part[r] = T(0);
+    // One group of 32 columns from g0; Guard: some of them lie past the tile's end.
+    const auto group = [&](int g0, auto guard) {
+      T run = T(0);  // the running sum of the column this lane holds
+#pragma unroll 2
+      for (int q = 0; q < 32; ++q) {
+        const int c = g0 + ((lane + q) & 31);
+        T cs = T(0);
+        if (!decltype(guard)::value || c < nt) {
+          T acc[R];
+          T w = T(0);
+          entry_bases<B, R, KE, DE, wslot>(xr, ys + c * DB, acc, w);
+          if constexpr (!wslot) w = wts[c];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const T e = entry_value<ex2, B>(map, acc[r], xinv[r], yinv[c], l2s);
+            part[r] = ::fma(e, w, part[r]);
+            cs = ::fma(e, wr[r], cs);
+          }
+        }
+        if (both) {
+          // Lane l + 1 held, at step q − 1, the column lane l holds now.
+          if (q > 0) run = __shfl_sync(0xffffffffu, run, (lane + 1) & 31);
+          run += cs;
+        }
+      }
+      // After step 31 lane l holds column g0 + (l + 31) mod 32, summed over the warp.
+      if (both) colw[warp][g0 + ((lane + 31) & 31)] = run;
+    };
+    for (int g0 = 0; g0 < nt; g0 += 32) {
+      if (g0 + 32 <= nt) group(g0, std::false_type{});
+      else group(g0, std::true_type{});
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) mon.add_partial(st[r], ex2 ? amp * part[r] : part[r]);
+    if (both) {
+      __syncthreads();
+      for (int q = t; q < nt; q += TJ) {
+        T c = colw[0][q];
+#pragma unroll
+        for (int w = 1; w < W; ++w) c += colw[w][q];
+        colpart[std::int64_t(blockIdx.x) * n + jt + q] = ex2 ? amp * c : c;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t li = lrow0 + r * TJ + t;
+    if (li < ni) part[s * ni + li] = st[r];
   }
 }
 

@@ -80,9 +80,25 @@ struct fused_grid {
         cps(std::max<std::int64_t>(1, std::int64_t(cdiv(std::max<std::int64_t>(nj, 1), S)))) {}
 };
 
+/// Call f.template operator()<DB, R, DE>() with the fused sum kernels' instance for d coordinates:
+/// DB of them in registers (4, 16 or 64, zero-padded), R query rows per thread
+/// (fused_rows_per_thread), DE evaluated (DB, but the exact count below 4 for the exp2 form).
+template <class Map, class DMon, base_kind B, class T, class Fn>
+void with_fused_instance(std::size_t d, Fn&& f) {
+  constexpr int R4 = fused_rows_per_thread<4, DMon>();
+  if constexpr (kernels::exp2_sum<Map, DMon, B, T>) {  // exact coordinate counts below 4
+    if (d <= 1) return f.template operator()<4, R4, 1>();
+    if (d == 2) return f.template operator()<4, R4, 2>();
+    if (d == 3) return f.template operator()<4, R4, 3>();
+  }
+  if (d <= 4) f.template operator()<4, R4, 4>();
+  else if (d <= 16) f.template operator()<16, fused_rows_per_thread<16, DMon>(), 16>();
+  else f.template operator()<64, fused_rows_per_thread<64, DMon>(), 64>();
+}
+
 /// Launch the fused kernel for one (row block, column chunk) with DB coordinates in registers, DE
 /// of them evaluated.
-template <int DB, int R, int DE = DB, class Map, class DMon, class Leaf, class T>
+template <int DB, int R, int DE, class Map, class DMon, class Leaf, class T>
 void launch_fused_db(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc,
                      const dev_points<T>& Xb, const dev_points<T>& Yc, std::int64_t j_base, int S,
                      typename DMon::state* part, bool first, cudaStream_t s) {
@@ -133,19 +149,25 @@ void launch_fused(const Map& map, const DMon& mon, const Leaf& leaf, const dev_s
   if constexpr (warp_selection<DMon>) {
     launch_fused_select(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
   } else {
-    constexpr int R4 = fused_rows_per_thread<4, DMon>();
-    if constexpr (kernels::exp2_sum<Map, DMon, F::base, T>) {  // exact coordinate counts below 4
-      if (d < 4) {
-        if (d <= 1) launch_fused_db<4, R4, 1>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-        else if (d == 2) launch_fused_db<4, R4, 2>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-        else launch_fused_db<4, R4, 3>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-        return;
-      }
-    }
-    if (d <= 4) launch_fused_db<4, R4>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-    else if (d <= 16) launch_fused_db<16, fused_rows_per_thread<16, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
-    else launch_fused_db<64, fused_rows_per_thread<64, DMon>()>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+    with_fused_instance<Map, DMon, F::base, T>(d, [&]<int DB, int R, int DE>() {
+      launch_fused_db<DB, R, DE>(map, mon, leaf, sc, Xb, Yc, j_base, S, part, first, s);
+    });
   }
+}
+
+/// Symmetric K·v (rows.cuh, run_symmetric): the band of ni rows from r0 against the columns
+/// [r0, n), S splits of cps columns; the rows' split states to part, the column sums to colpart.
+template <class Map, class DMon, class Leaf, class T>
+void launch_sym(const Map& map, const DMon& mon, const Leaf& leaf, const dev_scale<T>& sc, const dev_points<T>& X,
+                std::int64_t r0, std::int64_t ni, int S, std::int64_t cps, typename DMon::state* part, T* colpart,
+                cudaStream_t s) {
+  using F = typename Leaf::formula_type;
+  with_fused_instance<Map, DMon, F::base, T>(leaf.dim(), [&]<int DB, int R, int DE>() {
+    const dim3 grid(unsigned(cdiv(std::max<std::int64_t>(ni, 1), std::int64_t(fused_tj) * R)), unsigned(S));
+    kernels::fused_sym_kernel<Map, DMon, F::base, DB, R, fused_tj, T, DE><<<grid, fused_tj, 0, s>>>(
+        map, mon, X, sc, T(leaf.params.y_sign), r0, cps, part, ni, colpart);
+    MEMSAFE_CUDA_LAUNCHED("fused_sym_kernel");
+  });
 }
 
 /// acc (ni × c, row-major, ld c) += tile (ni × nj, ld) · B (rows of the column operand, nj × c).

@@ -9,10 +9,12 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "../../core/env.hpp"
 #include "../../lower/job.hpp"
 #include "../../plan/plan.hpp"
 #include "device_expr.cuh"
@@ -38,6 +40,11 @@ struct job_shape {
   int rows_per_block = 128;  ///< query rows per thread block of the fused path
   int split_target = 4;      ///< thread blocks per SM the column splits aim at (fused_split_target)
   int sms = 0;  ///< from device_resources
+  /// K(X, X)·v on device-resident data may take the symmetric form (rows.cuh, run_symmetric):
+  /// the same point view on both sides, one column, n ≥ sym_min_blocks row blocks.
+  bool sym_eligible = false;
+  bool sym_forced = false;  ///< MEMSAFE_SYMMETRIC=on: wherever it applies and fits (tests)
+  bool symmetric = false;   ///< ... and takes it: the layout's ti is the band, splits band 0's
 };
 
 /// The chosen tiling: row block ti, column chunk tj, column splits, and their exact bytes.
@@ -60,6 +67,9 @@ inline std::size_t layout_bytes(const job_shape& s, std::size_t ti, std::size_t 
   if (uses_blas) b += rnd(blas::workspace_bytes);
   if (tile && !(s.path == kernel_path::tile_dense && !s.out_host)) b += rnd(ti * tj * T);
   if (tile && s.gemm) b += rnd(ti * T) + rnd(tj * T);
+  if (s.symmetric) {  // the band's column sums per row block, and every column's double state
+    b += rnd(cdiv(std::max<std::size_t>(ti, 1), std::size_t(s.rows_per_block)) * s.n * T) + rnd(s.n * 8);
+  }
   switch (s.path) {
     case kernel_path::fused:
     case kernel_path::tile_fold: b += rnd(ti * std::size_t(S) * s.state_bytes); break;
@@ -92,6 +102,51 @@ inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
   const std::size_t want = cdiv(std::size_t(fused ? s.split_target : 4) * s.sms, groups);
   const std::size_t most = std::max<std::size_t>(1, cdiv(std::max<std::size_t>(tj, 1), fused_tj));
   return int(std::clamp<std::size_t>(want, 1, std::min<std::size_t>(most, 1024)));
+}
+
+/// Symmetric K·v: the rows' band is at most sym_max_blocks row blocks, about n/16 (each band
+/// folds its own square both ways, so a band of n/16 evaluates 1/32 of the pairs twice); the
+/// form runs from sym_min_blocks row blocks up.
+inline constexpr std::size_t sym_max_blocks = 32, sym_min_blocks = 4;
+
+/// A band's column splits over the nj columns [r0, n) right of its start: at most S, each a
+/// whole number of fused_tj-column tiles (so no tile straddles the band's end), at most 65,535 (the grid's limit).
+struct sym_split {
+  int S;
+  std::int64_t cps;
+};
+inline sym_split sym_splits_for(std::size_t nj, int S) {
+  const std::size_t tiles = std::max<std::size_t>(1, cdiv(nj, std::size_t(fused_tj)));
+  const std::size_t want = std::clamp<std::size_t>(std::size_t(std::max(S, 1)), 1, std::min<std::size_t>(tiles, 65535));
+  const std::size_t cps = cdiv(tiles, want) * fused_tj;
+  return {int(cdiv(std::max<std::size_t>(nj, 1), cps)), std::int64_t(cps)};
+}
+
+/// The symmetric form's layout: the largest band (row blocks from about n/16, at most
+/// sym_max_blocks, halved down to one), then the splits that fill the GPU (split_target per SM
+/// over the band's row blocks), halved, that fit the budget; none when nothing fits. The first
+/// band's launch must have sym_min_blocks_per_sm thread blocks per SM (each band is a launch of
+/// its own, and a launch of few blocks leaves SMs idle where the plain form's one launch
+/// would not) unless the form is forced (MEMSAFE_SYMMETRIC=on).
+inline constexpr std::size_t sym_min_blocks_per_sm = 8;
+inline std::optional<layout> plan_sym_layout(const job_shape& s, std::size_t budget) {
+  const std::size_t rpb = std::size_t(s.rows_per_block), sms = std::size_t(std::max(s.sms, 1));
+  std::vector<layout> cands;
+  for (std::size_t g = std::clamp<std::size_t>(cdiv(cdiv(s.n, 16), rpb), 1, sym_max_blocks);; g = (g + 1) / 2) {
+    const std::size_t want = cdiv(std::size_t(s.split_target) * sms, g);
+    for (int sp = sym_splits_for(s.n, int(std::min<std::size_t>(want, 65535))).S;; sp = (sp + 1) / 2) {
+      if (s.sym_forced || g * std::size_t(sp) >= sym_min_blocks_per_sm * sms) cands.push_back({g * rpb, s.m, sp, 0});
+      if (sp == 1) break;
+    }
+    if (g == 1) break;
+  }
+  const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
+  if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
+    layout L = cands[k];
+    L.bytes = bytes(L);
+    return L;
+  }
+  return std::nullopt;
 }
 
 /// The largest row block, then the largest column chunk, that fit the budget; budget_error otherwise.
@@ -186,6 +241,19 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
       s.split_target = fused_split_target<DM>();
     });
   }
+  if constexpr (std::is_same_v<R, red::matmul<T>>) {
+    // k(X, X)·v: the same view of device-resident points on both sides (equal values elsewhere do
+    // not count), every device formula being symmetric, k(x_i, x_j) = k(x_j, x_i).
+    const auto same = [](const auto& a, const auto& b) {
+      return a.data() == b.data() && a.rows() == b.rows() && a.cols() == b.cols() &&
+             a.row_stride() == b.row_stride() && a.col_stride() == b.col_stride();
+    };
+    const auto v = env::symmetric();
+    s.sym_forced = v && *v == "on";
+    s.sym_eligible = s.path == kernel_path::fused && s.c == 1 && !s.x_host && !s.rhs_host && same(leaf.x, leaf.y) &&
+                     (s.sym_forced || s.n >= sym_min_blocks * std::size_t(s.rows_per_block)) &&
+                     !(v && (*v == "off" || *v == "0"));
+  }
   return s;
 }
 
@@ -209,7 +277,11 @@ tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const
   p.expression = job.e.str();
   if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
   p.reduction = std::string(R::name) + " on the GPU: " + path_name(s.path) +
-                (s.screen ? " (cuBLAS X·Yᵀ screen, exact re-evaluation)" : s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "");
+                (s.screen ? " (cuBLAS X·Yᵀ screen, exact re-evaluation)" : s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "") +
+                (s.symmetric ? "; symmetric: K = k(X, X), each pair once, folded into its row and its column, in bands of " +
+                                   std::to_string(L.ti) + " rows"
+                             : "");
+  p.symmetric = s.symmetric;
   p.rows = s.n;
   p.cols = s.m;
   p.tile_rows = L.ti;
@@ -252,8 +324,19 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
   plain.gemm = plain.screen = false;
   const bool optional_blas = P.s.gemm && !blas_needed;
   if (optional_blas && budget < min_layout_bytes(P.s)) P.s = plain;
-  P.L = plan_layout(P.s, budget, what);
+  std::optional<layout> sym;
+  if (P.s.sym_eligible) {
+    job_shape t = P.s;
+    t.symmetric = true;
+    if ((sym = plan_sym_layout(t, budget))) P.s = t;
+  }
+  P.L = sym ? *sym : plan_layout(P.s, budget, what);
   P.plan = describe(b.job, P.s, P.L, budget);
+  if (sym) {  // the plain form's minimum is the call's
+    job_shape plain_form = P.s;
+    plain_form.symmetric = false;
+    P.plan.min_bytes = min_layout_bytes(plain_form);
+  }
   if (optional_blas) P.plan.min_bytes = std::min(P.plan.min_bytes, min_layout_bytes(plain));
   return P;
 }

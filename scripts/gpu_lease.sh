@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One short GPU lease in one call, against a deadline: the steps that matter most first, each with
+# its own time limit, each skipped when too little time is left. Prepared on a machine without a GPU
+# (programs built there with nvcc and carried), run on the GPU machine as
+#
+#   DEADLINE=560 FOCUS='symmetric K(X*' bash scripts/gpu_lease.sh
+#
+# Steps (logs and JSON under OUT, default $OUT or gpu_out/):
+#   1. device      nvidia-smi
+#   2. focus       the test cases matching FOCUS (doctest -tc; no commas), in one process
+#   3. tests       every other GPU test case, in one process
+#   4. memcheck    compute-sanitizer memcheck on the FOCUS cases
+#   5. ab          bench/gpu/ab.sh: AB_ROUNDS rounds of AB_WORKLOADS (';'-separated) by each program
+#                  of AB_PROGRAMS (' '-separated paths; a program may be a wrapper setting variables)
+#   6. peers       bench/gpu/run_gpu.py PEER_ARGS (default: the matvec suite, memsafe-cuda and KeOps),
+#                  rows to OUT/res/
+#   7. racecheck, synccheck on the FOCUS cases
+# Programs come from BIN (default .carry/bin: memsafe_gpu_tests, memsafe_bench_cuda); Python wheels
+# from .whl/ are installed into /tmp/site first. MEMSAFE_GIT_REV names the code's revision.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${OUT:-gpu_out}
+mkdir -p "$out/res"
+bin=${BIN:-.carry/bin}
+deadline=${DEADLINE:-560}
+focus=${FOCUS:-}
+t_start=$SECONDS
+log="$out/lease.log"
+export PYTHONUNBUFFERED=1
+
+say() { echo "[lease +$((SECONDS - t_start))s] $*" | tee -a "$log"; }
+# step NAME LIMIT CMD...: runs CMD under min(LIMIT, time left), its output to OUT/NAME.log.
+step() {
+  local name=$1 limit=$2 left rc
+  shift 2
+  left=$((deadline - (SECONDS - t_start)))
+  if ((left < 15)); then say "skip $name: ${left}s left"; return 0; fi
+  ((limit > left)) && limit=$left
+  say "start $name (limit ${limit}s)"
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  say "end $name: exit $rc; $(tail -2 "$out/$name.log" | tr '\n' ' ' | cut -c1-300)"
+  return 0
+}
+
+step device 20 nvidia-smi
+shopt -s nullglob
+wheels=(.whl/*.whl)
+if ((${#wheels[@]})); then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}" \
+    >>"$log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+t=$bin/memsafe_gpu_tests
+if [[ -n $focus ]]; then
+  step focus "${FOCUS_LIMIT:-90}" "$t" -tc="$focus" --duration=true
+  step tests "${TESTS_LIMIT:-200}" "$t" -tce="$focus" --duration=true
+  step memcheck "${MEMCHECK_LIMIT:-75}" compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
+    --error-exitcode 3 "$t" -tc="$focus"
+else
+  step tests "${TESTS_LIMIT:-240}" "$t" --duration=true
+fi
+if [[ -n ${AB_WORKLOADS:-} && -n ${AB_PROGRAMS:-} ]]; then
+  IFS=';' read -r -a works <<<"$AB_WORKLOADS"
+  read -r -a progs <<<"$AB_PROGRAMS"
+  step ab "${AB_LIMIT:-120}" bash bench/gpu/ab.sh "${AB_ROUNDS:-2}" "${works[@]}" -- "${progs[@]}"
+fi
+# shellcheck disable=SC2086  # PEER_ARGS is a list of arguments
+step peers "${PEERS_LIMIT:-200}" python3 bench/gpu/run_gpu.py ${PEER_ARGS:-matvec --impls memsafe-cuda,keops} \
+  --bin "$bin/memsafe_bench_cuda" --out "$out/res"
+if [[ -n $focus ]]; then
+  step racecheck "${RACECHECK_LIMIT:-45}" compute-sanitizer --tool racecheck --error-exitcode 3 "$t" -tc="$focus"
+  step synccheck "${SYNCCHECK_LIMIT:-30}" compute-sanitizer --tool synccheck --error-exitcode 3 "$t" -tc="$focus"
+fi
+say "done"
+# The short table the call's reply ends with.
+for f in focus tests memcheck racecheck synccheck; do
+  [[ -f $out/$f.log ]] && echo "$f: $(grep -E 'test cases:|ERROR SUMMARY|RACECHECK SUMMARY|assertions:' "$out/$f.log" | tr '\n' ' ')"
+done
+[[ -f $out/ab.log ]] && cat "$out/ab.log"
+exit 0
