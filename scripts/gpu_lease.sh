@@ -9,12 +9,13 @@
 #   1. device      nvidia-smi
 #   2. focus       the test cases matching FOCUS (doctest -tc; no commas), in one process
 #   3. tests       every other GPU test case, in one process
-#   4. memcheck    compute-sanitizer memcheck on the FOCUS cases
+#   4. memcheck    compute-sanitizer memcheck on the SAN_FOCUS cases (default FOCUS)
 #   5. ab          bench/gpu/ab.sh: AB_ROUNDS rounds of AB_WORKLOADS (';'-separated) by each program
 #                  of AB_PROGRAMS (' '-separated paths; a program may be a wrapper setting variables)
 #   6. peers       bench/gpu/run_gpu.py PEER_ARGS (default: the matvec suite, memsafe-cuda and KeOps),
 #                  rows to OUT/res/
-#   7. racecheck, synccheck on the FOCUS cases
+#   7. racecheck, synccheck on the SAN_FOCUS cases
+# At the end every step's log is gathered into OUT/steps.log (a lease returns at most 8 files).
 # Programs come from BIN (default .carry/bin: memsafe_gpu_tests, memsafe_bench_cuda); Python wheels
 # from .whl/ are installed into /tmp/site first. MEMSAFE_GIT_REV names the code's revision.
 set -uo pipefail
@@ -24,6 +25,7 @@ mkdir -p "$out/res"
 bin=${BIN:-.carry/bin}
 deadline=${DEADLINE:-560}
 focus=${FOCUS:-}
+san=${SAN_FOCUS:-$focus}
 t_start=$SECONDS
 log="$out/lease.log"
 export PYTHONUNBUFFERED=1
@@ -55,7 +57,7 @@ if [[ -n $focus ]]; then
   step focus "${FOCUS_LIMIT:-90}" "$t" -tc="$focus" --duration=true
   step tests "${TESTS_LIMIT:-200}" "$t" -tce="$focus" --duration=true
   step memcheck "${MEMCHECK_LIMIT:-75}" compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
-    --error-exitcode 3 "$t" -tc="$focus"
+    --error-exitcode 3 "$t" -tc="$san"
 else
   step tests "${TESTS_LIMIT:-240}" "$t" --duration=true
 fi
@@ -68,8 +70,8 @@ fi
 step peers "${PEERS_LIMIT:-200}" python3 bench/gpu/run_gpu.py ${PEER_ARGS:-matvec --impls memsafe-cuda,keops} \
   --bin "$bin/memsafe_bench_cuda" --out "$out/res"
 if [[ -n $focus ]]; then
-  step racecheck "${RACECHECK_LIMIT:-45}" compute-sanitizer --tool racecheck --error-exitcode 3 "$t" -tc="$focus"
-  step synccheck "${SYNCCHECK_LIMIT:-30}" compute-sanitizer --tool synccheck --error-exitcode 3 "$t" -tc="$focus"
+  step racecheck "${RACECHECK_LIMIT:-45}" compute-sanitizer --tool racecheck --error-exitcode 3 "$t" -tc="$san"
+  step synccheck "${SYNCCHECK_LIMIT:-30}" compute-sanitizer --tool synccheck --error-exitcode 3 "$t" -tc="$san"
 fi
 say "done"
 # The short table the call's reply ends with.
@@ -77,4 +79,7 @@ for f in focus tests memcheck racecheck synccheck; do
   [[ -f $out/$f.log ]] && echo "$f: $(grep -E 'test cases:|ERROR SUMMARY|RACECHECK SUMMARY|assertions:' "$out/$f.log" | tr '\n' ' ')"
 done
 [[ -f $out/ab.log ]] && cat "$out/ab.log"
+for f in device focus tests memcheck ab peers racecheck synccheck; do
+  [[ -f $out/$f.log ]] && { echo "===== $f"; cat "$out/$f.log"; rm -f "$out/$f.log"; }
+done >"$out/steps.log"
 exit 0

@@ -450,8 +450,41 @@ TEST_CASE("symmetric K(X, X)*v (each pair once, in bands): ragged bands, every c
   check_kv(float{}, 2100, 3, 1);
   check_kv(double{}, 1700, 3, 0);
   check_kv(double{}, 1300, 5, 1);
-  // A NaN point poisons every row in both forms (k(x_i, x_0)·v_0 is NaN for every i); (K + s·I)·v
-  // with host outputs adds the diagonal term after the device pass.
+}
+
+TEST_CASE("symmetric K(X, X)*v, small for the sanitizers: two bands, the second ragged, f32 and f64") {
+  // n = 1100: a band of 1024 rows folding the 76 rows right of it both ways (one ragged tile, a
+  // ragged 32-column group), then a band of 76 rows; against the plain form.
+  const ref::scoped_env e("MEMSAFE_SYMMETRIC", "on");
+  const std::size_t n = 1100, d = 3;
+  const auto x = data(n, d, 321, false), v = data(n, 1, 322, false);
+  const auto both = [&](auto tag) {
+    using T = decltype(tag);
+    auto xt = cast<T>(x), vt = cast<T>(v);
+    const auto X = memsafe::points(on_device(xt), n, d);
+    const auto kv = memsafe::rbf(X, X, 0.7, 1.1) * memsafe::vec(on_device(vt), n);
+    const auto s = mc::eval(kv, mc::options{memsafe::unlimited});
+    CHECK(s.stats.plan.symmetric);
+    const ref::scoped_env off("MEMSAFE_SYMMETRIC", "off");
+    const auto p = mc::eval(kv, mc::options{memsafe::unlimited});
+    CHECK_FALSE(p.stats.plan.symmetric);
+    REQUIRE(s.values.size() == n);
+    double worst = 0, top = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::abs(double(s.values[i]) - double(p.values[i])));
+      top = std::max(top, std::abs(double(p.values[i])));
+    }
+    CHECK(worst <= (sizeof(T) == 4 ? 1e-5 : 1e-13) * top);
+  };
+  both(float{});
+  both(double{});
+}
+
+TEST_CASE("symmetric K(X, X)*v: a NaN point poisons every row; diagonal terms need v in host memory") {
+  // k(x_i, x_0)·v_0 is NaN for every i, in both forms. (K + s·I)·v applies s·v on the host after
+  // the device pass: with v in device memory that is an argument_error before any work (it used to
+  // read device memory from the host: a crash); with v in host memory the plain form runs.
+  const double ls = 0.8, var = 1.3;
   const std::size_t n = 2500, d = 3;
   auto x = data(n, d, 311, false), v = data(n, 1, 312, false);
   auto xf = cast<float>(x), vf = cast<float>(v);
@@ -460,9 +493,12 @@ TEST_CASE("symmetric K(X, X)*v (each pair once, in bands): ragged bands, every c
   float* Vd = on_device(vf);
   const auto X = memsafe::points(Xd, n, d);
   const ref::scoped_env e("MEMSAFE_SYMMETRIC", "on");
-  const auto Kn = mc::eval((memsafe::rbf(X, X, ls, var) + 0.5 * memsafe::identity(n)) * memsafe::vec(Vd, n),
+  CHECK_THROWS_AS(mc::eval((memsafe::rbf(X, X, ls, var) + 0.5 * memsafe::identity(n)) * memsafe::vec(Vd, n),
+                           mc::options{memsafe::unlimited}),
+                  memsafe::argument_error);
+  const auto Kn = mc::eval((memsafe::rbf(X, X, ls, var) + 0.5 * memsafe::identity(n)) * memsafe::vec(vf.data(), n),
                            mc::options{memsafe::unlimited});
-  CHECK(Kn.stats.plan.symmetric);
+  CHECK_FALSE(Kn.stats.plan.symmetric);
   for (std::size_t i = 0; i < n; i += 97) {
     double want = 0.5 * vs[i], mag = 0.5 * std::abs(vs[i]);
     for (std::size_t j = 0; j < n; ++j) {
@@ -471,6 +507,8 @@ TEST_CASE("symmetric K(X, X)*v (each pair once, in bands): ragged bands, every c
     }
     CHECK(std::abs(double(Kn.values[i]) - want) <= 1e-5 * mag);
   }
+  const auto sym = mc::eval(memsafe::rbf(X, X, ls, var) * memsafe::vec(Vd, n), mc::options{memsafe::unlimited});
+  CHECK(sym.stats.plan.symmetric);
   std::vector<float> xbad = xf;
   xbad[0] = std::nanf("");
   float* Xb = on_device(xbad);
