@@ -8,6 +8,7 @@
 #include <memsafe/cuda.cuh>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -158,6 +159,19 @@ TEST_CASE("K(X, X)*v takes each pair once in bands of rows where that fills the 
     CHECK(mc::plan_for(kv, mc::options{16 * MiB}, h100).symmetric);
     CHECK(mc::plan_for(small.expr(true), mc::options{std::size_t(1) << 30}, h100).symmetric);
   }
+}
+
+TEST_CASE("plan_for reads no input: (K + s*I)*v with v where the host cannot read it") {
+  // The lowering's guard of (K + D)·v reads v on the host (a non-finite entry keeps the unsplit
+  // form); plan_for takes its inputs as device-resident, so it must not: a pointer no host code may
+  // dereference stands for a device vector here (reading it crashed).
+  const kv_case<float, 4096> c;
+  const auto X = memsafe::points(c.x.data(), c.n, c.d);
+  const auto* nowhere = reinterpret_cast<const float*>(std::uintptr_t(64));
+  const auto p = mc::plan_for((memsafe::rbf(X, X, 1.0) + 0.5 * memsafe::identity(c.n)) * memsafe::vec(nowhere, c.n),
+                              mc::options{std::size_t(1) << 30}, h100);
+  CHECK(p.rows == c.n);
+  CHECK(p.planned_bytes <= p.budget);
 }
 
 TEST_CASE("too small a budget names the minimum, with one split and the smallest blocks") {

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../../core/budget.hpp"
 #include "../../lower/job.hpp"
@@ -36,8 +38,47 @@ void check_node() {
 }
 
 /// The job of x with its outputs bound: every rule fired once, into `log`.
+/// Whether X is (K + D)·M — a dense product whose lazy factor has diagonal terms at its top. The
+/// lowering's guard reads M on the host (rewrite::split_is_exact: a non-finite entry keeps the
+/// unsplit form) and D·M is added on the host after the device pass (rows.cuh,
+/// apply_diagonal_terms), so M must be in host memory.
+template <class X>
+inline constexpr bool diag_product = false;
+template <class E, bool L>
+inline constexpr bool diag_product<memsafe::detail::matmul_expr<E, L>> = [] {
+  using N = decltype(rewrite::normalize(std::declval<const E&>(), std::declval<rewrite::rule_log&>()));
+  return !std::is_same_v<rewrite::split_linear_t<true, N>, rewrite::split_linear_t<false, N>>;
+}();
+
+/// eval: (K + D)·M with M in device memory is an argument_error before anything runs (the host
+/// reading it crashed).
+template <class X>
+void check_diag_operand(const X& x) {
+  if constexpr (diag_product<X>) {
+    if (x.rhs.data() && space_of(x.rhs.data()) != memory_space::host)
+      throw argument_error("memsafe::cuda::eval: " + x.str() +
+                           ": a product with diagonal terms, (K + D)·M, adds D·M on the host after the device "
+                           "pass, so M must be in host memory on the GPU backend (or evaluate K·M and add D·M "
+                           "yourself)");
+  }
+}
+/// plan_for takes the inputs as device-resident and reads none: the dense factor of (K + D)·M goes
+/// to the lowering as a stand-in of the same shape whose rows all read one row of zeros (`zeros`,
+/// M's column count; row stride 0, column stride 1), so the guard reads no caller memory and the
+/// split form is planned.
+template <class X>
+X without_operand_values(const X& x, std::vector<typename X::value_type>& zeros) {
+  X y = x;
+  if constexpr (diag_product<X>) {
+    zeros.assign(std::max<std::size_t>(x.rhs.cols(), 1), typename X::value_type(0));
+    y.rhs = matrix_view<const typename X::value_type>(zeros.data(), x.rhs.rows(), x.rhs.cols(), 0, 1);
+  }
+  return y;
+}
+
 template <class X, class T = typename X::value_type>
 auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
+
   auto job = jobs::lower(x, values, indices, log);
   if constexpr (jobs::is_lazy_product<X>) return bind_output(std::move(job), values);
   else return job;
@@ -57,6 +98,7 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
       after_default_streams(own->get());
     }
     const cudaStream_t st = o.stream ? o.stream : own->get();
+    check_diag_operand(x);
     rewrite::rule_log log;
     const auto job = lower(x, values, indices, log);
     // Planned before the accountant exists: argument_error or budget_error before any allocation or launch.
@@ -112,7 +154,9 @@ tile_plan plan_for(const X& x, const options& o, const device_resources& dev) {
   detail::check_node<X>();
   if constexpr (detail::device_node<X>) {
     rewrite::rule_log log;
-    const auto job = detail::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log);
+    std::vector<typename X::value_type> zeros;
+    const auto job = detail::lower(detail::without_operand_values(x, zeros),
+                                   static_cast<typename X::value_type*>(nullptr), nullptr, log);
     tile_plan p = detail::plan_job(job, detail::resolve_budget(o.budget), dev, detail::residency::assumed, x.str()).plan;
     p.rules = log.fired;
     return p;

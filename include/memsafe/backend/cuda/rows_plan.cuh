@@ -314,17 +314,14 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
   if (!b.job.post.diags.empty() && !out_host)
     throw argument_error("memsafe::cuda: " + what +
                          ": a product or sum with diagonal terms (K + D) needs host outputs on the GPU backend");
-  // The diagonal terms are applied on the host, reading v (the column operand) and diag(d)'s d there.
-  if (!b.job.post.diags.empty() && where == residency::queried) {
-    const auto in_device_memory = [](const void* p) { return p && space_of(p) != memory_space::host; };
-    bool device_side = in_device_memory(column_operand<R, T>(b.job.red).data());
-    for (const auto& [coef, dg] : b.job.post.diags) device_side |= dg.vector && in_device_memory(dg.vector->d.data());
-    if (device_side)
-      throw argument_error("memsafe::cuda: " + what +
-                           ": a product or sum with diagonal terms (K + D)·v applies them on the host after the "
-                           "device pass, so v and the diagonal's values must be in host memory on the GPU backend "
-                           "(or evaluate K·v and add D·v yourself)");
-  }
+  // The diagonal terms are applied on the host, reading diag(d)'s d there (the dense factor M of
+  // (K + D)·M is checked before the lowering reads it: api.cuh, check_diag_operand).
+  if (where == residency::queried)
+    for (const auto& [coef, dg] : b.job.post.diags)
+      if (dg.vector && dg.vector->d.data() && space_of(dg.vector->d.data()) != memory_space::host)
+        throw argument_error("memsafe::cuda: " + what +
+                             ": a sum or product with diagonal terms diag(d) adds them on the host after the device "
+                             "pass, so d must be in host memory on the GPU backend");
   rows_plan P;
   P.s = rows_shape(b.job, out_host, where, dev.sms);
   check_shape(P.s, column_operand<R, T>(b.job.red));
