@@ -13,8 +13,8 @@
 // -fopenmp-simd on the loop.
 //
 // The tricks must survive strict IEEE semantics only: (v + 2^52) - 2^52 is a round-to-nearest,
-// which -ffast-math / -fassociative-math would fold away. Do not compile code using these
-// functions with -ffast-math (FMA contraction, -ffp-contract=fast, is fine).
+// which -ffast-math / -fassociative-math would fold away: core/config.hpp refuses such builds
+// (FMA contraction, -ffp-contract=fast, is fine).
 //
 // Accuracy (measured by tests/test_math.cpp against long double references):
 //   exp, log:  < 1 ulp for double, log float; <= 1.06 ulp for exp float (exhaustive over all floats);
@@ -374,8 +374,8 @@ MEMSAFE_HD inline T sqrt(T x) noexcept {
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 // sqrt_n_avx, errno kept or not: the AVX2 regions' roots (MEMSAFE_ROOTS_N). With errno off, those
-// regions took the plain loop (a translation unit without -march, built with -fno-math-errno or
-// -ffast-math): the VJP of a Matérn-3/2 K·v f32 (n = 10⁴, d = 3, one thread, Zen 4) took 0.385 s at
+// regions took the plain loop (a translation unit without -march, built with -fno-math-errno;
+// -ffast-math is refused by core/config.hpp): the VJP of a Matérn-3/2 K·v f32 (n = 10⁴, d = 3, one thread, Zen 4) took 0.385 s at
 // plain -O2 -fno-math-errno against 0.157 s at plain -O2, and 0.148 s through sqrt_n_avx.
 #define MEMSAFE_SQRT_AVX 1
 #if !defined(__NO_MATH_ERRNO__)
