@@ -104,6 +104,18 @@ inline int splits_for(const job_shape& s, std::size_t ti, std::size_t tj) {
   return int(std::clamp<std::size_t>(want, 1, std::min<std::size_t>(most, 1024)));
 }
 
+/// The first candidate layout whose bytes fit the budget, its bytes filled in (plan::best_fit with a
+/// constant score: the candidates come in order of preference).
+inline std::optional<layout> first_fit(const job_shape& s, const std::vector<layout>& cands, std::size_t budget) {
+  const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
+  if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
+    layout L = cands[k];
+    L.bytes = bytes(L);
+    return L;
+  }
+  return std::nullopt;
+}
+
 /// Symmetric K·v: the rows' band is at most sym_max_blocks row blocks, about n/16 (each band
 /// folds its own square both ways, so a band of n/16 evaluates 1/32 of the pairs twice); the
 /// form runs from sym_min_blocks row blocks up.
@@ -140,13 +152,7 @@ inline std::optional<layout> plan_sym_layout(const job_shape& s, std::size_t bud
     }
     if (g == 1) break;
   }
-  const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
-  if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
-    layout L = cands[k];
-    L.bytes = bytes(L);
-    return L;
-  }
-  return std::nullopt;
+  return first_fit(s, cands, budget);
 }
 
 /// The largest row block, then the largest column chunk, that fit the budget; budget_error otherwise.
@@ -171,12 +177,7 @@ inline layout plan_layout(const job_shape& s, std::size_t budget, const std::str
         if (sp == 1) break;
       }
     }
-  const auto bytes = [&](const layout& c) { return layout_bytes(s, c.ti, c.tj, c.splits); };
-  if (const std::size_t k = plan::best_fit(cands, budget, bytes, [](const layout&) { return 0; }); k != plan::npos) {
-    layout L = cands[k];
-    L.bytes = bytes(L);
-    return L;
-  }
+  if (const auto L = first_fit(s, cands, budget)) return *L;
   const std::size_t minimum = layout_bytes(s, 1, tjs.back(), 1);
   plan::too_small(what + " on the GPU", budget, minimum);
 }
