@@ -72,5 +72,15 @@ inline std::optional<std::string_view> screen() { return get("MEMSAFE_SCREEN"); 
 
 /// MEMSAFE_SYMMETRIC (see above).
 inline std::optional<std::string_view> symmetric() { return get("MEMSAFE_SYMMETRIC"); }
+/// MEMSAFE_SYMMETRIC is "off" or "0": no symmetric K·v on either backend.
+inline bool symmetric_off() {
+  const auto v = symmetric();
+  return v && (*v == "off" || *v == "0");
+}
+/// MEMSAFE_SYMMETRIC is "on": the CUDA backend takes the symmetric K·v wherever it fits.
+inline bool symmetric_forced() {
+  const auto v = symmetric();
+  return v && *v == "on";
+}
 
 }  // namespace memsafe::env

@@ -375,8 +375,9 @@ MEMSAFE_HD inline T sqrt(T x) noexcept {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 // sqrt_n_avx, errno kept or not: the AVX2 regions' roots (MEMSAFE_ROOTS_N). With errno off, those
 // regions took the plain loop (a translation unit without -march, built with -fno-math-errno;
-// -ffast-math is refused by core/config.hpp): the VJP of a Matérn-3/2 K·v f32 (n = 10⁴, d = 3, one thread, Zen 4) took 0.385 s at
-// plain -O2 -fno-math-errno against 0.157 s at plain -O2, and 0.148 s through sqrt_n_avx.
+// -ffast-math is refused by core/config.hpp): the VJP of a Matérn-3/2 K·v f32 (n = 10⁴, d = 3,
+// one thread, Zen 4) took 0.385 s at plain -O2 -fno-math-errno against 0.157 s at plain -O2, and
+// 0.148 s through sqrt_n_avx.
 #define MEMSAFE_SQRT_AVX 1
 #if !defined(__NO_MATH_ERRNO__)
 #define MEMSAFE_SQRT_BUILTINS 1  // sqrt_n itself through the builtins (errno kept)

@@ -37,7 +37,6 @@ void check_node() {
                 "diag/trace are evaluated on the host (memsafe::eval)");
 }
 
-/// The job of x with its outputs bound: every rule fired once, into `log`.
 /// Whether X is (K + D)·M — a dense product whose lazy factor has diagonal terms at its top. The
 /// lowering's guard reads M on the host (rewrite::split_is_exact: a non-finite entry keeps the
 /// unsplit form) and D·M is added on the host after the device pass (rows.cuh,
@@ -76,9 +75,9 @@ X without_operand_values(const X& x, std::vector<typename X::value_type>& zeros)
   return y;
 }
 
+/// The job of x with its outputs bound: every rule fired once, into `log`.
 template <class X, class T = typename X::value_type>
 auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
-
   auto job = jobs::lower(x, values, indices, log);
   if constexpr (jobs::is_lazy_product<X>) return bind_output(std::move(job), values);
   else return job;

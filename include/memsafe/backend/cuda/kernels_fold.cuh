@@ -167,13 +167,16 @@ __global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t
   list.store(keys, C, lane);
 }
 
+/// A row block's rows from their S split states, plus `add` (one more state per row) when given:
+/// the symmetric K·v's column sums from earlier bands (rows.cuh, run_symmetric).
 template <class Mon, class T>
 __global__ void merge_rows_kernel(Mon mon, const typename Mon::state* part, std::int64_t ni, int S,
-                                  dev_out<T> out, std::int64_t i_base) {
+                                  dev_out<T> out, std::int64_t i_base, const typename Mon::state* add = nullptr) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= ni) return;
   typename Mon::state st = part[i];
   for (int s = 1; s < S; ++s) mon.merge(st, part[std::int64_t(s) * ni + i]);
+  if (add) mon.merge(st, add[i]);
   mon.write(st, out, i_base + i);
 }
 
@@ -186,19 +189,6 @@ __global__ void sym_columns_kernel(const T* colpart, int G, std::int64_t n, std:
   double c = colsum[j];
   for (int g = 0; g < G; ++g) c += static_cast<double>(colpart[std::int64_t(g) * n + j]);
   colsum[j] = c;
-}
-
-/// Symmetric K·v: a band's rows, r0 + i, from their S split states and what the bands before it
-/// added to them as columns (colsum).
-template <class Mon, class T>
-__global__ void merge_sym_rows_kernel(Mon mon, const typename Mon::state* part, std::int64_t ni, int S,
-                                      const double* colsum, std::int64_t r0, dev_out<T> out, std::int64_t i_base) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= ni) return;
-  typename Mon::state st = part[i];
-  for (int s = 1; s < S; ++s) mon.merge(st, part[std::int64_t(s) * ni + i]);
-  mon.merge(st, colsum[r0 + i]);
-  mon.write(st, out, i_base + i);
 }
 
 // ---- softmax_sum ------------------------------------------------------------------------------------

@@ -95,6 +95,25 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return r;
 }
 
+/// Points per shared-memory tile of the fused sums: TJ, fewer when their DB coordinates would pass
+/// 32 KiB.
+template <class T, int DB, int TJ>
+inline constexpr int sum_tile_points = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+
+/// Row i's first KE coordinates (scaled; zero past d, and all zero for a padded row) into x; returns
+/// 1/‖x‖ (for a cosine).
+template <int KE, class T>
+__device__ __forceinline__ T load_row(T (&x)[KE], const dev_points<T>& X, const dev_scale<T>& sx, std::int64_t i,
+                                      bool live) {
+  T sq = 0;
+#pragma unroll
+  for (int k = 0; k < KE; ++k) {
+    x[k] = (live && k < X.d) ? sx.apply(k, X.at(i, k)) : T(0);
+    sq = ::fma(x[k], x[k], sq);
+  }
+  return inv_norm(sq);
+}
+
 /// Stage the tile of points [jt, min(jt + TP, je)) of Y in shared memory for the fused sums: the
 /// coordinates (scaled, times ysign) zero-padded to DB, and the points' weights — in the padding
 /// slot of each point with Wslot, in `wts` with Wts, zero past je —, then the inverse norms for a
@@ -169,8 +188,7 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
                                                         std::int64_t j_base, std::int64_t cps,
                                                         typename Mon::state* part, std::int64_t ni, bool first) {
   static_assert(DB % 4 == 0 && DE >= 1 && DE <= DB, "fused_rows_kernel: DB a multiple of 4, 1 <= DE <= DB");
-  // Points per shared-memory tile: TJ, fewer when their coordinates would pass 32 KiB.
-  constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+  constexpr int TP = sum_tile_points<T, DB, TJ>;
   constexpr bool partials = tile_partial_sums<Mon>;
   constexpr bool ex2 = exp2_sum<Map, Mon, B, T>;
   constexpr int KE = (DE + 3) / 4 * 4;  // coordinates read (whole groups of four)
@@ -183,20 +201,13 @@ __global__ void __launch_bounds__(TJ) fused_rows_kernel(Map map, Mon mon, dev_po
   const int t = threadIdx.x;
   const std::int64_t s = blockIdx.y;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * TJ * R;
-  const std::int64_t d = X.d;
   T xr[R][KE];
   T xinv[R];
   typename Mon::state st[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const std::int64_t i = row0 + r * TJ + t;
-    T sq = 0;
-#pragma unroll
-    for (int k = 0; k < KE; ++k) {
-      xr[r][k] = (i < ni && k < d) ? sx.apply(k, X.at(i, k)) : T(0);
-      sq = ::fma(xr[r][k], xr[r][k], sq);
-    }
-    xinv[r] = inv_norm(sq);
+    xinv[r] = load_row(xr[r], X, sx, i, i < ni);
     if (i < ni && !first) st[r] = part[s * ni + i];
     else mon.init(st[r]);
   }
@@ -255,7 +266,7 @@ __global__ void __launch_bounds__(TJ) fused_sym_kernel(Map map, Mon mon, dev_poi
                                                        typename Mon::state* part, std::int64_t ni, T* colpart) {
   static_assert(DB % 4 == 0 && DE >= 1 && DE <= DB, "fused_sym_kernel: DB a multiple of 4, 1 <= DE <= DB");
   static_assert(tile_partial_sums<Mon> && TJ % 32 == 0, "fused_sym_kernel: weighted sums, whole warps");
-  constexpr int TP = int(sizeof(T)) * DB * TJ > 32768 ? 32768 / (int(sizeof(T)) * DB) : TJ;
+  constexpr int TP = sum_tile_points<T, DB, TJ>;
   static_assert(TP % 32 == 0 && TJ % TP == 0, "fused_sym_kernel: tiles of whole 32-column groups dividing TJ");
   constexpr bool ex2 = exp2_sum<Map, Mon, B, T>;
   constexpr int KE = (DE + 3) / 4 * 4;
@@ -268,7 +279,7 @@ __global__ void __launch_bounds__(TJ) fused_sym_kernel(Map map, Mon mon, dev_poi
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const std::int64_t s = blockIdx.y;
   const std::int64_t lrow0 = std::int64_t(blockIdx.x) * TJ * R;  // within the band
-  const std::int64_t n = X.n, d = X.d, r1 = r0 + ni;
+  const std::int64_t n = X.n, r1 = r0 + ni;
   T xr[R][KE];
   T xinv[R];
   T wr[R];  // the rows' own weights v_i, for the column sums
@@ -277,13 +288,7 @@ __global__ void __launch_bounds__(TJ) fused_sym_kernel(Map map, Mon mon, dev_poi
   for (int r = 0; r < R; ++r) {
     const std::int64_t li = lrow0 + r * TJ + t;
     const bool live = li < ni;
-    T sq = 0;
-#pragma unroll
-    for (int k = 0; k < KE; ++k) {
-      xr[r][k] = (live && k < d) ? sx.apply(k, X.at(r0 + li, k)) : T(0);
-      sq = ::fma(xr[r][k], xr[r][k], sq);
-    }
-    xinv[r] = inv_norm(sq);
+    xinv[r] = load_row(xr[r], X, sx, r0 + li, live);
     wr[r] = live ? mon.weight(r0 + li) : T(0);
     mon.init(st[r]);
   }

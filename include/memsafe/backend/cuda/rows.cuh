@@ -144,44 +144,47 @@ void run_fold(const P& r) {
 /// against the columns [r0, n), in one launch of fused_sym_kernel: its own square row-wise, every
 /// pair right of it once, into the row's split states and into its column's sum, one value per
 /// column and row block (colpart, G·n). sym_columns_kernel then adds the G column sums right of
-/// the band to each column's double state (colsum) in row-block order, and merge_sym_rows_kernel
+/// the band to each column's double state (colsum) in row-block order, and merge_rows_kernel
 /// writes the band's rows: their split states plus what the earlier bands added to them as
 /// columns. Pairs: n(n + ti)/2 instead of n²; every sum in a fixed order (deterministic for a
 /// plan). Bytes beyond the plain form's: colpart and colsum (rows_plan.cuh, layout_bytes).
 template <class P>
 void run_symmetric(const P& r) {
   using T = typename P::T;
-  using DM = dmon_matvec<T>;
-  const cudaStream_t st = r.acc.stream();
-  const std::size_t n = r.s.n, tb = r.L.ti, rpb = std::size_t(r.s.rows_per_block);
-  device_buffer<typename DM::state> part(r.acc, tb * std::size_t(r.L.splits));
-  device_buffer<T> colpart(r.acc, cdiv(tb, rpb) * n);
-  device_buffer<double> colsum(r.acc, n);
-  row_output<T> ro(r.out, r.job.post.scale, r.s.out_host, tb, r.s.c, r.s.with_index, r.acc);
-  MEMSAFE_CUDA_CHECK(cudaMemsetAsync(colsum.data(), 0, n * sizeof(double), st));
-  const auto X = r.xf.fetch(0, n, 0);
-  const auto w = r.rf.fetch(0, n, 0);
-  DM mon;
-  mon.w = w.p;
-  mon.ws = w.rs;
-  for (std::size_t r0 = 0; r0 < n; r0 += tb) {
-    const std::size_t ni = std::min(tb, n - r0), r1 = r0 + ni;
-    const sym_split sp = sym_splits_for(n - r0, r.L.splits);
-    launch_sym(r.map, mon, r.leaf, r.sc, X, std::int64_t(r0), std::int64_t(ni), sp.S, sp.cps, part.data(),
-               colpart.data(), st);
-    if (r1 < n) {
-      kernels::sym_columns_kernel<T><<<blocks_for(std::int64_t(n - r1)), 256, 0, st>>>(
-          colpart.data(), int(cdiv(ni, rpb)), std::int64_t(n), std::int64_t(r1), colsum.data());
-      MEMSAFE_CUDA_LAUNCHED("sym_columns_kernel");
+  if constexpr (!std::is_same_v<typename P::job_type::reduction, red::matmul<T>>) {
+    throw error("memsafe::cuda: internal: the symmetric form planned for a reduction other than K·v");
+  } else {
+    using DM = dmon_matvec<T>;
+    const cudaStream_t st = r.acc.stream();
+    const std::size_t n = r.s.n, tb = r.L.ti, rpb = std::size_t(r.s.rows_per_block);
+    device_buffer<typename DM::state> part(r.acc, tb * std::size_t(r.L.splits));
+    device_buffer<T> colpart(r.acc, cdiv(tb, rpb) * n);
+    device_buffer<double> colsum(r.acc, n);
+    row_output<T> ro(r.out, r.job.post.scale, r.s.out_host, tb, r.s.c, r.s.with_index, r.acc);
+    MEMSAFE_CUDA_CHECK(cudaMemsetAsync(colsum.data(), 0, n * sizeof(double), st));
+    const auto X = r.xf.fetch(0, n, 0);
+    const auto w = r.rf.fetch(0, n, 0);
+    DM mon;
+    mon.w = w.p;
+    mon.ws = w.rs;
+    for (std::size_t r0 = 0; r0 < n; r0 += tb) {
+      const std::size_t ni = std::min(tb, n - r0), r1 = r0 + ni;
+      const sym_split sp = sym_splits_for(n - r0, r.L.splits);
+      launch_sym(r.map, mon, r.leaf, r.sc, X, std::int64_t(r0), std::int64_t(ni), sp.S, sp.cps, part.data(),
+                 colpart.data(), st);
+      if (r1 < n) {
+        kernels::sym_columns_kernel<T><<<blocks_for(std::int64_t(n - r1)), 256, 0, st>>>(
+            colpart.data(), int(cdiv(ni, rpb)), std::int64_t(n), std::int64_t(r1), colsum.data());
+        MEMSAFE_CUDA_LAUNCHED("sym_columns_kernel");
+      }
+      kernels::merge_rows_kernel<DM, T><<<blocks_for(std::int64_t(ni)), 256, 0, st>>>(
+          mon, part.data(), std::int64_t(ni), sp.S, ro.target(), ro.base(std::int64_t(r0)), colsum.data() + r0);
+      MEMSAFE_CUDA_LAUNCHED("merge_rows_kernel");
+      ro.finish_block(r0, ni, st);
     }
-    kernels::merge_sym_rows_kernel<DM, T><<<blocks_for(std::int64_t(ni)), 256, 0, st>>>(
-        mon, part.data(), std::int64_t(ni), sp.S, colsum.data(), std::int64_t(r0), ro.target(),
-        ro.base(std::int64_t(r0)));
-    MEMSAFE_CUDA_LAUNCHED("merge_sym_rows_kernel");
-    ro.finish_block(r0, ni, st);
+    r.xf.release(0);
+    r.rf.release(0);
   }
-  r.xf.release(0);
-  r.rf.release(0);
 }
 
 // ---- the other tile paths: top-k by block sort, K·M, softmax_sum, dense -------------------------
@@ -386,14 +389,8 @@ void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const optio
   using Map = std::remove_cvref_t<decltype(map)>;
   const double delta = screen_margin<T>(Leaf::formula_type::base, s.d, tf32);
   const row_pass<J, Map, Leaf> r{s, L, job, map, leaf, ds.scale, xf, yf, rf, bl.get(), tile, xn, yn, b.out, acc, delta};
-  if constexpr (std::is_same_v<R, red::matmul<T>>) {
-    if (s.symmetric) {
-      run_symmetric(r);
-      if (s.out_host && !job.post.diags.empty()) apply_diagonal_terms(job, b.out, s.n, st);
-      return;
-    }
-  }
-  if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) run_fold(r);
+  if (s.symmetric) run_symmetric(r);
+  else if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) run_fold(r);
   else run_tiles(r);
   if (s.out_host && !job.post.diags.empty()) apply_diagonal_terms(job, b.out, s.n, st);
 }

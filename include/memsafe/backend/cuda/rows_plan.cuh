@@ -17,6 +17,7 @@
 #include "../../core/env.hpp"
 #include "../../lower/job.hpp"
 #include "../../plan/plan.hpp"
+#include "../../rewrite/rules.hpp"
 #include "device_expr.cuh"
 #include "device_monoids.cuh"
 #include "kernels_fold.cuh"
@@ -87,9 +88,12 @@ inline std::size_t layout_bytes(const job_shape& s, std::size_t ti, std::size_t 
   return b;
 }
 
-/// The smallest layout's bytes: one row, the smallest column chunk, one split.
+/// The smallest layout's bytes: one row, the smallest column chunk, one split, in the plain form
+/// (the symmetric K·v is taken only above it).
 inline std::size_t min_layout_bytes(const job_shape& s) {
-  return layout_bytes(s, 1, std::min<std::size_t>(std::max<std::size_t>(s.m, 1), 64), 1);
+  job_shape plain = s;
+  plain.symmetric = false;
+  return layout_bytes(plain, 1, std::min<std::size_t>(std::max<std::size_t>(s.m, 1), 64), 1);
 }
 
 /// Column splits: enough thread blocks to fill the GPU (split_target per SM on the fused path, 4 on
@@ -245,15 +249,10 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
   if constexpr (std::is_same_v<R, red::matmul<T>>) {
     // k(X, X)·v: the same view of device-resident points on both sides (equal values elsewhere do
     // not count), every device formula being symmetric, k(x_i, x_j) = k(x_j, x_i).
-    const auto same = [](const auto& a, const auto& b) {
-      return a.data() == b.data() && a.rows() == b.rows() && a.cols() == b.cols() &&
-             a.row_stride() == b.row_stride() && a.col_stride() == b.col_stride();
-    };
-    const auto v = env::symmetric();
-    s.sym_forced = v && *v == "on";
-    s.sym_eligible = s.path == kernel_path::fused && s.c == 1 && !s.x_host && !s.rhs_host && same(leaf.x, leaf.y) &&
-                     (s.sym_forced || s.n >= sym_min_blocks * std::size_t(s.rows_per_block)) &&
-                     !(v && (*v == "off" || *v == "0"));
+    s.sym_forced = env::symmetric_forced();
+    s.sym_eligible = s.path == kernel_path::fused && s.c == 1 && !s.x_host && !s.rhs_host &&
+                     rewrite::same_view(leaf.x, leaf.y) &&
+                     (s.sym_forced || s.n >= sym_min_blocks * std::size_t(s.rows_per_block)) && !env::symmetric_off();
   }
   return s;
 }
@@ -341,11 +340,6 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
   }
   P.L = sym ? *sym : plan_layout(P.s, budget, what);
   P.plan = describe(b.job, P.s, P.L, budget);
-  if (sym) {  // the plain form's minimum is the call's
-    job_shape plain_form = P.s;
-    plain_form.symmetric = false;
-    P.plan.min_bytes = min_layout_bytes(plain_form);
-  }
   if (optional_blas) P.plan.min_bytes = std::min(P.plan.min_bytes, min_layout_bytes(plain));
   return P;
 }

@@ -43,6 +43,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../rewrite/rules.hpp"
 #include "isa.hpp"
 #include "kernels.hpp"
 #include "monoids.hpp"
@@ -151,10 +152,9 @@ bool fsum_symmetric(const E& e, const Mon& mon) {
     return false;
   } else {
     if (fsum_monoid<Mon>::cols(mon) != 1) return false;
-    if (const auto v = env::symmetric(); v && (*v == "off" || *v == "0")) return false;
+    if (env::symmetric_off()) return false;
     const auto& pw = fsum_leaf<E>::pw(e);
-    return pw.x.data() == pw.y.data() && pw.x.rows() == pw.y.rows() && pw.x.cols() == pw.y.cols() &&
-           pw.x.row_stride() == pw.y.row_stride() && pw.x.col_stride() == pw.y.col_stride();
+    return rewrite::same_view(pw.x, pw.y);
   }
 }
 
