@@ -365,7 +365,9 @@ TEST_CASE("sgpr errors for shapes and parameters and budget and a singular Kuu")
 }
 
 TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops in both layouts") {
-  const std::size_t n = 9;
+  // n = 150: more than two of the 64×64 blocks that mirror the triangle, the last one partial.
+  for (const std::size_t n : {std::size_t(9), std::size_t(150)}) {
+  CAPTURE(n);
   std::mt19937_64 g(17);
   std::normal_distribution<double> N;
   vec G(n * n), A(n * n, 0.0);
@@ -394,6 +396,55 @@ TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops 
         CHECK(F[i * n + j] == F[j * n + i]);
       }
     CHECK(err < 1e-10);
+  }
+  }
+}
+
+TEST_CASE("the recursive dsygst (the SGPR call's m×m whitening) against naive triangular solves") {
+  // A ← L⁻¹·A·L⁻ᵀ for a column-major lower L ('L'), and the same through its transpose U = Lᵀ
+  // ('U': U⁻ᵀ·A·U⁻¹), by sygst_recursive with base cases from 1 (recursion down to single rows,
+  // odd halves) to dsygst's whole matrix, against forward substitution in plain loops.
+  std::mt19937_64 g(23);
+  std::normal_distribution<double> N;
+  for (const int n : {1, 2, 7, 50, 301}) {
+    const std::size_t un = static_cast<std::size_t>(n);
+    vec Lc(un * un, 0.0), Uc(un * un, 0.0), A(un * un);  // column-major: (i, j) at i + j·n
+    for (std::size_t j = 0; j < un; ++j)
+      for (std::size_t i = j; i < un; ++i) Lc[i + j * un] = i == j ? 1.0 + std::fabs(N(g)) : 0.3 * N(g);
+    for (std::size_t j = 0; j < un; ++j)
+      for (std::size_t i = 0; i < un; ++i) Uc[i + j * un] = Lc[j + i * un];
+    for (std::size_t j = 0; j < un; ++j)
+      for (std::size_t i = 0; i <= j; ++i) A[i + j * un] = A[j + i * un] = N(g);
+    // Y = L⁻¹·A column by column, then R = L⁻¹·Yᵀ (= (Y·L⁻ᵀ)ᵀ; R is symmetric).
+    const auto lower_solve = [&](vec M) {
+      for (std::size_t c = 0; c < un; ++c)
+        for (std::size_t i = 0; i < un; ++i) {
+          double v = M[i + c * un];
+          for (std::size_t k = 0; k < i; ++k) v -= Lc[i + k * un] * M[k + c * un];
+          M[i + c * un] = v / Lc[i + i * un];
+        }
+      return M;
+    };
+    vec Y = lower_solve(A), Yt(un * un);
+    for (std::size_t j = 0; j < un; ++j)
+      for (std::size_t i = 0; i < un; ++i) Yt[i + j * un] = Y[j + i * un];
+    const vec R = lower_solve(Yt);
+    double scale = 0;
+    for (double v : R) scale = std::max(scale, std::fabs(v));
+    for (const int base : {1, 4, 256})
+      for (const char uplo : {'L', 'U'}) {
+        CAPTURE(n);
+        CAPTURE(base);
+        CAPTURE(uplo);
+        vec X = A;
+        const vec& B = uplo == 'L' ? Lc : Uc;
+        CHECK(memsafe::detail::gp::sygst_recursive(uplo, n, X.data(), n, B.data(), n, base) == 0);
+        double err = 0;
+        for (std::size_t j = 0; j < un; ++j)
+          for (std::size_t i = 0; i < un; ++i)
+            if (uplo == 'L' ? i >= j : i <= j) err = std::max(err, std::fabs(X[i + j * un] - R[i + j * un]));
+        CHECK(err <= 1e-12 * scale);
+      }
   }
 }
 
