@@ -305,14 +305,26 @@ inline std::size_t chunk_columns(std::size_t budget, std::size_t fixed, std::siz
   return std::max<std::size_t>(1, std::min(n, (budget - fixed) / per_column));
 }
 
+/// D(i, j) −= S(j, i) for the rows × cols block D and the cols × rows block S, both column-major
+/// with leading dimension ld, in 64×64 blocks (one of the two is read across its columns).
+inline void subtract_transposed(double* D, const double* S, std::size_t rows, std::size_t cols, std::size_t ld) {
+  constexpr std::size_t b = 64;
+  for (std::size_t j0 = 0; j0 < cols; j0 += b)
+    for (std::size_t i0 = 0; i0 < rows; i0 += b)
+      for (std::size_t j = j0; j < std::min(cols, j0 + b); ++j)
+        for (std::size_t i = i0; i < std::min(rows, i0 + b); ++i) D[i + j * ld] -= S[j + i * ld];
+}
+
 /// dsygst (itype 1) on column-major A (n×n, leading dimension lda) with the triangular factor B
-/// (ldb): uplo 'L': A ← B⁻¹·A·B⁻ᵀ, 'U': A ← B⁻ᵀ·A·B⁻¹, the `uplo` triangle of A read and written.
-/// Recursive, as ReLAPACK formulates it: the leading half is transformed, the off-diagonal block
-/// is updated by one TRSM, two SYMMs and a SYR2K of the trailing half, and the trailing half is
-/// transformed in turn; dsygst itself below `base`. The same n³ flops as dsygst's loop, but in
-/// few large BLAS-3 calls: OpenBLAS's dsygst is reference LAPACK's blocked loop (panels of 64),
-/// 61 GFLOP/s for uplo 'U' at n = 6000 on a 2-core Zen 4 where this runs at 74 (docs/design.md).
-/// Returns dsygst's info (non-zero only for an illegal argument).
+/// (ldb): uplo 'L': A ← B⁻¹·A·B⁻ᵀ, 'U': A ← B⁻ᵀ·A·B⁻¹, in the `uplo` triangle of A; **the other
+/// triangle is overwritten** (workspace). Recursive, after ReLAPACK: the leading half is
+/// transformed; then, with S = ½·B21·A11 ('U': ½·A11·B12), A21 ← A21·B11⁻ᵀ − S,
+/// A22 ← A22 − A21·B21ᵀ − B21·A21ᵀ, A21 ← B22⁻¹·(A21 − S) ('U': the same on A12 = A21ᵀ); the
+/// trailing half is transformed in turn; dsygst itself below `base`. S is one GEMM, its transpose
+/// written into the free triangle (ReLAPACK and dsygst compute it twice as SYMMs: 4/3·n³ flops
+/// when halving, against n³ here). OpenBLAS's dsygst is reference LAPACK's loop over panels of 64:
+/// at n = 6000 on a 2-core Zen 4 it runs at 61 GFLOP/s for uplo 'U' (80 for 'L'), this at 93
+/// (docs/design.md). Returns dsygst's info (non-zero only for an illegal argument).
 inline int sygst_recursive(char uplo, int n, double* A, int lda, const double* B, int ldb, int base = 256) {
   int info = 0;
   if (n <= base) {
@@ -321,36 +333,42 @@ inline int sygst_recursive(char uplo, int n, double* A, int lda, const double* B
     return info;
   }
   const int n1 = n / 2, n2 = n - n1;
-  const double one = 1, mone = -1, mhalf = -0.5;
+  const double one = 1, mone = -1, half = 0.5, zero = 0;
   const char L = 'L', R = 'R', U = 'U', N = 'N', T = 'T';
   const std::size_t la = static_cast<std::size_t>(lda), lb = static_cast<std::size_t>(ldb);
-  double* A22 = A + n1 + n1 * la;
-  const double* B22 = B + n1 + n1 * lb;
+  const std::size_t u1 = static_cast<std::size_t>(n1), u2 = static_cast<std::size_t>(n2);
+  double* A22 = A + u1 + u1 * la;
+  const double* B22 = B + u1 + u1 * lb;
+  double* A21 = A + u1;       // n2×n1
+  double* A12 = A + u1 * la;  // n1×n2
   if ((info = sygst_recursive(uplo, n1, A, lda, B, ldb, base)) != 0) return info;
-  // With A11 transformed: A21 ← A21·B11⁻ᵀ − ½B21·A11; A22 ← A22 − A21·B21ᵀ − B21·A21ᵀ;
-  // A21 ← B22⁻¹·(A21 − ½B21·A11); then A22 is transformed ('U': the same on A12 = A21ᵀ, B12 = B21ᵀ).
+  // A11 whole (its other triangle is free), for the GEMM.
+  const matrix_view<double> cm(A, u1, u1, 1, la);  // A11 as stored (column-major)
   if (uplo == 'L') {
-    double* A21 = A + n1;
-    const double* B21 = B + n1;
+    memsafe::linalg::detail::mirror_lower(cm);
+    const double* B21 = B + u1;
     dtrsm_(&R, &L, &T, &N, &n2, &n1, &one, B, &ldb, A21, &lda, 1, 1, 1, 1);
-    dsymm_(&R, &L, &n2, &n1, &mhalf, A, &lda, B21, &ldb, &one, A21, &lda, 1, 1);
+    dgemm_(&N, &T, &n1, &n2, &n1, &half, A, &lda, B21, &ldb, &zero, A12, &lda, 1, 1);  // Sᵀ into A12
+    subtract_transposed(A21, A12, u2, u1, la);
     dsyr2k_(&L, &N, &n2, &n1, &mone, A21, &lda, B21, &ldb, &one, A22, &lda, 1, 1);
-    dsymm_(&R, &L, &n2, &n1, &mhalf, A, &lda, B21, &ldb, &one, A21, &lda, 1, 1);
+    subtract_transposed(A21, A12, u2, u1, la);
     dtrsm_(&L, &L, &N, &N, &n2, &n1, &one, B22, &ldb, A21, &lda, 1, 1, 1, 1);
   } else {
-    double* A12 = A + n1 * la;
-    const double* B12 = B + n1 * lb;
+    memsafe::linalg::detail::mirror_lower(cm.t());
+    const double* B12 = B + u1 * lb;
     dtrsm_(&L, &U, &T, &N, &n1, &n2, &one, B, &ldb, A12, &lda, 1, 1, 1, 1);
-    dsymm_(&L, &U, &n1, &n2, &mhalf, A, &lda, B12, &ldb, &one, A12, &lda, 1, 1);
+    dgemm_(&T, &N, &n2, &n1, &n1, &half, B12, &ldb, A, &lda, &zero, A21, &lda, 1, 1);  // Sᵀ into A21
+    subtract_transposed(A12, A21, u1, u2, la);
     dsyr2k_(&U, &T, &n2, &n1, &mone, A12, &lda, B12, &ldb, &one, A22, &lda, 1, 1);
-    dsymm_(&L, &U, &n1, &n2, &mhalf, A, &lda, B12, &ldb, &one, A12, &lda, 1, 1);
+    subtract_transposed(A12, A21, u1, u2, la);
     dtrsm_(&R, &U, &N, &N, &n1, &n2, &one, B22, &ldb, A12, &lda, 1, 1, 1, 1);
   }
   return sygst_recursive(uplo, n2, A22, lda, B22, ldb, base);
 }
 
 /// sygst_recursive on symmetric X (m×m) with the triangular factor stored in L, `uplo` in
-/// column-major terms: the triangle of X read and written, and L's. Returns dsygst's info.
+/// column-major terms: the triangle of X read and written (the other one overwritten), and L's.
+/// Returns dsygst's info.
 inline int sygst(char uplo, const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
   const int N = memsafe::linalg::detail::to_int(m, "gp::sgpr", "m");
   return sygst_recursive(uplo, N, X.data(), N, L.data(), N);
@@ -360,18 +378,18 @@ inline void require_sygst(int info) {
 }
 
 /// X ← L⁻¹·X·L⁻ᵀ for symmetric X (row-major, m×m; its lower triangle read and written, the upper
-/// left as it was), L lower-triangular row-major: one dsygst, half the flops of two triangular
+/// overwritten), L lower-triangular row-major: one sygst, half the flops of two triangular
 /// solves with m right-hand sides. Row-major L is column-major U = Lᵀ and X's row-major lower triangle
 /// its column-major upper one, so the call is uplo 'U': inv(Uᵀ)·X·inv(U) = L⁻¹·X·L⁻ᵀ.
 inline void whiten_symmetric(const std::vector<double>& L, std::vector<double>& X, std::size_t m) {
   require_sygst(sygst('U', L, X, m));
 }
 
-/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (row-major m×m), L lower-triangular row-major: one dsygst after
+/// X ← L⁻ᵀ·X·L⁻¹ for symmetric X (row-major m×m), L lower-triangular row-major: one sygst after
 /// reversing the index order. With J the reversal, L⁻ᵀ·X·L⁻¹ = J·[L̃⁻¹·(JXJ)·L̃⁻ᵀ]·J for the
 /// lower-triangular L̃ = J·Lᵀ·J. In row-major storage JXJ is X's array reversed, and L's array
 /// reversed is J·L·J (upper), whose column-major reading is L̃: so X and L are reversed in place,
-/// dsygst (uplo 'L') works on X's row-major upper triangle, and both arrays are reversed back (L
+/// sygst (uplo 'L') works on X's row-major upper triangle, and both arrays are reversed back (L
 /// exactly as it was; X's result then in its lower triangle, mirrored: exactly symmetric).
 inline void sandwich(std::vector<double>& L, std::vector<double>& X, std::size_t m) {
   std::reverse(X.begin(), X.end());

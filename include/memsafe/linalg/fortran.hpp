@@ -44,9 +44,6 @@ void dsyrk_(const char* uplo, const char* trans, const int* n, const int* k, con
             std::size_t trans_len);
 void ssyrk_(const char* uplo, const char* trans, const int* n, const int* k, const float* alpha, const float* a,
             const int* lda, const float* beta, float* c, const int* ldc, std::size_t uplo_len, std::size_t trans_len);
-void dsymm_(const char* side, const char* uplo, const int* m, const int* n, const double* alpha, const double* a,
-            const int* lda, const double* b, const int* ldb, const double* beta, double* c, const int* ldc,
-            std::size_t side_len, std::size_t uplo_len);
 void dsyr2k_(const char* uplo, const char* trans, const int* n, const int* k, const double* alpha, const double* a,
              const int* lda, const double* b, const int* ldb, const double* beta, double* c, const int* ldc,
              std::size_t uplo_len, std::size_t trans_len);
