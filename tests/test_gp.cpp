@@ -367,36 +367,36 @@ TEST_CASE("sgpr errors for shapes and parameters and budget and a singular Kuu")
 TEST_CASE("linalg::cholesky_inverse (used by the GP module) against naive loops in both layouts") {
   // n = 150: more than two of the 64×64 blocks that mirror the triangle, the last one partial.
   for (const std::size_t n : {std::size_t(9), std::size_t(150)}) {
-  CAPTURE(n);
-  std::mt19937_64 g(17);
-  std::normal_distribution<double> N;
-  vec G(n * n), A(n * n, 0.0);
-  for (auto& v : G) v = N(g);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
-      for (std::size_t k = 0; k < n; ++k) A[i * n + j] += G[i * n + k] * G[j * n + k];
-      if (i == j) A[i * n + j] += 1.0;
-    }
-  for (bool colmajor : {false, true}) {
-    vec F = A;  // symmetric: the same memory either way
-    auto V = memsafe::matrix(F.data(), n, n);
-    if (colmajor) {
-      memsafe::linalg::cholesky(V.t());
-      memsafe::linalg::cholesky_inverse(V.t());
-    } else {
-      memsafe::linalg::cholesky(V);
-      memsafe::linalg::cholesky_inverse(V);
-    }
-    double err = 0;  // ‖A·A⁻¹ − I‖_max
+    CAPTURE(n);
+    std::mt19937_64 g(17);
+    std::normal_distribution<double> N;
+    vec G(n * n), A(n * n, 0.0);
+    for (auto& v : G) v = N(g);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (std::size_t k = 0; k < n; ++k) s += A[i * n + k] * F[k * n + j];
-        err = std::max(err, std::fabs(s - (i == j ? 1.0 : 0.0)));
-        CHECK(F[i * n + j] == F[j * n + i]);
+        for (std::size_t k = 0; k < n; ++k) A[i * n + j] += G[i * n + k] * G[j * n + k];
+        if (i == j) A[i * n + j] += 1.0;
       }
-    CHECK(err < 1e-10);
-  }
+    for (bool colmajor : {false, true}) {
+      vec F = A;  // symmetric: the same memory either way
+      auto V = memsafe::matrix(F.data(), n, n);
+      if (colmajor) {
+        memsafe::linalg::cholesky(V.t());
+        memsafe::linalg::cholesky_inverse(V.t());
+      } else {
+        memsafe::linalg::cholesky(V);
+        memsafe::linalg::cholesky_inverse(V);
+      }
+      double err = 0;  // ‖A·A⁻¹ − I‖_max
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (std::size_t k = 0; k < n; ++k) s += A[i * n + k] * F[k * n + j];
+          err = std::max(err, std::fabs(s - (i == j ? 1.0 : 0.0)));
+          CHECK(F[i * n + j] == F[j * n + i]);
+        }
+      CHECK(err < 1e-10);
+    }
   }
 }
 
