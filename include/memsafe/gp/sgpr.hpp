@@ -305,16 +305,6 @@ inline std::size_t chunk_columns(std::size_t budget, std::size_t fixed, std::siz
   return std::max<std::size_t>(1, std::min(n, (budget - fixed) / per_column));
 }
 
-/// D(i, j) −= S(j, i) for the rows × cols block D and the cols × rows block S, both column-major
-/// with leading dimension ld, in 64×64 blocks (one of the two is read across its columns).
-inline void subtract_transposed(double* D, const double* S, std::size_t rows, std::size_t cols, std::size_t ld) {
-  constexpr std::size_t b = 64;
-  for (std::size_t j0 = 0; j0 < cols; j0 += b)
-    for (std::size_t i0 = 0; i0 < rows; i0 += b)
-      for (std::size_t j = j0; j < std::min(cols, j0 + b); ++j)
-        for (std::size_t i = i0; i < std::min(rows, i0 + b); ++i) D[i + j * ld] -= S[j + i * ld];
-}
-
 /// dsygst (itype 1) on column-major A (n×n, leading dimension lda) with the triangular factor B
 /// (ldb): uplo 'L': A ← B⁻¹·A·B⁻ᵀ, 'U': A ← B⁻ᵀ·A·B⁻¹, in the `uplo` triangle of A; **the other
 /// triangle is overwritten** (workspace). Recursive, after ReLAPACK: the leading half is
@@ -349,18 +339,18 @@ inline int sygst_recursive(char uplo, int n, double* A, int lda, const double* B
     const double* B21 = B + u1;
     dtrsm_(&R, &L, &T, &N, &n2, &n1, &one, B, &ldb, A21, &lda, 1, 1, 1, 1);
     dgemm_(&N, &T, &n1, &n2, &n1, &half, A, &lda, B21, &ldb, &zero, A12, &lda, 1, 1);  // Sᵀ into A12
-    subtract_transposed(A21, A12, u2, u1, la);
+    memsafe::linalg::detail::subtract_transposed(A21, A12, u2, u1, la);
     dsyr2k_(&L, &N, &n2, &n1, &mone, A21, &lda, B21, &ldb, &one, A22, &lda, 1, 1);
-    subtract_transposed(A21, A12, u2, u1, la);
+    memsafe::linalg::detail::subtract_transposed(A21, A12, u2, u1, la);
     dtrsm_(&L, &L, &N, &N, &n2, &n1, &one, B22, &ldb, A21, &lda, 1, 1, 1, 1);
   } else {
     memsafe::linalg::detail::mirror_lower(cm.t());
     const double* B12 = B + u1 * lb;
     dtrsm_(&L, &U, &T, &N, &n1, &n2, &one, B, &ldb, A12, &lda, 1, 1, 1, 1);
     dgemm_(&T, &N, &n2, &n1, &n1, &half, B12, &ldb, A, &lda, &zero, A21, &lda, 1, 1);  // Sᵀ into A21
-    subtract_transposed(A12, A21, u1, u2, la);
+    memsafe::linalg::detail::subtract_transposed(A12, A21, u1, u2, la);
     dsyr2k_(&U, &T, &n2, &n1, &mone, A12, &lda, B12, &ldb, &one, A22, &lda, 1, 1);
-    subtract_transposed(A12, A21, u1, u2, la);
+    memsafe::linalg::detail::subtract_transposed(A12, A21, u1, u2, la);
     dtrsm_(&R, &U, &N, &N, &n1, &n2, &one, B22, &ldb, A12, &lda, 1, 1, 1, 1);
   }
   return sygst_recursive(uplo, n2, A22, lda, B22, ldb, base);
