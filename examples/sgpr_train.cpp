@@ -131,6 +131,18 @@ gp::sgpr_result sgpr_all(const gp::data_view& D, const gp::inducing_view& I, con
 #endif
 }
 
+/// Rank 0's decision, the same on every rank (a time limit is read on each rank's clock; the ranks
+/// must leave L-BFGS at the same iteration). Without MPI: the decision itself.
+bool rank0_decides(bool decision) {
+#if defined(MEMSAFE_SGPR_TRAIN_MPI)
+  int v = decision ? 1 : 0;
+  MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return v != 0;
+#else
+  return decision;
+#endif
+}
+
 /// The number of MPI ranks (1 without MPI).
 std::size_t world_ranks() {
 #if defined(MEMSAFE_SGPR_TRAIN_MPI)
@@ -154,7 +166,9 @@ struct problem {
   std::size_t evaluations = 0, failures = 0, peak_temp = 0, iterations = 0;
   double best_bound = -std::numeric_limits<double>::infinity();
   double seconds_eval = 0;
-  clock_type::time_point t_start;
+  double time_limit = 0;  // seconds of training after which L-BFGS stops at the next iteration's end (0: none)
+  bool timed_out = false;
+  clock_type::time_point t_start, t_train;
 
   /// t (the unconstrained vector) → hyperparameters and Z.
   gp::hyperparameters hyper(const double* t) const {
@@ -200,16 +214,22 @@ lbfgsfloatval_t evaluate(void* inst, const lbfgsfloatval_t* t, lbfgsfloatval_t* 
   }
 }
 
+/// progress()'s return value when the time limit stops training (liblbfgs returns it unchanged).
+constexpr int time_limit_reached = 1;
+
 int progress(void* inst, const lbfgsfloatval_t*, const lbfgsfloatval_t*, const lbfgsfloatval_t fx,
              const lbfgsfloatval_t, const lbfgsfloatval_t gnorm, const lbfgsfloatval_t step, int, int k, int ls) {
   auto& P = *static_cast<problem*>(inst);
   P.iterations = static_cast<std::size_t>(k);
   std::fprintf(stderr, "iter %4d  bound %.10g  |grad| %.4g  step %.3g  evals %d  %.1f s\n", k,
                -fx * static_cast<double>(P.n), gnorm * static_cast<double>(P.n), step, ls, since(P.t_start));
-  return 0;
+  P.timed_out = rank0_decides(P.time_limit > 0 && since(P.t_train) >= P.time_limit);
+  // Non-zero stops lbfgs(), which returns this value with t at the iterate just accepted.
+  return P.timed_out ? time_limit_reached : 0;
 }
 
-std::string lbfgs_status(int rc) {
+std::string lbfgs_status(int rc, bool timed_out) {
+  if (timed_out && rc == time_limit_reached) return "time_limit";
   switch (rc) {
     case LBFGS_SUCCESS: return "converged";
     case LBFGS_STOP: return "stopped";
@@ -253,6 +273,7 @@ int run_main(int argc, char** argv) {
       .option("seed", "0", "seed of the inducing-point initialisation")
       .option("init-subset", "20000", "k-means++ seeding runs over this many training points (at most)")
       .option("lbfgs-memory", "10", "L-BFGS history length")
+      .option("time-limit", "0", "stop training at the end of the first iteration that ends after this many seconds (0: no limit)")
       .option("bench", "0", "no training: time this many bound and bound+gradient evaluations")
       .flag("fix-z", "keep the inducing points at their initial values")
       .flag("bench-bound-only", "with --bench: time the bound only (no gradient)")
@@ -275,7 +296,9 @@ int run_main(int argc, char** argv) {
   }
   const double ell0 = args.get_double("lengthscale"), var0 = args.get_double("variance"),
                noise0 = args.get_double("noise");
+  const double time_limit = args.get_double("time-limit");
   if (m == 0) args.fail("--m must be positive");
+  if (!(time_limit >= 0)) args.fail("--time-limit must be a number of seconds >= 0");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
 
   try {
@@ -299,6 +322,7 @@ int run_main(int argc, char** argv) {
     P.kind = kind;
     P.jitter = args.get_double("jitter");
     P.train_z = !args.get_flag("fix-z");
+    P.time_limit = time_limit;
     P.opts.budget = budget;
     P.opts.gradient = true;
     P.opts.whitened = args.get_flag("whitened");
@@ -369,9 +393,10 @@ int run_main(int argc, char** argv) {
       param.epsilon = 1e-8;
       param.max_linesearch = 40;
       t0 = clock_type::now();
+      P.t_train = t0;
       const int rc = lbfgs(static_cast<int>(nvar), t, &fx, evaluate, progress, &P, &param);
       seconds_train = since(t0);
-      status = lbfgs_status(rc);
+      status = lbfgs_status(rc, P.timed_out);
     }
 
     // Final model: the bound at the parameters L-BFGS returned, and test predictions (skipped
@@ -435,6 +460,7 @@ int run_main(int argc, char** argv) {
         .add("nlpd", nlpd)
         .add("y_std", sp.y_std)
         .add("lbfgs_status", status)
+        .add("time_limit_s", P.time_limit)
         .add("iterations", P.iterations)
         .add("evaluations", P.evaluations)
         .add("failed_evaluations", P.failures)
