@@ -749,15 +749,19 @@ def plot_sgpr(rows, path, mach) -> bool:
     sets = sorted({r["dataset"] for r in sg})
     # The lines join runs of the common iteration budget; a run with another budget (e.g. a few
     # iterations at m = 10^4) is a separate, labelled marker, not a point of the same curve.
-    budgets = [r.get("iters_max") for r in sg]
+    # A run stopped by its time limit counts as a budget of the iterations it did.
+    def run_iters(r):
+        return r.get("iterations") if r.get("lbfgs_status") == "time_limit" else r.get("iters_max")
+
+    budgets = [run_iters(r) for r in sg]
     main_it = max(set(budgets), key=budgets.count)
     fig, axes = plt.subplots(2, len(sets), figsize=(max(6.4, 4.6 * len(sets)), 6.8), squeeze=False)
     for col, ds in enumerate(sets):
         for row, (key, label) in enumerate((("rmse", "test RMSE"), ("nlpd", "test NLPD"))):
             ax = axes[row][col]
             for ci, impl in enumerate(SGPR_IMPLS):
-                for it in sorted({r.get("iters_max") for r in sg if r["dataset"] == ds} - {main_it}, key=str):
-                    off = [r for r in sg if r["dataset"] == ds and r.get("impl") == impl and r.get("iters_max") == it
+                for it in sorted({run_iters(r) for r in sg if r["dataset"] == ds} - {main_it}, key=str):
+                    off = [r for r in sg if r["dataset"] == ds and r.get("impl") == impl and run_iters(r) == it
                            and r.get(key) is not None]
                     if off:
                         ax.plot([r["m"] for r in off], [r[key] for r in off], "x", markersize=8, color=f"C{ci}",
@@ -767,7 +771,7 @@ def plot_sgpr(rows, path, mach) -> bool:
                 pts = {}
                 for r in sg:
                     if (r["dataset"] == ds and r.get("impl") == impl and r.get(key) is not None
-                            and r.get("iters_max") == main_it):
+                            and run_iters(r) == main_it):
                         pts.setdefault(r["m"], []).append(r[key])
                 if pts:
                     ms = sorted(pts)
@@ -831,7 +835,9 @@ def section_sgpr(rows, img) -> str:
                 if not shared:  # a time taken beside other work is no speed comparison
                     per_split[impl] = {r.get("split"): r["seconds_per_evaluation"] for r in good}
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
-                          sig(t) + (" †" if shared else ""), "/".join(str(r.get("iterations")) for r in good),
+                          sig(t) + (" †" if shared else ""),
+                          "/".join(str(r.get("iterations")) + (" ‡" if r.get("lbfgs_status") == "time_limit" else "")
+                                   for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
             else:
                 why = ", ".join(sorted({str(r.get("status")) for r in bad})) or NM
@@ -855,6 +861,9 @@ def section_sgpr(rows, img) -> str:
         s += ["† Measured beside other work on the same two cores (builds and benchmarks; at the lowest priority, "
               "or paused while a benchmark was timed): the time per evaluation is an upper bound, not a speed "
               "comparison, and the ratio is left out; RMSE, NLPD and iterations do not depend on it.", ""]
+    if any(r.get("lbfgs_status") == "time_limit" for r in sg):
+        s += ["‡ Stopped by `sgpr_train --time-limit` (`TIME_LIMIT` in sweep.sh) before the iteration budget: the "
+              "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
     if img:
         s += [f"![SGPR RMSE and NLPD against m]({img})", ""]
     return "\n".join(s)

@@ -13,7 +13,9 @@
 # THREADS (2), OUT (bench/results/gp_sgpr.jsonl), TIMEOUT seconds per run (36000; a run that passes
 # it is recorded as {"status": "timeout"}), IMPLS (memsafe; add gpflow and/or gpytorch for the peers),
 # GPFLOW_PY (the GPflow venv's python, bench/.cache/venv-gpflow/bin/python), GPYTORCH_PY (the GPyTorch
-# venv's python, bench/.cache/venv-gpytorch/bin/python). Each run's row also records the machine's
+# venv's python, bench/.cache/venv-gpytorch/bin/python), TIME_LIMIT (memsafe only: sgpr_train's
+# --time-limit, seconds after which training stops at the end of an iteration; the row's
+# lbfgs_status then reads "time_limit" and the report marks it). Each run's row also records the machine's
 # 1-minute load average at its start (load_1m): the machine may be shared.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -27,6 +29,7 @@ BUDGET=${BUDGET:-64MiB}
 THREADS=${THREADS:-2}
 OUT=${OUT:-bench/results/gp_sgpr.jsonl}
 TIMEOUT=${TIMEOUT:-36000}
+TIME_LIMIT=${TIME_LIMIT:-}
 [[ -x $BIN ]] || { echo "sweep.sh: $BIN not built (cmake --build build --target sgpr_train; needs liblbfgs-dev)" >&2; exit 1; }
 mkdir -p "$(dirname "$OUT")"
 IMPLS=${IMPLS:-memsafe}
@@ -44,7 +47,7 @@ for ds in $DATASETS; do
                --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN")
         else
           cmd=("$BIN" --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS" --kernel "$KERNEL" --budget "$BUDGET"
-               --threads "$THREADS")
+               --threads "$THREADS" ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
         fi
         echo "sweep.sh: ${cmd[*]}" >&2
         load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo null)
