@@ -37,8 +37,11 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <fstream>
 #include <limits>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,6 +146,93 @@ bool rank0_decides(bool decision) {
 #endif
 }
 
+/// A trained model on file (--save-model, --init-model): plain text, every number to 17 significant
+/// digits, in the standardised units of its data set and split (which are recorded and checked):
+///   memsafe-sgpr-model 1
+///   dataset <name> split <s> kernel <name> m <m> d <d>
+///   variance <v> noise <σ²> jitter <j>
+///   lengthscales <ℓ_1> … <ℓ_d>
+///   Z
+///   <m rows of d numbers>
+struct saved_model {
+  std::string dataset;
+  std::size_t split = 0, m = 0, d = 0;
+  gp::hyperparameters h;
+  std::vector<double> Z;
+};
+
+/// Write to path + ".tmp", then rename: a run stopped while writing leaves the previous file whole.
+void save_model(const std::string& path, const saved_model& s) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) throw std::runtime_error("--save-model: cannot write " + tmp);
+  std::fprintf(f, "memsafe-sgpr-model 1\ndataset %s split %zu kernel %s m %zu d %zu\n", s.dataset.c_str(), s.split,
+               gp::kernel_name(s.h.kind), s.m, s.d);
+  std::fprintf(f, "variance %.17g noise %.17g jitter %.17g\nlengthscales", s.h.variance, s.h.noise, s.h.jitter);
+  for (double l : s.h.lengthscales) std::fprintf(f, " %.17g", l);
+  std::fprintf(f, "\nZ\n");
+  for (std::size_t a = 0; a < s.m; ++a)
+    for (std::size_t k = 0; k < s.d; ++k) std::fprintf(f, "%.17g%c", s.Z[a * s.d + k], k + 1 == s.d ? '\n' : ' ');
+  const bool ok = std::ferror(f) == 0;
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("--save-model: writing " + path + " failed");
+}
+
+saved_model load_model(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("--init-model: cannot read " + path);
+  const auto bad = [&](const std::string& what) -> std::runtime_error {
+    return std::runtime_error("--init-model " + path + ": " + what + " (expected the format --save-model writes)");
+  };
+  std::string w, kernel;
+  int version = 0;
+  saved_model s;
+  if (!(in >> w >> version) || w != "memsafe-sgpr-model" || version != 1) throw bad("not a memsafe-sgpr-model 1 file");
+  const auto expect = [&](const char* key) {
+    if (!(in >> w) || w != key) throw bad(std::string("missing '") + key + "'");
+  };
+  expect("dataset"), in >> s.dataset;
+  expect("split"), in >> s.split;
+  expect("kernel"), in >> kernel;
+  expect("m"), in >> s.m;
+  expect("d"), in >> s.d;
+  if (!in || s.m == 0 || s.d == 0) throw bad("bad header");
+  try {
+    s.h.kind = gp::parse_kernel(kernel);
+  } catch (const std::exception& e) {
+    throw bad(e.what());
+  }
+  expect("variance"), in >> s.h.variance;
+  expect("noise"), in >> s.h.noise;
+  expect("jitter"), in >> s.h.jitter;
+  expect("lengthscales");
+  s.h.lengthscales.resize(s.d);
+  for (double& l : s.h.lengthscales) in >> l;
+  expect("Z");
+  s.Z.resize(s.m * s.d);
+  for (double& z : s.Z) in >> z;
+  if (!in) throw bad("truncated or not numbers");
+  if (in >> w) throw bad("unexpected '" + w + "' after Z's " + std::to_string(s.m) + " rows");
+  bool finite = std::isfinite(s.h.jitter) && s.h.jitter >= 0;
+  for (double v : s.Z) finite = finite && std::isfinite(v);
+  const bool positive = s.h.variance > 0 && s.h.noise > noise_floor &&
+                        std::all_of(s.h.lengthscales.begin(), s.h.lengthscales.end(), [](double l) { return l > 0; });
+  if (!finite || !positive || !std::isfinite(s.h.variance) || !std::isfinite(s.h.noise))
+    throw bad("variance, lengthscales and noise must be positive and finite (noise > 1e-6), Z and jitter finite");
+  return s;
+}
+
+/// Whether this process prints and writes files (rank 0 under MPI; always without).
+bool writer_rank() {
+#if defined(MEMSAFE_SGPR_TRAIN_MPI)
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank == 0;
+#else
+  return true;
+#endif
+}
+
 /// The number of MPI ranks (1 without MPI).
 std::size_t world_ranks() {
 #if defined(MEMSAFE_SGPR_TRAIN_MPI)
@@ -167,8 +257,11 @@ struct problem {
   double best_bound = -std::numeric_limits<double>::infinity();
   double seconds_eval = 0;
   double time_limit = 0;  // seconds of training after which L-BFGS stops at the next iteration's end (0: none)
-  bool timed_out = false;
   clock_type::time_point t_start, t_train;
+  std::string save_path;  // --save-model: written after every iteration and at the end
+  std::string dataset;
+  std::size_t split = 0;
+  std::string save_error;  // set when a save from within L-BFGS failed
 
   /// t (the unconstrained vector) → hyperparameters and Z.
   gp::hyperparameters hyper(const double* t) const {
@@ -182,6 +275,20 @@ struct problem {
     return h;
   }
   std::size_t z_offset() const { return 2 + d; }
+
+  /// The model at t, to --save-model's file (rank 0 only).
+  /// The model at t, to --save-model's file: rank 0 writes, and every rank throws if it failed (so
+  /// that under MPI all ranks leave together). Never throws from within L-BFGS (see progress).
+  void save(const double* t) const {
+    if (save_path.empty()) return;
+    std::string err;
+    if (writer_rank()) try {
+        save_model(save_path, {dataset, split, m, d, hyper(t), std::vector<double>(t + z_offset(), t + z_offset() + m * d)});
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+    if (rank0_decides(!err.empty())) throw std::runtime_error(err.empty() ? "--save-model failed on rank 0" : err);
+  }
 };
 
 lbfgsfloatval_t evaluate(void* inst, const lbfgsfloatval_t* t, lbfgsfloatval_t* g, const int nv, const lbfgsfloatval_t) {
@@ -214,23 +321,31 @@ lbfgsfloatval_t evaluate(void* inst, const lbfgsfloatval_t* t, lbfgsfloatval_t* 
   }
 }
 
-/// progress()'s return value when the time limit stops training (liblbfgs returns it unchanged).
-constexpr int time_limit_reached = 1;
+/// progress()'s return values that stop training (liblbfgs returns them unchanged; its own codes are
+/// 0, 1, 2 and negative): the time limit passed, or --save-model's file could not be written.
+constexpr int time_limit_reached = 1001, save_failed = 1002;
 
-int progress(void* inst, const lbfgsfloatval_t*, const lbfgsfloatval_t*, const lbfgsfloatval_t fx,
+int progress(void* inst, const lbfgsfloatval_t* t, const lbfgsfloatval_t*, const lbfgsfloatval_t fx,
              const lbfgsfloatval_t, const lbfgsfloatval_t gnorm, const lbfgsfloatval_t step, int, int k, int ls) {
   auto& P = *static_cast<problem*>(inst);
   P.iterations = static_cast<std::size_t>(k);
   std::fprintf(stderr, "iter %4d  bound %.10g  |grad| %.4g  step %.3g  evals %d  %.1f s\n", k,
                -fx * static_cast<double>(P.n), gnorm * static_cast<double>(P.n), step, ls, since(P.t_start));
-  P.timed_out = rank0_decides(P.time_limit > 0 && since(P.t_train) >= P.time_limit);
+  // liblbfgs is C: nothing may throw through it. A failed save stops training; run_main reports it.
+  try {
+    P.save(t);
+  } catch (const std::exception& e) {
+    P.save_error = e.what();
+    return save_failed;
+  }
+  const bool timed_out = rank0_decides(P.time_limit > 0 && since(P.t_train) >= P.time_limit);
   // Non-zero stops lbfgs(), which returns this value with t at the iterate just accepted.
-  return P.timed_out ? time_limit_reached : 0;
+  return timed_out ? time_limit_reached : 0;
 }
 
-std::string lbfgs_status(int rc, bool timed_out) {
-  if (timed_out && rc == time_limit_reached) return "time_limit";
+std::string lbfgs_status(int rc) {
   switch (rc) {
+    case time_limit_reached: return "time_limit";
     case LBFGS_SUCCESS: return "converged";
     case LBFGS_STOP: return "stopped";
     case LBFGS_ALREADY_MINIMIZED: return "already_minimized";
@@ -273,6 +388,8 @@ int run_main(int argc, char** argv) {
       .option("seed", "0", "seed of the inducing-point initialisation")
       .option("init-subset", "20000", "k-means++ seeding runs over this many training points (at most)")
       .option("lbfgs-memory", "10", "L-BFGS history length")
+      .option("save-model", "", "write the model (hyperparameters and Z) to this file at the start, after every iteration and at the end")
+      .option("init-model", "", "start from a model --save-model wrote (its hyperparameters, jitter and Z replace the initial values)")
       .option("time-limit", "0", "stop training at the end of the first iteration that ends after this many seconds (0: no limit)")
       .option("bench", "0", "no training: time this many bound and bound+gradient evaluations")
       .flag("fix-z", "keep the inducing points at their initial values")
@@ -310,7 +427,21 @@ int run_main(int argc, char** argv) {
     if (m > n) throw std::runtime_error("--m " + std::to_string(m) + " is larger than the " + std::to_string(n) + " training points");
     const double seconds_load = since(t0);
     t0 = clock_type::now();
-    const std::vector<double> Z0 = init_inducing(sp.X_train, n, d, m, args.get_uint("init-subset"), args.get_uint("seed"));
+    const std::string init_path = args.get_string("init-model");
+    std::optional<saved_model> init;
+    if (!init_path.empty()) {
+      init = load_model(init_path);
+      const auto what = [](const std::string& ds_, std::size_t s_, gp::kernel k_, std::size_t m_, std::size_t d_) {
+        return ds_ + " split " + std::to_string(s_) + ", " + gp::kernel_name(k_) + ", m = " + std::to_string(m_) +
+               ", d = " + std::to_string(d_);
+      };
+      if (init->dataset != dataset || init->split != split || init->h.kind != kind || init->m != m || init->d != d)
+        throw std::runtime_error("--init-model " + init_path + " holds a model for " +
+                                 what(init->dataset, init->split, init->h.kind, init->m, init->d) + "; this run is " +
+                                 what(dataset, split, kind, m, d));
+    }
+    const std::vector<double> Z0 =
+        init ? init->Z : init_inducing(sp.X_train, n, d, m, args.get_uint("init-subset"), args.get_uint("seed"));
     const double seconds_init = since(t0);
 
     problem P;
@@ -320,7 +451,7 @@ int run_main(int argc, char** argv) {
     P.d = d;
     P.m = m;
     P.kind = kind;
-    P.jitter = args.get_double("jitter");
+    P.jitter = init ? init->h.jitter : args.get_double("jitter");
     P.train_z = !args.get_flag("fix-z");
     P.time_limit = time_limit;
     P.opts.budget = budget;
@@ -328,23 +459,28 @@ int run_main(int argc, char** argv) {
     P.opts.whitened = args.get_flag("whitened");
     P.opts.threads = run.threads;
     P.t_start = t_start;
+    P.save_path = args.get_string("save-model");
+    P.dataset = dataset;
+    P.split = split;
     // Variables: [t_var, t_ell(d), t_noise, Z(m·d)], padded to a multiple of 16 (liblbfgs's rule).
     const std::size_t nvar_used = 2 + d + m * d;
     const std::size_t nvar = (nvar_used + 15) / 16 * 16;
     P.nvar = nvar;
     lbfgsfloatval_t* t = lbfgs_malloc(static_cast<int>(nvar));
     if (!t) throw std::runtime_error("lbfgs_malloc failed");
+    const std::unique_ptr<lbfgsfloatval_t, decltype(&lbfgs_free)> t_owner(t, &lbfgs_free);
     std::fill(t, t + nvar, 0.0);
-    t[0] = gp::softplus_inverse(var0);
-    for (std::size_t k = 0; k < d; ++k) t[1 + k] = gp::softplus_inverse(ell0);
-    t[1 + d] = gp::softplus_inverse(noise0 - noise_floor);
+    t[0] = gp::softplus_inverse(init ? init->h.variance : var0);
+    for (std::size_t k = 0; k < d; ++k) t[1 + k] = gp::softplus_inverse(init ? init->h.lengthscales[k] : ell0);
+    t[1 + d] = gp::softplus_inverse((init ? init->h.noise : noise0) - noise_floor);
     std::copy(Z0.begin(), Z0.end(), t + P.z_offset());
+    const bool dump = args.get_flag("dump-gradient");
+    if (!dump && bench == 0) P.save(t);  // the initial model: a path that cannot be written fails here
 
     mx::json_line j;
     std::string status = "not_run";
     double fx = 0, seconds_train = 0;
     std::vector<double> bench_bound, bench_grad, cpu_bound, cpu_grad;
-    const bool dump = args.get_flag("dump-gradient");
     if (dump) {  // for bench/gp/gpflow_check.py: the gradient at the initial point, in natural parameters
       const auto r = sgpr_all({sp.X_train.data(), sp.y_train.data(), n, d}, {t + P.z_offset(), m, d}, P.hyper(t), P.opts);
       P.peak_temp = std::max(P.peak_temp, r.stats.peak_temp_bytes);
@@ -396,8 +532,10 @@ int run_main(int argc, char** argv) {
       P.t_train = t0;
       const int rc = lbfgs(static_cast<int>(nvar), t, &fx, evaluate, progress, &P, &param);
       seconds_train = since(t0);
-      status = lbfgs_status(rc, P.timed_out);
+      status = lbfgs_status(rc);
+      if (rc == save_failed) throw std::runtime_error(P.save_error);
     }
+    if (!dump && bench == 0) P.save(t);  // the model L-BFGS returned (or, with --iters 0, the initial one)
 
     // Final model: the bound at the parameters L-BFGS returned, and test predictions (skipped
     // after --bench --bench-bound-only: at m = 10^4 they would double the run).
@@ -427,7 +565,6 @@ int run_main(int argc, char** argv) {
     }
     const double seconds_final = since(t0);
     const std::size_t peak_rss = mx::max_rss_bytes();
-    lbfgs_free(t);
 
     // Caller-owned memory: the data set and its split, the L-BFGS state (2·memory + 6 vectors of
     // nvar), the m×m matrices of one bound+gradient call (L, B→LB, B copy→Ḡuu, B⁻¹→Ḡ₂) and the
@@ -461,6 +598,8 @@ int run_main(int argc, char** argv) {
         .add("y_std", sp.y_std)
         .add("lbfgs_status", status)
         .add("time_limit_s", P.time_limit)
+        .add("init_model", init_path)
+        .add("save_model", P.save_path)
         .add("iterations", P.iterations)
         .add("evaluations", P.evaluations)
         .add("failed_evaluations", P.failures)

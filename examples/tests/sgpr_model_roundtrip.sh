@@ -1,0 +1,53 @@
+#!/bin/sh
+# CTest example.sgpr_train_model_roundtrip: sgpr_train's --save-model, --init-model and --time-limit.
+#
+#   sh sgpr_model_roundtrip.sh SGPR_TRAIN DATA_DIR WORK_DIR
+#
+# 1. Train 3 iterations on kin40k (m = 40), saving the model: the file holds m rows of Z.
+# 2. Evaluate the saved model (--init-model, --iters 0): the same bound as step 1's final model
+#    (to 1e-12 relative: the parameters go through softplus and back) and the same test RMSE.
+# 3. A model for another m is refused with a message naming both.
+# 4. --time-limit 0.01 stops a 1000-iteration run after its first iteration (lbfgs_status time_limit).
+set -eu
+bin=$1
+data=$2
+work=$3
+mkdir -p "$work"
+model=$work/model.txt
+rm -f "$model"
+field() {  # field NAME JSON: the number after "NAME": in the JSON line
+  printf '%s\n' "$2" | sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p"
+}
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+run1=$("$bin" --dataset kin40k --m 40 --iters 3 --budget 1MiB --threads 2 --data-dir "$data" --save-model "$model" 2>/dev/null)
+echo "trained: $run1"
+[ -f "$model" ] || fail "no model file written"
+[ ! -f "$model.tmp" ] || fail "the temporary file was left behind"
+rows=$(sed -n '/^Z$/,$p' "$model" | tail -n +2 | wc -l)
+[ "$rows" -eq 40 ] || fail "the model file holds $rows rows of Z, not 40"
+run2=$("$bin" --dataset kin40k --m 40 --iters 0 --budget 1MiB --threads 2 --data-dir "$data" --init-model "$model" 2>/dev/null)
+echo "reloaded: $run2"
+b1=$(field bound "$run1")
+b2=$(field bound "$run2")
+r1=$(field rmse "$run1")
+r2=$(field rmse "$run2")
+awk -v a="$b1" -v b="$b2" -v r="$r1" -v s="$r2" 'BEGIN {
+  d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a
+  e = r - s; if (e < 0) e = -e
+  exit !(a != "" && d <= 1e-12 * m && e <= 1e-12 * r) }' || fail "bound $b1 / $b2 or RMSE $r1 / $r2 differ after the round trip"
+run3=$("$bin" --dataset kin40k --m 30 --iters 0 --budget 1MiB --threads 2 --data-dir "$data" --init-model "$model" 2>/dev/null || true)
+echo "wrong m: $run3"
+case $run3 in
+  *"holds a model for kin40k split 0, matern32, m = 40"*"this run is kin40k split 0, matern32, m = 30"*) ;;
+  *) fail "a model for another m was not refused clearly" ;;
+esac
+run4=$("$bin" --dataset kin40k --m 40 --iters 1000 --time-limit 0.01 --budget 1MiB --threads 2 --data-dir "$data" 2>/dev/null)
+echo "time limit: $run4"
+case $run4 in
+  *'"lbfgs_status": "time_limit"'*'"iterations": 1,'*) ;;
+  *) fail "--time-limit did not stop training after the first iteration" ;;
+esac
+echo "sgpr_model_roundtrip: pass"
