@@ -760,11 +760,11 @@ def plot_sgpr(rows, path, mach) -> bool:
         for row, (key, label) in enumerate((("rmse", "test RMSE"), ("nlpd", "test NLPD"))):
             ax = axes[row][col]
             for ci, impl in enumerate(SGPR_IMPLS):
-                for it in sorted({run_iters(r) for r in sg if r["dataset"] == ds} - {main_it}, key=str):
+                for oi, it in enumerate(sorted({run_iters(r) for r in sg if r["dataset"] == ds} - {main_it}, key=str)):
                     off = [r for r in sg if r["dataset"] == ds and r.get("impl") == impl and run_iters(r) == it
                            and r.get(key) is not None]
                     if off:
-                        ax.plot([r["m"] for r in off], [r[key] for r in off], "x", markersize=8, color=f"C{ci}",
+                        ax.plot([r["m"] for r in off], [r[key] for r in off], "x+*D"[oi % 4], markersize=8, color=f"C{ci}",
                                 label=f"{impl}, {it} iterations only")
                         ax.legend(fontsize=8)
             for ci, (impl, style) in enumerate(zip(SGPR_IMPLS, ("o-", "s--", "^:"))):
