@@ -15,6 +15,8 @@
 // Output: one JSON line on stdout; progress (iteration, bound, gradient norm, seconds) on stderr.
 // --bench R: no training; times R bound and R bound+gradient evaluations at the initial point
 // (min and median seconds) and reports them in the JSON line.
+// Long runs: --time-limit S stops training at the end of an iteration; --save-model F keeps the
+// current model in F (save_model's format), which --init-model F starts from (load_model).
 // Under MPI: the target sgpr_train_mpi (this file with MEMSAFE_SGPR_TRAIN_MPI, linked with memsafe::mpi)
 // runs under mpirun; every rank loads the data set and evaluates the bound and its gradient on its own
 // contiguous share of the training rows with memsafe::mpi::sgpr (one allreduce per pass); rank 0's
@@ -44,6 +46,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -258,7 +261,7 @@ struct problem {
   double seconds_eval = 0;
   double time_limit = 0;  // seconds of training after which L-BFGS stops at the next iteration's end (0: none)
   clock_type::time_point t_start, t_train;
-  std::string save_path;  // --save-model: written after every iteration and at the end
+  std::string save_path;  // --save-model: written at the start, after every iteration and at the end
   std::string dataset;
   std::size_t split = 0;
   std::string save_error;  // set when a save from within L-BFGS failed
@@ -276,7 +279,6 @@ struct problem {
   }
   std::size_t z_offset() const { return 2 + d; }
 
-  /// The model at t, to --save-model's file (rank 0 only).
   /// The model at t, to --save-model's file: rank 0 writes, and every rank throws if it failed (so
   /// that under MPI all ranks leave together). Never throws from within L-BFGS (see progress).
   void save(const double* t) const {
@@ -441,7 +443,7 @@ int run_main(int argc, char** argv) {
                                  what(dataset, split, kind, m, d));
     }
     const std::vector<double> Z0 =
-        init ? init->Z : init_inducing(sp.X_train, n, d, m, args.get_uint("init-subset"), args.get_uint("seed"));
+        init ? std::move(init->Z) : init_inducing(sp.X_train, n, d, m, args.get_uint("init-subset"), args.get_uint("seed"));
     const double seconds_init = since(t0);
 
     problem P;
