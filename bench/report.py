@@ -729,6 +729,11 @@ def sgpr_rows(rows) -> list[dict]:
     return [r for r in rows if r.get("suite") == "sgpr_train"]
 
 
+def stopped_by_time_limit(r) -> bool:
+    """An sgpr_train run that --time-limit stopped before its iteration budget."""
+    return r.get("lbfgs_status") == "time_limit"
+
+
 def mean_spread(vals) -> str:
     vals = [v for v in vals if v is not None and v == v]
     if not vals:
@@ -751,7 +756,7 @@ def plot_sgpr(rows, path, mach) -> bool:
     # iterations at m = 10^4) is a separate, labelled marker, not a point of the same curve.
     # A run stopped by its time limit counts as a budget of the iterations it did.
     def run_iters(r):
-        return r.get("iterations") if r.get("lbfgs_status") == "time_limit" else r.get("iters_max")
+        return r.get("iterations") if stopped_by_time_limit(r) else r.get("iters_max")
 
     budgets = [run_iters(r) for r in sg]
     main_it = max(set(budgets), key=budgets.count)
@@ -836,7 +841,7 @@ def section_sgpr(rows, img) -> str:
                     per_split[impl] = {r.get("split"): r["seconds_per_evaluation"] for r in good}
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(t) + (" †" if shared else ""),
-                          "/".join(str(r.get("iterations")) + (" ‡" if r.get("lbfgs_status") == "time_limit" else "")
+                          "/".join(str(r.get("iterations")) + (" ‡" if stopped_by_time_limit(r) else "")
                                    for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
             else:
@@ -861,7 +866,7 @@ def section_sgpr(rows, img) -> str:
         s += ["† Measured beside other work on the same two cores (builds and benchmarks; at the lowest priority, "
               "or paused while a benchmark was timed): the time per evaluation is an upper bound, not a speed "
               "comparison, and the ratio is left out; RMSE, NLPD and iterations do not depend on it.", ""]
-    if any(r.get("lbfgs_status") == "time_limit" for r in sg):
+    if any(stopped_by_time_limit(r) for r in sg):
         s += ["‡ Stopped by `sgpr_train --time-limit` (`TIME_LIMIT` in sweep.sh) before the iteration budget: the "
               "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
     if img:
