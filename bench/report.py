@@ -837,8 +837,9 @@ def section_sgpr(rows, img) -> str:
                 splits = ",".join(str(r.get("split")) for r in sorted(good, key=lambda r: r.get("split", 0)))
                 t = sum(r["seconds_per_evaluation"] for r in good) / len(good)
                 shared = any(r.get("cpu_shared") for r in good)
-                if not shared:  # a time taken beside other work is no speed comparison
-                    per_split[impl] = {r.get("split"): r["seconds_per_evaluation"] for r in good}
+                # A time taken beside other work is no speed comparison: only the splits timed alone pair up.
+                per_split[impl] = {r.get("split"): (r["seconds_per_evaluation"], r.get("host_cpu"))
+                                   for r in good if not r.get("cpu_shared")}
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(t) + (" †" if shared else ""),
                           "/".join(str(r.get("iterations")) + (" ‡" if stopped_by_time_limit(r) else "")
@@ -850,11 +851,11 @@ def section_sgpr(rows, img) -> str:
                 cells += [why, "—", "—", "—", "—", f"> {fbytes(peak)}" if peak else "—"]
             lines.append((impl, cells))
         for impl, cells in lines:
-            # Paired by split (each split's runs are back to back on one machine; the machine under this
-            # project changes between sessions): the mean of the per-split ratios.
+            # Paired by split, and only where both runs name the same CPU (the machine under this project
+            # changes between sessions): the mean of the per-split ratios.
             mine, base = per_split.get(impl, {}), per_split.get("memsafe", {})
-            both = [sp for sp in mine if sp in base] if impl != "memsafe" else []
-            cells.append(f"{sum(mine[sp] / base[sp] for sp in both) / len(both):.2f}×" if both else "—")
+            both = [sp for sp in mine if sp in base and mine[sp][1] == base[sp][1]] if impl != "memsafe" else []
+            cells.append(f"{sum(mine[sp][0] / base[sp][0] for sp in both) / len(both):.2f}×" if both else "—")
             body.append(cells)
     head = ["data set", "m", "iterations (max)", "implementation", "splits (or why none)", "test RMSE", "test NLPD",
             "s / evaluation", "iterations", "peak RSS", "its s / memsafe's s (mean over splits)"]
@@ -865,7 +866,7 @@ def section_sgpr(rows, img) -> str:
     if any(r.get("cpu_shared") for r in sg):
         s += ["† Measured beside other work on the same two cores (builds and benchmarks; at the lowest priority, "
               "or paused while a benchmark was timed): the time per evaluation is an upper bound, not a speed "
-              "comparison, and the ratio is left out; RMSE, NLPD and iterations do not depend on it.", ""]
+              "comparison, and those splits are left out of the ratio; RMSE, NLPD and iterations do not depend on it.", ""]
     if any(stopped_by_time_limit(r) for r in sg):
         s += ["‡ Stopped by `sgpr_train --time-limit` (`TIME_LIMIT` in sweep.sh) before the iteration budget: the "
               "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
