@@ -838,7 +838,7 @@ def section_sgpr(rows, img) -> str:
                 t = sum(r["seconds_per_evaluation"] for r in good) / len(good)
                 shared = any(r.get("cpu_shared") for r in good)
                 # A time taken beside other work is no speed comparison: only the splits timed alone pair up.
-                per_split[impl] = {r.get("split"): (r["seconds_per_evaluation"], r.get("host_cpu"))
+                per_split[impl] = {r.get("split"): (r["seconds_per_evaluation"], cpu_of(r))
                                    for r in good if not r.get("cpu_shared")}
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(t) + (" †" if shared else ""),
@@ -851,8 +851,8 @@ def section_sgpr(rows, img) -> str:
                 cells += [why, "—", "—", "—", "—", f"> {fbytes(peak)}" if peak else "—"]
             lines.append((impl, cells))
         for impl, cells in lines:
-            # Paired by split, and only where both runs name the same CPU (the machine under this project
-            # changes between sessions): the mean of the per-split ratios.
+            # Paired by split, and only where both runs were on the same machine as recorded (`cpu_of`; the
+            # machine under this project changes between sessions): the mean of the per-split ratios.
             mine, base = per_split.get(impl, {}), per_split.get("memsafe", {})
             both = [sp for sp in mine if sp in base and mine[sp][1] == base[sp][1]] if impl != "memsafe" else []
             cells.append(f"{sum(mine[sp][0] / base[sp][0] for sp in both) / len(both):.2f}×" if both else "—")
