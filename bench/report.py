@@ -751,6 +751,7 @@ def plot_sgpr(rows, path, mach) -> bool:
     plt = plt_module()
     if plt is None:
         return False
+    from matplotlib.ticker import NullFormatter
     sets = sorted({r["dataset"] for r in sg})
     # The lines join runs of the common iteration budget; a run with another budget (e.g. a few
     # iterations at m = 10^4) is a separate, labelled marker, not a point of the same curve.
@@ -772,20 +773,41 @@ def plot_sgpr(rows, path, mach) -> bool:
                         ax.plot([r["m"] for r in off], [r[key] for r in off], "x+*D"[oi % 4], markersize=8, color=f"C{ci}",
                                 label=f"{impl}, {it} iterations only")
                         ax.legend(fontsize=8)
+            # One value per split (load() keeps a split's latest row), by m.
+            per = {impl: {} for impl in SGPR_IMPLS}
+            for r in sg:
+                if (r["dataset"] == ds and r.get("impl") in per and r.get(key) is not None
+                        and run_iters(r) == main_it):
+                    per[r["impl"]].setdefault(r["m"], {})[r.get("split")] = r[key]
             for ci, (impl, style) in enumerate(zip(SGPR_IMPLS, ("o-", "s--", "^:"))):
-                pts = {}
-                for r in sg:
-                    if (r["dataset"] == ds and r.get("impl") == impl and r.get(key) is not None
-                            and run_iters(r) == main_it):
-                        pts.setdefault(r["m"], []).append(r[key])
+                pts = per[impl]
                 if pts:
                     ms = sorted(pts)
-                    mu = [sum(pts[m]) / len(pts[m]) for m in ms]
-                    lo = [min(pts[m]) for m in ms]
-                    hi = [max(pts[m]) for m in ms]
+                    mu = [sum(pts[m].values()) / len(pts[m]) for m in ms]
+                    lo = [min(pts[m].values()) for m in ms]
+                    hi = [max(pts[m].values()) for m in ms]
                     ax.errorbar(ms, mu, yerr=[[a - b for a, b in zip(mu, lo)], [b - a for a, b in zip(mu, hi)]],
                                 fmt=style, capsize=3, color=f"C{ci}", label=f"{impl} (splits: mean, min–max)")
+                    # A peer's point from fewer splits than memsafe's at that m is no like-for-like mean:
+                    # drawn hollow, labelled with its splits, beside memsafe's mean over those same splits
+                    # (a small hollow circle).
+                    for m, v in zip(ms, mu):
+                        mine = per["memsafe"].get(m, {})
+                        if impl != "memsafe" and len(pts[m]) < len(mine):
+                            ax.plot([m], [v], style[0], color=f"C{ci}", markerfacecolor="white", markersize=7, zorder=5)
+                            same = [mine[sp] for sp in pts[m] if sp in mine]
+                            if same:
+                                ax.plot([m], [sum(same) / len(same)], "o", color="C0", markerfacecolor="white",
+                                        markersize=5, zorder=5)
+                            ax.annotate("split " + ",".join(str(sp) for sp in sorted(pts[m])), (m, v),
+                                        textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=7,
+                                        color=f"C{ci}")
             ax.set_xscale("log")
+            # Ticks at the m values run, in plain numbers (log-axis minor labels at 3·10³ and 4·10³ overlap).
+            ticks = sorted({r["m"] for r in sg if r["dataset"] == ds})
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{t:,}" for t in ticks], fontsize=8)
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel("inducing points m")
             ax.set_ylabel(label)
             ax.set_title(ds, fontsize=10)
@@ -871,7 +893,10 @@ def section_sgpr(rows, img) -> str:
         s += ["‡ Stopped by `sgpr_train --time-limit` (`TIME_LIMIT` in sweep.sh) before the iteration budget: the "
               "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
     if img:
-        s += [f"![SGPR RMSE and NLPD against m]({img})", ""]
+        s += [f"![SGPR RMSE and NLPD against m]({img})", "",
+              "In the plot a hollow marker is a peer's "
+              "mean over fewer splits than memsafe's at that m, its splits named beside it; the small hollow circle "
+              "there is memsafe's mean over those same splits, the like-for-like comparison.", ""]
     return "\n".join(s)
 
 
