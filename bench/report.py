@@ -791,8 +791,14 @@ def plot_sgpr(rows, path, mach) -> bool:
                     # A peer's point from fewer splits than memsafe's at that m is no like-for-like mean:
                     # drawn hollow, labelled with its splits, beside memsafe's mean over those same splits
                     # (a small hollow circle).
+                    full = max(len(v) for v in pts.values())
                     for m, v in zip(ms, mu):
                         mine = per["memsafe"].get(m, {})
+                        if impl == "memsafe" and len(pts[m]) < full:  # e.g. m = 10^4 on one split so far
+                            ax.plot([m], [v], style[0], color="C0", markerfacecolor="white", markersize=7, zorder=5)
+                            ax.annotate("split " + ",".join(str(sp) for sp in sorted(pts[m])), (m, v),
+                                        textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=7,
+                                        color="C0")
                         if impl != "memsafe" and len(pts[m]) < len(mine):
                             ax.plot([m], [v], style[0], color=f"C{ci}", markerfacecolor="white", markersize=7, zorder=5)
                             same = [mine[sp] for sp in pts[m] if sp in mine]
@@ -894,9 +900,9 @@ def section_sgpr(rows, img) -> str:
               "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
     if img:
         s += [f"![SGPR RMSE and NLPD against m]({img})", "",
-              "In the plot a hollow marker is a peer's "
-              "mean over fewer splits than memsafe's at that m, its splits named beside it; the small hollow circle "
-              "there is memsafe's mean over those same splits, the like-for-like comparison.", ""]
+              "In the plot a hollow marker is a mean over fewer splits than the rest of its line (memsafe's) or than "
+              "memsafe's at that m (a peer's), its splits named beside it; beside a peer's, the small hollow circle "
+              "is memsafe's mean over those same splits, the like-for-like comparison.", ""]
     return "\n".join(s)
 
 
