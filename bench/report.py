@@ -788,9 +788,9 @@ def plot_sgpr(rows, path, mach) -> bool:
                     hi = [max(pts[m].values()) for m in ms]
                     ax.errorbar(ms, mu, yerr=[[a - b for a, b in zip(mu, lo)], [b - a for a, b in zip(mu, hi)]],
                                 fmt=style, capsize=3, color=f"C{ci}", label=f"{impl} (splits: mean, min–max)")
-                    # A peer's point from fewer splits than memsafe's at that m is no like-for-like mean:
-                    # drawn hollow, labelled with its splits, beside memsafe's mean over those same splits
-                    # (a small hollow circle).
+                    # A point from fewer splits than the rest of memsafe's line, or a peer's from fewer than
+                    # memsafe's at that m, is no like-for-like mean: drawn hollow and labelled with its
+                    # splits; beside a peer's, memsafe's mean over those same splits (a small hollow circle).
                     full = max(len(v) for v in pts.values())
                     for m, v in zip(ms, mu):
                         mine = per["memsafe"].get(m, {})
