@@ -794,20 +794,17 @@ def plot_sgpr(rows, path, mach) -> bool:
                     full = max(len(v) for v in pts.values())
                     for m, v in zip(ms, mu):
                         mine = per["memsafe"].get(m, {})
-                        if impl == "memsafe" and len(pts[m]) < full:  # e.g. m = 10^4 on one split so far
-                            ax.plot([m], [v], style[0], color="C0", markerfacecolor="white", markersize=7, zorder=5)
-                            ax.annotate("split " + ",".join(str(sp) for sp in sorted(pts[m])), (m, v),
-                                        textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=7,
-                                        color="C0")
-                        if impl != "memsafe" and len(pts[m]) < len(mine):
-                            ax.plot([m], [v], style[0], color=f"C{ci}", markerfacecolor="white", markersize=7, zorder=5)
-                            same = [mine[sp] for sp in pts[m] if sp in mine]
-                            if same:
-                                ax.plot([m], [sum(same) / len(same)], "o", color="C0", markerfacecolor="white",
-                                        markersize=5, zorder=5)
-                            ax.annotate("split " + ",".join(str(sp) for sp in sorted(pts[m])), (m, v),
-                                        textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=7,
-                                        color=f"C{ci}")
+                        # memsafe: e.g. m = 10^4 on one split so far
+                        if len(pts[m]) >= (full if impl == "memsafe" else len(mine)):
+                            continue
+                        ax.plot([m], [v], style[0], color=f"C{ci}", markerfacecolor="white", markersize=7, zorder=5)
+                        same = [mine[sp] for sp in pts[m] if sp in mine] if impl != "memsafe" else []
+                        if same:
+                            ax.plot([m], [sum(same) / len(same)], "o", color="C0", markerfacecolor="white",
+                                    markersize=5, zorder=5)
+                        ax.annotate("split " + ",".join(str(sp) for sp in sorted(pts[m])), (m, v),
+                                    textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=7,
+                                    color=f"C{ci}")
             ax.set_xscale("log")
             # Ticks at the m values run, in plain numbers (log-axis minor labels at 3·10³ and 4·10³ overlap).
             ticks = sorted({r["m"] for r in sg if r["dataset"] == ds})
