@@ -794,7 +794,7 @@ def plot_sgpr(rows, path, mach) -> bool:
                     full = max(len(v) for v in pts.values())
                     for m, v in zip(ms, mu):
                         mine = per["memsafe"].get(m, {})
-                        # memsafe: e.g. m = 10^4 on one split so far
+                        # memsafe: e.g. m = 10^4, whose splits are still being measured
                         if len(pts[m]) >= (full if impl == "memsafe" else len(mine)):
                             continue
                         ax.plot([m], [v], style[0], color=f"C{ci}", markerfacecolor="white", markersize=7, zorder=5)
