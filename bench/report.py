@@ -45,9 +45,9 @@ def row_key(r: dict) -> tuple:
     if r.get("suite") == "attention":  # one row per implementation, T, mask and mode
         return ("attention", r.get("impl"), r.get("B"), r.get("H"), r.get("T"), r.get("d"), r.get("causal"),
                 r.get("mode"), r.get("threads"))
-    if r.get("suite") == "sgpr_train":  # one row per implementation, data set, split, m and iteration budget
+    if r.get("suite") == "sgpr_train":  # one row per implementation, data set, split, m, iteration budget and machine
         return ("sgpr_train", r.get("impl"), r.get("dataset"), r.get("split"), r.get("m"), r.get("kernel"),
-                r.get("iters_max"), r.get("threads"), r.get("budget_bytes"))
+                r.get("iters_max"), r.get("threads"), r.get("budget_bytes"), cpu_of(r))
     if r.get("suite") == "default_flags":  # one row per workload, build and machine (bench/default_flags.sh)
         return ("default_flags", r.get("bench"), r.get("kernel"), r.get("precision"), r.get("build"), r.get("n"),
                 r.get("m"), r.get("d"), r.get("threads"), r.get("host_cpu"))
@@ -725,8 +725,19 @@ def section_attention(rows) -> str:
 SGPR_IMPLS = ("memsafe", "gpflow", "gpytorch")
 
 
-def sgpr_rows(rows) -> list[dict]:
-    return [r for r in rows if r.get("suite") == "sgpr_train"]
+def sgpr_rows(rows, every_machine: bool = False) -> list[dict]:
+    """SGPR training rows: the latest per implementation, data set, split, m and iteration budget, whichever
+    machine ran it (what the table's statistics and the plot show); with every_machine, each machine's latest
+    (what the speed ratios pair, split by split, on one machine)."""
+    sg = [r for r in rows if r.get("suite") == "sgpr_train"]
+    if every_machine:
+        return sg
+    latest: dict[tuple, dict] = {}
+    for r in sg:
+        k = row_key(r)[:-1]
+        if k not in latest or (r.get("timestamp") or "") >= (latest[k].get("timestamp") or ""):
+            latest[k] = r
+    return list(latest.values())
 
 
 def stopped_by_time_limit(r) -> bool:
@@ -826,7 +837,7 @@ def plot_sgpr(rows, path, mach) -> bool:
 
 
 def section_sgpr(rows, img) -> str:
-    sg = sgpr_rows(rows)
+    sg, every = sgpr_rows(rows), sgpr_rows(rows, every_machine=True)
     s = ["## SGPR training (issue 14: against GPflow and GPyTorch)", "",
          "`bash bench/gp/sweep.sh` with `IMPLS=\"memsafe gpflow gpytorch\"` — SGPR (Titsias' collapsed bound) trained "
          "end to end on a UCI split: kernel variance, ARD lengthscales, noise variance and the inducing points. "
@@ -863,8 +874,14 @@ def section_sgpr(rows, img) -> str:
                 t = sum(r["seconds_per_evaluation"] for r in good) / len(good)
                 shared = any(r.get("cpu_shared") for r in good)
                 # A time taken beside other work is no speed comparison: only the splits timed alone pair up.
-                per_split[impl] = {r.get("split"): (r["seconds_per_evaluation"], cpu_of(r))
-                                   for r in good if not r.get("cpu_shared")}
+                # Every machine's run of a split is kept for the pairing (the table shows the latest).
+                shown = {r.get("split"): cpu_of(r) for r in good}
+                timed: dict = {}
+                for r in every:
+                    if (r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
+                            and r.get("iters_max") == it and r.get("status") == "ok" and not r.get("cpu_shared")):
+                        timed.setdefault(r.get("split"), {})[cpu_of(r)] = r["seconds_per_evaluation"]
+                per_split[impl] = (timed, shown)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(t) + (" †" if shared else ""),
                           "/".join(str(r.get("iterations")) + (" ‡" if stopped_by_time_limit(r) else "")
@@ -878,13 +895,22 @@ def section_sgpr(rows, img) -> str:
         for impl, cells in lines:
             # Paired by split, and only where both runs were on the same machine as recorded (`cpu_of`; the
             # machine under this project changes between sessions): the mean of the per-split ratios.
-            mine, base = per_split.get(impl, {}), per_split.get("memsafe", {})
-            both = [sp for sp in mine if sp in base and mine[sp][1] == base[sp][1]] if impl != "memsafe" else []
-            cells.append(f"{sum(mine[sp][0] / base[sp][0] for sp in both) / len(both):.2f}×" if both else "—")
+            (mine, shown), (base, _) = per_split.get(impl, ({}, {})), per_split.get("memsafe", ({}, {}))
+            ratios = []
+            for sp in (sorted(mine, key=str) if impl != "memsafe" else []):
+                common = sorted(set(mine[sp]) & set(base.get(sp, {})))
+                if common:  # the machine of the row shown if memsafe ran there too, else any machine both ran on
+                    c = shown.get(sp) if shown.get(sp) in common else common[0]
+                    ratios.append(mine[sp][c] / base[sp][c])
+            cells.append(f"{sum(ratios) / len(ratios):.2f}×" if ratios else "—")
             body.append(cells)
     head = ["data set", "m", "iterations (max)", "implementation", "splits (or why none)", "test RMSE", "test NLPD",
             "s / evaluation", "iterations", "peak RSS", "its s / memsafe's s (mean over splits)"]
     s += [table(head, body), ""]
+    s += ["Each row shows the latest run of each split, whichever machine ran it (the CPU under this project "
+          "changes between sessions). The last column pairs a peer's run of a split with memsafe's run of that "
+          "split on the same machine, which may be an earlier memsafe run than the one the row above shows; "
+          "splits with no such pair are left out.", ""]
     loads = [r.get("load_1m") for r in sg if r.get("load_1m") is not None]
     if loads:
         s += [f"Load average at the start of the runs: {min(loads):.2f} … {max(loads):.2f} (2 cores).", ""]
