@@ -38,6 +38,12 @@ def cpu_of(r: dict) -> str:
     return r.get("host_cpu") or r.get("cpu") or "unknown"
 
 
+def sgpr_key(r: dict) -> tuple:
+    """An SGPR training run: implementation, data set, split, m and iteration budget (row_key adds the machine)."""
+    return ("sgpr_train", r.get("impl"), r.get("dataset"), r.get("split"), r.get("m"), r.get("kernel"),
+            r.get("iters_max"), r.get("threads"), r.get("budget_bytes"))
+
+
 def row_key(r: dict) -> tuple:
     if r.get("bench") == "compile":
         # one row per machine too: the CPU under this project changes between sessions
@@ -46,8 +52,7 @@ def row_key(r: dict) -> tuple:
         return ("attention", r.get("impl"), r.get("B"), r.get("H"), r.get("T"), r.get("d"), r.get("causal"),
                 r.get("mode"), r.get("threads"))
     if r.get("suite") == "sgpr_train":  # one row per implementation, data set, split, m, iteration budget and machine
-        return ("sgpr_train", r.get("impl"), r.get("dataset"), r.get("split"), r.get("m"), r.get("kernel"),
-                r.get("iters_max"), r.get("threads"), r.get("budget_bytes"), cpu_of(r))
+        return sgpr_key(r) + (cpu_of(r),)
     if r.get("suite") == "default_flags":  # one row per workload, build and machine (bench/default_flags.sh)
         return ("default_flags", r.get("bench"), r.get("kernel"), r.get("precision"), r.get("build"), r.get("n"),
                 r.get("m"), r.get("d"), r.get("threads"), r.get("host_cpu"))
@@ -111,9 +116,14 @@ def find(rows, **want) -> dict | None:
             if have != val:
                 ok = False
                 break
-        if ok and (best is None or (r.get("timestamp") or "") >= (best.get("timestamp") or "")):
+        if ok and not_older(r, best):
             best = r
     return best
+
+
+def not_older(r: dict, best: dict | None) -> bool:
+    """Whether row r replaces best as the latest: no best yet, or r's timestamp is the same or later."""
+    return best is None or (r.get("timestamp") or "") >= (best.get("timestamp") or "")
 
 
 def ok(r) -> bool:
@@ -734,9 +744,8 @@ def sgpr_rows(rows, every_machine: bool = False) -> list[dict]:
         return sg
     latest: dict[tuple, dict] = {}
     for r in sg:
-        k = row_key(r)[:-1]
-        if k not in latest or (r.get("timestamp") or "") >= (latest[k].get("timestamp") or ""):
-            latest[k] = r
+        if not_older(r, latest.get(sgpr_key(r))):
+            latest[sgpr_key(r)] = r
     return list(latest.values())
 
 
@@ -862,8 +871,10 @@ def section_sgpr(rows, img) -> str:
         per_split = {}  # seconds per evaluation of each implementation's good runs, by split
         lines = []
         for impl in SGPR_IMPLS:
-            rs = [r for r in sg if r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
-                  and r.get("iters_max") == it]
+            def of_impl(rows):
+                return [r for r in rows if r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
+                        and r.get("iters_max") == it]
+            rs = of_impl(sg)
             if not rs:
                 continue
             good = [r for r in rs if r.get("status") == "ok"]
@@ -877,9 +888,8 @@ def section_sgpr(rows, img) -> str:
                 # Every machine's run of a split is kept for the pairing (the table shows the latest).
                 shown = {r.get("split"): cpu_of(r) for r in good}
                 timed: dict = {}
-                for r in every:
-                    if (r.get("impl") == impl and r.get("dataset") == ds and r.get("m") == m
-                            and r.get("iters_max") == it and r.get("status") == "ok" and not r.get("cpu_shared")):
+                for r in of_impl(every):
+                    if r.get("status") == "ok" and not r.get("cpu_shared"):
                         timed.setdefault(r.get("split"), {})[cpu_of(r)] = r["seconds_per_evaluation"]
                 per_split[impl] = (timed, shown)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
