@@ -1,5 +1,6 @@
 // memsafe::gp (SGPR bound, gradient, predictions) against an independent dense f64 implementation
-// written here (log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²) with n×n matrices) and against
+// written here (log N(y | 0, Qff + σ²I) − tr(Kff − Qff)/(2σ²) with n×n matrices, from the kernel
+// formulas and naive Cholesky of tests/gp_reference.hpp) and against
 // central finite differences of the bound, at budgets from the minimum to unlimited.
 #include <doctest/doctest.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "gp_problem.hpp"
+#include "gp_reference.hpp"
 
 namespace {
 
@@ -23,48 +25,9 @@ using vec = std::vector<double>;
 
 // ---- an independent dense reference --------------------------------------------------------------
 
-double ref_kernel(gp::kernel k, const double* a, const double* b, std::size_t d, const vec& ell, double s2) {
-  double r2 = 0;
-  for (std::size_t q = 0; q < d; ++q) r2 += (a[q] - b[q]) * (a[q] - b[q]) / (ell[q] * ell[q]);
-  const double r = std::sqrt(r2);
-  switch (k) {
-    case gp::kernel::rbf: return s2 * std::exp(-r2 / 2);
-    case gp::kernel::matern12: return s2 * std::exp(-r);
-    case gp::kernel::matern32: return s2 * (1 + std::sqrt(3.0) * r) * std::exp(-std::sqrt(3.0) * r);
-    case gp::kernel::matern52:
-      return s2 * (1 + std::sqrt(5.0) * r + 5.0 * r2 / 3.0) * std::exp(-std::sqrt(5.0) * r);
-  }
-  return 0;
-}
-
-/// Naive Cholesky (lower, row-major) of an n×n SPD matrix.
-vec ref_chol(vec A, std::size_t n) {
-  for (std::size_t j = 0; j < n; ++j) {
-    double s = A[j * n + j];
-    for (std::size_t k = 0; k < j; ++k) s -= A[j * n + k] * A[j * n + k];
-    REQUIRE(s > 0);
-    A[j * n + j] = std::sqrt(s);
-    for (std::size_t i = j + 1; i < n; ++i) {
-      double t = A[i * n + j];
-      for (std::size_t k = 0; k < j; ++k) t -= A[i * n + k] * A[j * n + k];
-      A[i * n + j] = t / A[j * n + j];
-    }
-    for (std::size_t k = j + 1; k < n; ++k) A[j * n + k] = 0;
-  }
-  return A;
-}
-/// Solve (L Lᵀ) x = b.
-vec ref_solve(const vec& L, vec b, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t k = 0; k < i; ++k) b[i] -= L[i * n + k] * b[k];
-    b[i] /= L[i * n + i];
-  }
-  for (std::size_t i = n; i-- > 0;) {
-    for (std::size_t k = i + 1; k < n; ++k) b[i] -= L[k * n + i] * b[k];
-    b[i] /= L[i * n + i];
-  }
-  return b;
-}
+using gp_test::ref_chol;
+using gp_test::ref_kernel;
+using gp_test::ref_solve;
 
 /// tests/gp_problem.hpp's problem with 11 test points (seed 3 unless given).
 struct problem : gp_test::problem {
