@@ -116,6 +116,7 @@ namespace memsafe::detail::gp {
 using memsafe::gp::data_view;
 using memsafe::gp::exact_options;
 using memsafe::gp::exact_result;
+using memsafe::gp::exact_predict_stats;
 using memsafe::gp::hyperparameters;
 using memsafe::gp::points_view;
 
@@ -190,6 +191,20 @@ inline void validate_values(const double* v, std::size_t count, const std::strin
 inline void validate_options(const exact_options& o, const std::string& f) {
   if (!(std::isfinite(o.tolerance) && o.tolerance >= 0))
     throw argument_error(f + "tolerance must be finite and >= 0, got " + std::to_string(o.tolerance));
+}
+
+/// What both predictions check first: the training data and hyperparameters, the test points'
+/// dimension and the output; sets st's budget. False (nothing to do) when there are no test points.
+inline bool start_predict(const data_view& D, const hyperparameters& h, const points_view& T, const double* out,
+                          const exact_options& opts, const std::string& f, exact_predict_stats& st) {
+  validate_exact(D, h, f);
+  st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
+  if (T.n == 0) return false;
+  if (T.d != D.d)
+    throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
+                      std::to_string(D.d));
+  if (!out) throw argument_error(f + "null output");
+  return true;
 }
 
 /// Bytes of the solver's own temporaries for n points, c right-hand sides, rank k, d dimensions.
@@ -678,14 +693,8 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
                                               const exact_options& opts = {}) {
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_predict_mean: ";
-  dg::validate_exact(D, h, f);
   exact_predict_stats st;
-  st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
-  if (T.n == 0) return st;
-  if (T.d != D.d)
-    throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
-                      std::to_string(D.d));
-  if (!mean) throw argument_error(f + "null output");
+  if (!dg::start_predict(D, h, T, mean, opts, f, st)) return st;
   if (rhs == 0) throw shape_error(f + "no weights (rhs = 0)");
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   dg::validate_values(alpha, D.n * rhs, f, "alpha");
@@ -707,15 +716,9 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
                                                   std::size_t batch = 16) {
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_predict_variance: ";
-  dg::validate_exact(D, h, f);
   dg::validate_options(opts, f);
   exact_predict_stats st;
-  st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
-  if (T.n == 0) return st;
-  if (T.d != D.d)
-    throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
-                      std::to_string(D.d));
-  if (!var) throw argument_error(f + "null output");
+  if (!dg::start_predict(D, h, T, var, opts, f, st)) return st;
   if (batch == 0) throw argument_error(f + "batch must be >= 1");
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   const std::size_t n = D.n, d = D.d, cb = std::min(batch, T.n);
