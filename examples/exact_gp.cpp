@@ -151,9 +151,7 @@ int main(int argc, char** argv) {
   // As in sgpr_train: a fixed mmap threshold returns every freed temporary above 1 MiB to the system.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   mx::cli args("exact_gp", "The exact GP posterior mean by preconditioned CG over budgeted kernel products.");
-  args.option("data-dir", mx::default_uci_dir(), "folder holding <dataset>/data.csv.gz and test_mask.csv.gz")
-      .option("dataset", "kin40k", "data set name (a folder of --data-dir)")
-      .option("split", "0", "train/test split: column of test_mask.csv.gz")
+  mx::add_uci_options(args)
       .option("kernel", "matern32", "rbf|matern12|matern32|matern52 (ARD)")
       .option("variance", "1", "kernel variance σ_f² (standardised target)")
       .option("lengthscales", "1", "ARD lengthscales: one value, or d comma-separated values (standardised inputs)")
@@ -325,16 +323,7 @@ int main(int argc, char** argv) {
           .add("check", chk.pass ? "pass" : "fail");
     j.print();
     return rss.pass(peak_rss) && (!check || chk.pass) ? 0 : 1;
-  } catch (const memsafe::budget_error& e) {
-    mx::json_line{}
-        .add("error", e.what())
-        .add("error_kind", "budget")
-        .add("budget_bytes", e.budget_bytes)
-        .add("minimum_bytes", e.minimum_bytes)
-        .print();
-    return 1;
   } catch (const std::exception& e) {
-    mx::print_json_error(e.what());
-    return 1;
+    return mx::print_json_failure(e);
   }
 }

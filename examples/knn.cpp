@@ -310,7 +310,6 @@ int main(int argc, char** argv) {
       return run<T>(c);
     });
   } catch (const std::exception& e) {
-    mx::print_json_error(e.what());
-    return 1;
+    return mx::print_json_failure(e);
   }
 }

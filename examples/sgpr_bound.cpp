@@ -449,9 +449,7 @@ int run(const config& cfg, const Kern& kern) {
 int main(int argc, char** argv) {
   mx::cli args("sgpr_bound",
                "SGPR collapsed bound and test RMSE/NLPD on a UCI data set, with Kuf (m x n) never formed.");
-  args.option("data-dir", mx::default_uci_dir(), "folder holding <dataset>/data.csv.gz and test_mask.csv.gz")
-      .option("dataset", "kin40k", "data set name (a folder of --data-dir)")
-      .option("split", "0", "train/test split: column of test_mask.csv.gz")
+  mx::add_uci_options(args)
       .option("m", "1000", "number of inducing points")
       .option("kernel", "rbf", "rbf|matern32")
       .option("lengthscale", "2", "kernel lengthscale (standardised inputs)")
@@ -494,16 +492,7 @@ int main(int argc, char** argv) {
     if (h.kernel == "rbf")
       return run(cfg, [h](const auto& P, const auto& Q) { return memsafe::rbf(P, Q, h.lengthscale, h.variance); });
     return run(cfg, [h](const auto& P, const auto& Q) { return memsafe::matern32(P, Q, h.lengthscale, h.variance); });
-  } catch (const memsafe::budget_error& e) {
-    mx::json_line{}
-        .add("error", e.what())
-        .add("error_kind", "budget")
-        .add("budget_bytes", e.budget_bytes)
-        .add("minimum_bytes", e.minimum_bytes)
-        .print();
-    return 1;
   } catch (const std::exception& e) {
-    mx::print_json_error(e.what());
-    return 1;
+    return mx::print_json_failure(e);
   }
 }

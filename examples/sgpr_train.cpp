@@ -377,9 +377,7 @@ int run_main(int argc, char** argv) {
   // temporary above 1 MiB in its own mapping, returned to the system when memsafe frees it.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   mx::cli args("sgpr_train", "Train SGPR (hyperparameters and inducing points) by L-BFGS under a memory budget.");
-  args.option("data-dir", mx::default_uci_dir(), "folder holding <dataset>/data.csv.gz and test_mask.csv.gz")
-      .option("dataset", "kin40k", "data set name (a folder of --data-dir)")
-      .option("split", "0", "train/test split: column of test_mask.csv.gz")
+  mx::add_uci_options(args)
       .option("m", "500", "number of inducing points")
       .option("iters", "100", "L-BFGS iterations (at most)")
       .option("kernel", "matern32", "rbf|matern12|matern32|matern52 (ARD)")
@@ -629,17 +627,8 @@ int run_main(int argc, char** argv) {
     j.add("rss_check", rss.verdict(peak_rss));
     j.print();
     return rss.pass(peak_rss) ? 0 : 1;
-  } catch (const memsafe::budget_error& e) {
-    mx::json_line{}
-        .add("error", e.what())
-        .add("error_kind", "budget")
-        .add("budget_bytes", e.budget_bytes)
-        .add("minimum_bytes", e.minimum_bytes)
-        .print();
-    return 1;
   } catch (const std::exception& e) {
-    mx::print_json_error(e.what());
-    return 1;
+    return mx::print_json_failure(e);
   }
 }
 

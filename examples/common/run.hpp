@@ -1,10 +1,12 @@
 // What every memsafe example shares: the evaluation options on the command line (budget, seed,
-// check, threads, RSS check), a timed eval, and the JSON fields describing the evaluation.
+// check, threads, RSS check), a timed eval, the JSON fields describing the evaluation, and the
+// JSON line of a failure.
 #pragma once
 #include <chrono>
 #include <cstdio>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -76,6 +78,22 @@ inline json_line& add_eval_stats(json_line& j, const memsafe::eval_stats& st, do
       .add("num_tiles", st.num_tiles)
       .add("threads", st.threads)
       .add("seconds", seconds);
+}
+
+/// The JSON line of an example that failed, and its exit status (1): {"error": what} — for a
+/// memsafe::budget_error also error_kind "budget", the budget and the minimum that would fit.
+inline int print_json_failure(const std::exception& e) {
+  if (const auto* b = dynamic_cast<const memsafe::budget_error*>(&e)) {
+    json_line{}
+        .add("error", e.what())
+        .add("error_kind", "budget")
+        .add("budget_bytes", b->budget_bytes)
+        .add("minimum_bytes", b->minimum_bytes)
+        .print();
+  } else {
+    print_json_error(e.what());
+  }
+  return 1;
 }
 
 }  // namespace memsafe_examples

@@ -27,12 +27,20 @@
 #include <type_traits>
 #include <vector>
 
+#include "cli.hpp"
 #include "data.hpp"
 
 namespace memsafe_examples {
 
 /// The UCI folder under the shared data folder (see default_data_subdir).
 inline std::string default_uci_dir() { return default_data_subdir("uci"); }
+
+/// Declare the UCI examples' data options: --data-dir, --dataset and --split.
+inline cli& add_uci_options(cli& args) {
+  return args.option("data-dir", default_uci_dir(), "folder holding <dataset>/data.csv.gz and test_mask.csv.gz")
+      .option("dataset", "kin40k", "data set name (a folder of --data-dir)")
+      .option("split", "0", "train/test split: column of test_mask.csv.gz");
+}
 
 /// A numeric table: rows × cols, row-major, in double.
 struct csv_table {
