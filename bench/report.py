@@ -1471,8 +1471,8 @@ def goals(rows, peak_gflops) -> str:
             ("typical.cpp", "-O2 -DMEMSAFE_PRECOMPILED=1",
              "one kNN + one matvec (typical.cpp), g++ -O2, with memsafe::precompiled", 2.0),
             ("include_only.cpp", "-O2", "include only (include_only.cpp), g++ -O2", 0.8)):
-        # The verdict from the latest machine's row, and the other machines' values beside it (the CPU under
-        # this project changes between sessions: only one machine's rows compare with each other).
+        # Each machine's latest row and its verdict, the newest machine first (the CPU under this project
+        # changes between sessions: only one machine's rows compare with each other).
         vals = []
         for cpu, rs in machines:
             c = next((r for r in rs if r.get("tu") == "bench/compile_time/" + tu and r.get("compiler") == "g++"
