@@ -738,14 +738,12 @@ SGPR_IMPLS = ("memsafe", "gpflow", "gpytorch")
 def sgpr_rows(rows, every_machine: bool = False) -> list[dict]:
     """SGPR training rows: the latest per implementation, data set, split, m and iteration budget, whichever
     machine ran it (what the table's statistics and the plot show); with every_machine, each machine's latest
-    (what the speed ratios pair, split by split, on one machine)."""
-    sg = [r for r in rows if r.get("suite") == "sgpr_train"]
-    if every_machine:
-        return sg
+    (row_key adds the machine: what the speed ratios pair, split by split, on one machine)."""
+    key = row_key if every_machine else sgpr_key
     latest: dict[tuple, dict] = {}
-    for r in sg:
-        if not_older(r, latest.get(sgpr_key(r))):
-            latest[sgpr_key(r)] = r
+    for r in rows:
+        if r.get("suite") == "sgpr_train" and not_older(r, latest.get(key(r))):
+            latest[key(r)] = r
     return list(latest.values())
 
 
