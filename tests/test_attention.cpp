@@ -468,7 +468,9 @@ TEST_CASE("attention: the AVX-512 and AVX2 kernels give the same bits, the porta
   restore();
   REQUIRE(!runs.empty());
   const out& ref = runs.back().second;  // portable
-  for (const auto& [name, o] : runs) {
+  for (const auto& run : runs) {
+    const std::string& name = run.first;  // not a structured binding: CAPTURE's lambda takes it
+    const out& o = run.second;
     CAPTURE(name);
     const auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
       REQUIRE(a.size() == b.size());
