@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# What a consumer's default flags cost: three small programs (bench/default_flags/kv.cpp: fused K·v
+# What a consumer's default flags cost: four small programs (bench/default_flags/kv.cpp: fused K·v
 # for the RBF and Matérn kernels, f32 and f64; grad.cpp: the VJP of an RBF / Matérn-3/2 K·v with
-# respect to X; sgpr.cpp: a gp::sgpr bound + gradient)
+# respect to X; sgpr.cpp: a gp::sgpr bound + gradient; attention.cpp: an attention layer's forward
+# and backward, f32 and f64)
 # compiled as a consumer compiles by default (g++ -O2, no -march: "default") and as this project
 # compiles (-O3 -march=native -fno-math-errno: "native"), run one thread each, the two builds
 # alternating in every round. One JSON line per (workload, build) appended to
 # bench/results/default_flags.jsonl: every round's best-of-3 time, their min and median.
-#   bash bench/default_flags.sh [ROUNDS]          (default 3; ≈ 1.5 minutes a round on a 2-core Zen 3)
+#   bash bench/default_flags.sh [ROUNDS]          (default 3; ≈ 2 minutes a round on a 2-core Zen 3)
 #   BASE_REV=<rev> bash bench/default_flags.sh    also the default build of <rev>'s headers ("default@<rev>"),
 #                                                 in the same rounds: before / after a change
 # Environment: KV_N (20000), KV_D (3), GRAD_N (10000), GRAD_D (3), SGPR_N (20000), SGPR_M (1000),
-# SGPR_D (8), OUT, CXX (g++), BLAS_LIBS (-lopenblas -llapack: what the sgpr program links; LAPACK is needed).
+# SGPR_D (8), ATT_T (2048), ATT_H (2: heads, d = 64), OUT, CXX (g++), BLAS_LIBS (-lopenblas -llapack: what the sgpr program links; LAPACK is needed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 R=${1:-3}
@@ -34,6 +35,7 @@ for b in "${builds[@]}"; do
   read -r -a f <<< "${flags[$b]}"
   "$CXX" -std=c++20 "${f[@]}" -I"${incs[$b]}" bench/default_flags/kv.cpp -o "$tmp/kv_$b" -lpthread
   "$CXX" -std=c++20 "${f[@]}" -I"${incs[$b]}" bench/default_flags/grad.cpp -o "$tmp/grad_$b" -lpthread
+  "$CXX" -std=c++20 "${f[@]}" -I"${incs[$b]}" bench/default_flags/attention.cpp -o "$tmp/attention_$b" -lpthread
   "$CXX" -std=c++20 "${f[@]}" -DMEMSAFE_HAS_LAPACK=1 -I"${incs[$b]}" bench/default_flags/sgpr.cpp -o "$tmp/sgpr_$b" \
     "${blas[@]}" -lpthread
 done
@@ -41,6 +43,7 @@ for _ in $(seq "$R"); do
   for b in "${builds[@]}"; do
     OPENBLAS_NUM_THREADS=1 "$tmp/kv_$b" "${KV_N:-20000}" "${KV_D:-3}" 3 | sed "s/^{/{\"build\": \"$b\", /" >> "$tmp/raw"
     "$tmp/grad_$b" "${GRAD_N:-10000}" "${GRAD_D:-3}" 3 | sed "s/^{/{\"build\": \"$b\", /" >> "$tmp/raw"
+    "$tmp/attention_$b" "${ATT_T:-2048}" "${ATT_H:-2}" 3 | sed "s/^{/{\"build\": \"$b\", /" >> "$tmp/raw"
     OPENBLAS_NUM_THREADS=1 "$tmp/sgpr_$b" "${SGPR_N:-20000}" "${SGPR_M:-1000}" "${SGPR_D:-8}" 3 |
       sed "s/^{/{\"build\": \"$b\", /" >> "$tmp/raw"
   done
@@ -55,6 +58,8 @@ host_cpu = f"{cpu} (family {fam.get('cpu family', '?')}, model {fam.get('model',
 simd = " ".join(x for x in ("avx2", "fma", "avx512f") if x in fam.get("flags", "").split())
 try:
     rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip():
+        rev += "-dirty"  # the headers measured are the working tree's, not HEAD's
 except OSError:
     rev = ""
 load = open("/proc/loadavg").read().split()[0]

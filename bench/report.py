@@ -1070,14 +1070,16 @@ def group_rows(rows, field: str) -> dict[str, list]:
 
 def section_default_flags(rows) -> str:
     df = [r for r in rows if r.get("suite") == "default_flags"]
-    s = ["## Default flags against -march=native (Matérn sums, the GP module)", "",
-         "`bash bench/default_flags.sh` — three small programs built as a consumer compiles by default (plain "
+    s = ["## Default flags against -march=native (Matérn sums, the GP module, attention)", "",
+         "`bash bench/default_flags.sh` — four small programs built as a consumer compiles by default (plain "
          "`g++ -O2`, no `-march`, errno kept: *default*) and as this project compiles (`-O3 -march=native "
          "-fno-math-errno`: *native*), one thread, the builds alternating in every round; each round's time is the "
          "best of 3 calls, and the table gives min / median over the rounds. *kv*: the fused K·v, X = Y with n "
          "N(0, 1) points (`bench/default_flags/kv.cpp`); *grad*: the VJP of K(X, X′)·v with respect to X "
          "(`bench/default_flags/grad.cpp`); *sgpr*: one `gp::sgpr` bound + gradient on synthetic "
-         "N(0, 1) data, 64 MiB of temporaries, BLAS on one thread (`bench/default_flags/sgpr.cpp`). The default "
+         "N(0, 1) data, 64 MiB of temporaries, BLAS on one thread (`bench/default_flags/sgpr.cpp`); *attention*: "
+         "one layer, B = 1, H heads, T queries and keys, d = dv = 64, the forward (*fwd*) and the backward from its "
+         "O and logsumexp (*bwd*), 64 MiB (`bench/default_flags/attention.cpp`). The default "
          "build takes the AVX2 copies of the kernels at run time and its square roots by packed square-root "
          "builtins, which set no errno (docs/design.md). The latest run on each CPU; earlier runs stay in "
          "`bench/results/default_flags.jsonl`.", ""]
@@ -1094,7 +1096,8 @@ def section_default_flags(rows) -> str:
         for (bench, kernel, prec, n, m, d, build), r in sorted(
                 keyed.items(), key=lambda kv: tuple(str(x) for x in kv[0][:6]) + (order.get(kv[0][6], 2), kv[0][6])):
             nat = keyed.get((bench, kernel, prec, n, m, d, "native"))
-            shape = f"n={n:,} d={d}" + (f" m={m:,}" if m else "")
+            shape = (f"T={n:,} H={m} d={d}" if bench == "attention"  # one layer: T queries and keys, H heads
+                     else f"n={n:,} d={d}" + (f" m={m:,}" if m else ""))
             ratio = f"{r['median_s'] / nat['median_s']:.2f}×" if nat and nat.get("median_s") else "—"
             body.append([bench, kernel, prec, shape, build, f"{sig(r['min_s'])} / {sig(r['median_s'])} s", ratio])
         s += [table(["workload", "kernel", "precision", "shape", "build", "min / median", "time / native's (medians)"],

@@ -213,6 +213,7 @@ int run(const config& c) {
       .add("threads", sf.threads)
       .add("tile_rows", sf.tile_rows)
       .add("tile_cols", sf.tile_cols)
+      .add("isa", sf.plan.isa)
       .add("repeat", c.repeat)
       .add("forward_seconds_min", *std::min_element(tf.begin(), tf.end()))
       .add("forward_seconds_median", median(tf))
@@ -224,7 +225,9 @@ int run(const config& c) {
         .add("backward_seconds_median", median(tb))
         .add("backward_peak_temp_bytes", sb.peak_temp_bytes)
         .add("backward_min_budget_bytes", sb.min_budget_bytes)
-        .add("backward_tile_rows", sb.tile_rows);
+        .add("backward_tile_rows", sb.tile_rows)
+        .add("backward_threads", sb.threads)
+        .add("backward_schedule", sb.plan.reduction);
   j.add("peak_temp_bytes", std::max(sf.peak_temp_bytes, sb.peak_temp_bytes))
       .add("dense_scores_bytes", static_cast<double>(B) * H * Tn * Tn * sizeof(T))
       .add("input_bytes", 3 * n * sizeof(T))

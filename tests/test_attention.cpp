@@ -397,6 +397,52 @@ TEST_CASE("attention: peak <= budget, results independent of the budget and thre
   }
 }
 
+TEST_CASE("attention: fewer heads than threads: the backward's two passes give one pass's bits") {
+  struct shape { std::size_t H, Tq, Tk; };
+  // one head (Tq = Tk, more queries than keys, fewer), and two heads on up to four threads
+  const shape shapes[] = {{1, 200, 200}, {1, 150, 70}, {1, 40, 300}, {2, 130, 130}};
+  unsigned seed = 40;
+  for (const auto& sh : shapes)
+    for (int causal = 0; causal < 2; ++causal) {
+      CAPTURE(sh.H);
+      CAPTURE(sh.Tq);
+      CAPTURE(sh.Tk);
+      CAPTURE(causal);
+      att_problem<double> p(1, sh.H, sh.Tq, sh.Tk, 16, 8, seed++, causal, true, true);
+      std::vector<double> O, l, dQ0, dK0, dV0;
+      const auto sf = run_forward(p, O, l, {memsafe::unlimited, 1});
+      const auto dO = upstream<double>(O.size(), seed);
+      const auto s1 = run_backward(p, O, l, dO, dQ0, dK0, dV0, {memsafe::unlimited, 1});
+      CHECK(s1.plan.reduction.find("one pass") != std::string::npos);
+      CHECK(!s1.plan.isa.empty());
+      CHECK(s1.plan.isa == sf.plan.isa);
+      // the one-pass result against the dense reference
+      std::vector<double> dQr, dKr, dVr;
+      dense_backward(p, dO, dQr, dKr, dVr);
+      CHECK(max_abs_diff(dQ0, dQr) <= 1e-12);
+      CHECK(max_abs_diff(dK0, dKr) <= 1e-12);
+      CHECK(max_abs_diff(dV0, dVr) <= 1e-12);
+      const std::size_t bmin = s1.min_budget_bytes;
+      for (std::size_t budget : {bmin, 2 * bmin + 100, memsafe::unlimited})
+        for (unsigned threads : {2u, 3u, 4u}) {
+          CAPTURE(budget);
+          CAPTURE(threads);
+          std::vector<double> dQ, dK, dV;
+          const auto s = run_backward(p, O, l, dO, dQ, dK, dV, {budget, threads});
+          CHECK(s.peak_temp_bytes <= budget);
+          CHECK(s.peak_temp_bytes == s.planned_temp_bytes);
+          // two passes exactly when they are cheaper: ceil(H / P1) · 5 > 7 · H / P2 (P1 ≤ H workers
+          // in one pass, P2 in two); one worker fits the minimum budget, so it stays one pass there
+          const bool two = s.plan.reduction.find("two passes") != std::string::npos;
+          CHECK(two == (budget != bmin && s.threads > sh.H));
+          if (budget == bmin) CHECK(s.threads == 1);
+          CHECK(dQ == dQ0);
+          CHECK(dK == dK0);
+          CHECK(dV == dV0);
+        }
+    }
+}
+
 TEST_CASE("attention: causal tiles above the diagonal are skipped") {
   att_problem<float> full(1, 2, 640, 640, 8, 8, 3), causal(1, 2, 640, 640, 8, 8, 3, true);
   std::vector<float> O, l;

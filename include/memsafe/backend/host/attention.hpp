@@ -5,16 +5,21 @@
 // blocks of BC = 64 keys, products by a register-blocked micro-kernel (6 rows × 2 SIMD registers
 // of accumulators, AVX-512 or AVX2+FMA intrinsics compiled for those targets in every x86-64
 // translation unit and chosen at run time by host::choose_isa — the CPU, MEMSAFE_ISA; a plain
-// loop otherwise; the two vector kernels give the same bits). Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
+// loop otherwise; the two vector kernels give the same bits). The element-wise steps around the
+// products (scale, bias, masks, running max and sum, exp: attention_softmax.inc) are compiled for
+// the same instruction sets and chosen with them, so a consumer built with plain -O2 runs them
+// vectorised too. Forward: the score tile is computed transposed, Sᵀ = K_blk · Q_blkᵀ (64 × Br):
 // K's rows feed the kernel in place (packed only when their elements are strided), Qᵀ is packed
 // once per row block, and the softmax runs down the key axis with the query rows as SIMD lanes
 // (running max m, sum l, output accumulator rescaled by exp(m_old − m_new)); then O += P·V with
 // P read in place from Sᵀ and V's rows in place (packed when strided or dv is not a multiple of
 // the kernel width). Causal: a key block wholly above a row block's last visible key is never
 // touched; a block that crosses the diagonal is computed and its hidden entries masked.
-// Backward (FlashAttention-2): one worker per (b, h) head; per key block Kᵀ, K, Vᵀ are packed
-// once and every row block that can see it recomputes S, P = exp(S − lse), dP = dO·Vᵀ,
-// dS = P ∘ (dP − D), and accumulates dV += Pᵀ dO, dK += dSᵀ Q (Pᵀ, dSᵀ read in place), dQ += dS K.
+// Backward (FlashAttention-2): per key block Kᵀ, K, Vᵀ are packed once and every row block that
+// can see it recomputes S, P = exp(S − lse), dP = dO·Vᵀ, dS = P ∘ (dP − D), and accumulates
+// dV += Pᵀ dO, dK += dSᵀ Q (Pᵀ, dSᵀ read in place), dQ += dS K — one worker per (b, h) head; or,
+// with fewer heads than workers, two passes: dK, dV by (head, key block), then dQ by (head, row
+// block), the same sums in the same order (see backward()).
 //
 // Byte model (elements of T, each piece rounded up to 64 bytes; one workspace per worker;
 // d', dv', Br' = d, dv, Br rounded up to the kernel width of 64 bytes):
@@ -24,9 +29,10 @@
 // Peak = threads × workspace; the plan is made before anything is allocated and a budget below
 // one worker at Br = 1 is a budget_error naming that minimum.
 //
-// Every row's result is computed in the same order whatever Br and the threads are (keys in
-// blocks of 64 from the left; the backward's dK, dV sums run over rows in order): results are
-// bitwise independent of the budget and the thread count.
+// Every row's result is computed in the same order whatever Br, the threads and the backward's
+// schedule are (keys in blocks of 64 from the left; the backward's dK, dV sums run over rows in
+// order, dQ's over key blocks in order): results are bitwise independent of the budget and the
+// thread count.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -98,6 +104,49 @@ inline void mm_rows_portable(std::size_t n, std::size_t k, const T* A, std::size
   }
 MEMSAFE_ATTENTION_MM(mm_portable, mm_rows_portable)
 
+template <class T>
+inline T neg_inf() {
+  return -std::numeric_limits<T>::infinity();
+}
+
+/// One forward tile for softmax_tile (attention_softmax.inc): Sᵀ, nk key rows of brp elements (nrp
+/// query lanes used, a multiple of NR<T>; the first nr are real queries).
+template <class T>
+struct fwd_tile {
+  T* St;
+  std::size_t brp, nk, nr, nrp;
+  T scale;
+  const T* bias;                 ///< the bias of (query i0 + r, key j0 + j) at bias[r·bias_qs + j·bias_ks]; null: none
+  std::size_t bias_qs, bias_ks;
+  const unsigned char* keep;     ///< keep[j] for key j0 + j; null: no key padding
+  bool causal;
+  long hide0;                    ///< causal: key j0 + j is hidden from query lanes [0, hide0 + j)
+  T *m, *l, *alpha, *mref;       ///< running max and sum, the tile's rescaling, the max used for exp (nrp each)
+  T* Oa;                         ///< the output accumulator, nr rows of dvp, rescaled by alpha
+  std::size_t dvp;
+};
+
+/// One backward tile for probs_tile: P holds the nr × BC scores Q·Kᵀ of queries i0 … against keys
+/// j0 … (nk real keys).
+template <class T>
+struct bwd_tile {
+  T* P;
+  std::size_t nr, nk;
+  T scale;
+  const T* bias;                 ///< as fwd_tile's
+  std::size_t bias_qs, bias_ks;
+  const unsigned char* keep;
+  bool causal;
+  long last0;                    ///< causal: query i0 + r sees keys j0 + j with j ≤ last0 + r
+  const T* lse;                  ///< the forward's logsumexp of the nr rows
+};
+
+// The element-wise steps with the translation unit's own flags (MEMSAFE_ISA=portable, CPUs without
+// AVX2, builds without the dispatched kernels).
+namespace portable {
+#include "attention_softmax.inc"
+}  // namespace portable
+
 #if defined(MEMSAFE_SIMD_DISPATCH)
 // The AVX2 + FMA and AVX-512 kernels (attention_kernel.inc, written once), each compiled for its
 // target whatever the translation unit's -march (as simd.hpp's kernels) and chosen at run time
@@ -118,6 +167,7 @@ inline __m256d vbc(double a) { return _mm256_set1_pd(a); }
 inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline __m256d vfma(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
 #include "attention_kernel.inc"
+#include "attention_softmax.inc"
 }  // namespace avx2
 MEMSAFE_ATTENTION_MM(mm_avx2, avx2::mm_rows)
 #if defined(__clang__)
@@ -143,6 +193,7 @@ inline __m512d vbc(double a) { return _mm512_set1_pd(a); }
 inline __m512 vfma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 inline __m512d vfma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
 #include "attention_kernel.inc"
+#include "attention_softmax.inc"
 }  // namespace avx512
 MEMSAFE_ATTENTION_MM(mm_avx512, avx512::mm_rows)
 #if defined(__clang__)
@@ -167,6 +218,31 @@ struct kernel {
     if (i == memsafe::host::isa::avx2) return mm_avx2(m, n, k, A, ars, acs, B, ldb, C, ldc);
 #endif
     mm_portable(m, n, k, A, ars, acs, B, ldb, C, ldc);
+  }
+  /// The element-wise steps (attention_softmax.inc) of the same instruction set.
+  template <class T>
+  void softmax(const fwd_tile<T>& t) const {
+#if defined(MEMSAFE_SIMD_DISPATCH)
+    if (i == memsafe::host::isa::avx512) return avx512::softmax_tile(t);
+    if (i == memsafe::host::isa::avx2) return avx2::softmax_tile(t);
+#endif
+    portable::softmax_tile(t);
+  }
+  template <class T>
+  void probs(const bwd_tile<T>& t) const {
+#if defined(MEMSAFE_SIMD_DISPATCH)
+    if (i == memsafe::host::isa::avx512) return avx512::probs_tile(t);
+    if (i == memsafe::host::isa::avx2) return avx2::probs_tile(t);
+#endif
+    portable::probs_tile(t);
+  }
+  template <class T>
+  void dscores(T* dP, const T* P, const T* D, std::size_t nr) const {
+#if defined(MEMSAFE_SIMD_DISPATCH)
+    if (i == memsafe::host::isa::avx512) return avx512::dscores_tile(dP, P, D, nr);
+    if (i == memsafe::host::isa::avx2) return avx2::dscores_tile(dP, P, D, nr);
+#endif
+    portable::dscores_tile(dP, P, D, nr);
   }
 };
 
@@ -235,11 +311,6 @@ attn_plan choose(const char* what, std::size_t budget, std::size_t max_threads, 
   return best;
 }
 
-template <class T>
-inline T neg_inf() {
-  return -std::numeric_limits<T>::infinity();
-}
-
 /// Σ_c x[c]·y[c·ys] for c < n, x contiguous, in NR<T> interleaved lanes (vectorised; a fixed order).
 template <class T>
 inline T dot_lanes(const T* x, const T* y, std::size_t ys, std::size_t n) {
@@ -255,41 +326,15 @@ inline T dot_lanes(const T* x, const T* y, std::size_t ys, std::size_t n) {
   return acc[0];
 }
 
-/// The masks and bias of one tile, applied in place to the scaled scores s[0, BC) of query row i
-/// against keys [j0, j0 + nk) (entries past nk are padding and masked too).
-template <class T>
-struct tile_masks {
-  const attention_scores<T>& sc;
-  std::size_t b, h;
-  long off;  // Tk − Tq
-  void apply(T* s, std::size_t i, std::size_t j0, std::size_t nk) const {
-    const T scale = static_cast<T>(sc.scale);
-    for (std::size_t j = 0; j < BC; ++j) s[j] *= scale;
-    if (sc.has_bias) {
-      const T* bias = sc.bias.row(b, h, i);
-      const std::size_t bs = sc.bias.stride(3);
-      for (std::size_t j = 0; j < nk; ++j) s[j] += bias[(j0 + j) * bs];
-    }
-    for (std::size_t j = nk; j < BC; ++j) s[j] = neg_inf<T>();
-    if (sc.keep) {
-      const unsigned char* keep = sc.keep + b * sc.keep_stride + j0;
-      for (std::size_t j = 0; j < nk; ++j)
-        if (!keep[j]) s[j] = neg_inf<T>();
-    }
-    if (sc.is_causal) {
-      // key j0 + j visible iff j0 + j ≤ i + off
-      const long last = static_cast<long>(i) + off - static_cast<long>(j0);  // last visible j in this tile
-      for (std::size_t j = static_cast<std::size_t>(std::max<long>(last + 1, 0)); j < nk; ++j) s[j] = neg_inf<T>();
-    }
-  }
-};
-
 /// What a forward or backward pass reports: its time, the budget and the accountant's peak, the
 /// plan's bytes, minimum and threads, the tile shape (Br × BC over d) and the tiles it computed.
 template <class Plan>
 eval_stats pass_stats(std::chrono::steady_clock::time_point t0, std::size_t budget, const accountant& acc,
-                      const Plan& p, std::size_t Br, std::size_t BC, std::size_t d, std::size_t tiles) {
+                      const Plan& p, std::size_t Br, std::size_t BC, std::size_t d, std::size_t tiles, kernel mm,
+                      const char* schedule) {
   eval_stats st;
+  st.plan.isa = memsafe::host::isa_name(mm.i);
+  st.plan.reduction = schedule;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   st.budget_bytes = budget;
   st.peak_temp_bytes = acc.peak();
@@ -380,39 +425,11 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
           }
         for (std::size_t j = 0; j < nk; ++j) std::fill(St + j * brp, St + j * brp + nrp, T(0));
         mm(nk, nrp, d, Kr, ldk, std::size_t{1}, QT, brp, St, brp);  // Sᵀ = K Qᵀ
-        // scale, bias, masks; the column max in alpha
-        for (std::size_t r = 0; r < nrp; ++r) alpha[r] = neg_inf<T>();
-        for (std::size_t j = 0; j < nk; ++j) {
-          T* row = St + j * brp;
-          for (std::size_t r = 0; r < nrp; ++r) row[r] *= scale;
-          if (sc.has_bias) {
-            const std::size_t bs = sc.bias.stride(2);
-            const T* bias = sc.bias.row(b, h, i0) + (j0 + j) * sc.bias.stride(3);
-            for (std::size_t r = 0; r < nr; ++r) row[r] += bias[r * bs];
-          }
-          if (sc.keep && !sc.keep[b * sc.keep_stride + j0 + j]) std::fill(row, row + nrp, neg_inf<T>());
-          if (sc.is_causal) {  // query i0 + r sees key j0 + j iff j0 + j ≤ i0 + r + off
-            const long lim = static_cast<long>(j0 + j) - static_cast<long>(i0) - off;
-            const std::size_t hide = static_cast<std::size_t>(std::clamp<long>(lim, 0, static_cast<long>(nrp)));
-            std::fill(row, row + hide, neg_inf<T>());
-          }
-          for (std::size_t r = 0; r < nrp; ++r) alpha[r] = row[r] > alpha[r] ? row[r] : alpha[r];
-        }
-        for (std::size_t r = 0; r < nrp; ++r) {
-          const T mnew = alpha[r] > m[r] ? alpha[r] : m[r];
-          mref[r] = mnew == neg_inf<T>() ? T(0) : mnew;  // no visible key yet: every p is 0
-          alpha[r] = math::exp(m[r] - mref[r]);
-          m[r] = mnew;
-          l[r] *= alpha[r];
-        }
-        for (std::size_t j = 0; j < nk; ++j) {
-          T* row = St + j * brp;
-          for (std::size_t r = 0; r < nrp; ++r) row[r] = math::exp(row[r] - mref[r]);
-          for (std::size_t r = 0; r < nrp; ++r) l[r] += row[r];
-        }
-        for (std::size_t r = 0; r < nr; ++r)
-          if (alpha[r] != T(1))
-            for (std::size_t c = 0; c < dvp; ++c) Oa[r * dvp + c] *= alpha[r];
+        // scale, bias, masks; the running max and sum; P = exp(s − m) over Sᵀ; O rescaled
+        const T* bias = sc.has_bias ? sc.bias.row(b, h, i0) + j0 * sc.bias.stride(3) : nullptr;
+        mm.softmax(fwd_tile<T>{St, brp, nk, nr, nrp, scale, bias, sc.bias.stride(2), sc.bias.stride(3),
+                               sc.keep ? sc.keep + b * sc.keep_stride + j0 : nullptr, sc.is_causal,
+                               static_cast<long>(j0) - static_cast<long>(i0) - off, m, l, alpha, mref, Oa, dvp});
         mm(nr, dvp, nk, St, std::size_t{1}, brp, Vr, ldv, Oa, dvp);  // O += P V (P = (Sᵀ)ᵀ in place)
         ++my_tiles;
       }
@@ -428,11 +445,19 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
     tiles.fetch_add(my_tiles, std::memory_order_relaxed);
   });
 
-  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load());
+  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load(), mm,
+                    "online softmax: blocks of query rows against blocks of 64 keys");
 }
 
 /// Backward: dQ, dK, dV from dO, O and lse (the forward's), recomputing the scores tile by tile.
-/// One worker owns a (b, h) head at a time (its dQ, dK, dV), so no two workers write one output.
+/// One pass when there are heads enough for the workers: a worker owns a (b, h) head at a time (its
+/// dQ, dK, dV), so no two workers write one output. Else (when ceil(B·H / P₁) · 5 products per
+/// tile > 7 · B·H / P₂, P₁ and P₂ the workers the budget and threads allow either way) two passes:
+/// (b, h, key block) items accumulate dK, dV (four products per tile), then (b, h, row block)
+/// items accumulate dQ (three; a tile's exps and masks are recomputed in both passes, so at d = 64
+/// two passes on two threads took 0.83–0.86 of one pass's time on one). Every entry is the same sum
+/// in the same order either way (dK, dV over the query rows in order, dQ over the key blocks in
+/// order), so the results are bitwise those of one pass.
 template <class T>
 eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* lse, heads_view<const T> dO,
                     heads_view<T> dQ, heads_view<T> dK, heads_view<T> dV, const options& o) {
@@ -440,13 +465,26 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   const attention_scores<T>& sc = a.s;
   const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), Tk = a.keys(), d = a.dim(), dv = a.value_dim();
   const std::size_t budget = resolve_budget(o.budget);
-  const std::size_t BH = B * H;
+  const std::size_t BH = B * H, nkb = (Tk + BC - 1) / BC;
   auto bytes_at = [&](std::size_t Br) { return backward_elems<T>(Br, d, dv) * sizeof(T); };
-  auto items_at = [&](std::size_t) { return BH; };
   const kernel mm = kernel::choose();
-  const attn_plan p = choose("attention backward", budget, memsafe::plan::resolve_threads(o.threads), Tq, bytes_at, items_at);
+  const std::size_t max_threads = memsafe::plan::resolve_threads(o.threads);
+  const attn_plan one = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t) { return BH; });
+  attn_plan p = one;
+  bool two_pass = false;
+  if (one.threads < max_threads && BH > 0 && nkb > 1) {
+    const attn_plan two = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t Br) {
+      return BH * std::min(nkb, (Tq + Br - 1) / Br);
+    });
+    const double cost_one = 5.0 * double((BH + one.threads - 1) / one.threads);
+    const double cost_two = 7.0 * double(BH) / double(two.threads);
+    if (cost_two < cost_one) {
+      p = two;
+      two_pass = true;
+    }
+  }
   accountant acc(budget);
-  const std::size_t Br = p.Br, dp = round_up(d, NR<T>), dvp = round_up(dv, NR<T>);
+  const std::size_t Br = p.Br, dp = round_up(d, NR<T>), dvp = round_up(dv, NR<T>), nrb = (Tq + Br - 1) / Br;
   std::vector<temp_buffer<T>> ws;
   ws.reserve(p.threads);
   for (std::size_t t = 0; t < p.threads; ++t) ws.emplace_back(acc, p.per_thread_bytes / sizeof(T));
@@ -454,111 +492,165 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   const long off = static_cast<long>(Tk) - static_cast<long>(Tq);
   const T scale = static_cast<T>(sc.scale);
 
-  memsafe::host::parallel(p.threads, [&](std::size_t t) {
+  // One worker's pieces of its workspace and the steps every schedule is made of.
+  struct worker {
+    T *KT, *Kp, *VT, *dVa, *dKa, *Qp, *dOp, *P, *dP, *dQt, *L, *D;
+    std::size_t tiles = 0;
+  };
+  auto carve = [&](std::size_t t) {
     carver<T> cv{ws[t].data()};
-    T* KT = cv.take(d * BC);
-    T* Kp = cv.take(BC * dp);
-    T* VT = cv.take(dv * BC);
-    T* dVa = cv.take(BC * dvp);
-    T* dKa = cv.take(BC * dp);
-    T* Qp = cv.take(Br * dp);
-    T* dOp = cv.take(Br * dvp);
-    T* P = cv.take(Br * BC);
-    T* dP = cv.take(Br * BC);
-    T* dQt = cv.take(Br * dp);
-    T* L = cv.take(2 * Br);
-    T* D = L + Br;
-    std::size_t my_tiles = 0;
-    for (std::size_t bh; (bh = next.fetch_add(1, std::memory_order_relaxed)) < BH;) {
-      const std::size_t b = bh / H, h = bh % H;
-      const tile_masks<T> mk{sc, b, h, off};
-      for (std::size_t i = 0; i < Tq; ++i) {
-        T* g = dQ.row(b, h, i);
-        for (std::size_t c = 0; c < d; ++c) g[c * dQ.stride(3)] = 0;
-      }
-      for (std::size_t j0 = 0; j0 < Tk; j0 += BC) {
-        const std::size_t nk = std::min(BC, Tk - j0);
-        // the first query row that sees key j0: j0 ≤ i + off
-        std::size_t first = 0;
-        if (sc.is_causal) first = static_cast<std::size_t>(std::max<long>(static_cast<long>(j0) - off, 0));
-        std::fill(dVa, dVa + BC * dvp, T(0));
-        std::fill(dKa, dKa + BC * dp, T(0));
-        if (first < Tq) {
-          for (std::size_t j = 0; j < BC; ++j) {
-            const bool in = j < nk;
-            const T* k = in ? sc.k.row(b, h, j0 + j) : nullptr;
-            const T* v = in ? a.v.row(b, h, j0 + j) : nullptr;
-            const std::size_t ks = sc.k.stride(3), vs = a.v.stride(3);
-            for (std::size_t c = 0; c < d; ++c) KT[c * BC + j] = Kp[j * dp + c] = in ? k[c * ks] : T(0);
-            for (std::size_t c = d; c < dp; ++c) Kp[j * dp + c] = 0;
-            for (std::size_t c = 0; c < dv; ++c) VT[c * BC + j] = in ? v[c * vs] : T(0);
-          }
-        }
-        for (std::size_t i0 = first; i0 < Tq; i0 += Br) {
-          const std::size_t nr = std::min(Br, Tq - i0);
-          for (std::size_t r = 0; r < nr; ++r) {
-            const T* q = sc.q.row(b, h, i0 + r);
-            const T* go = dO.row(b, h, i0 + r);
-            const T* ov = O.row(b, h, i0 + r);
-            const std::size_t qs = sc.q.stride(3), gs = dO.stride(3), os = O.stride(3);
-            T* qr = Qp + r * dp;
-            T* gr = dOp + r * dvp;
-            if (qs == 1) std::copy(q, q + d, qr);
-            else for (std::size_t c = 0; c < d; ++c) qr[c] = q[c * qs];
-            std::fill(qr + d, qr + dp, T(0));
-            if (gs == 1) std::copy(go, go + dv, gr);
-            else for (std::size_t c = 0; c < dv; ++c) gr[c] = go[c * gs];
-            std::fill(gr + dv, gr + dvp, T(0));
-            D[r] = dot_lanes(gr, ov, os, dv);
-            L[r] = lse[bh * Tq + i0 + r];
-          }
-          std::fill(P, P + nr * BC, T(0));
-          mm(nr, BC, d, Qp, dp, 1, KT, BC, P, BC);
-          for (std::size_t r = 0; r < nr; ++r) {
-            T* s = P + r * BC;
-            mk.apply(s, i0 + r, j0, nk);
-            if (L[r] == neg_inf<T>()) {
-              std::fill(s, s + BC, T(0));
-              continue;
-            }
-            const T lr = L[r];  // a local: the loop then vectorises (no aliasing with s)
-            for (std::size_t j = 0; j < BC; ++j) s[j] = math::exp(s[j] - lr);
-          }
-          std::fill(dP, dP + nr * BC, T(0));
-          mm(nr, BC, dv, dOp, dvp, 1, VT, BC, dP, BC);
-          mm(nk, dvp, nr, P, 1, BC, dOp, dvp, dVa, dvp);  // dV += Pᵀ dO (Pᵀ read in place)
-          for (std::size_t r = 0; r < nr; ++r) {
-            T* g = dP + r * BC;
-            const T* pr = P + r * BC;
-            const T dr = D[r];
-            for (std::size_t j = 0; j < BC; ++j) g[j] = pr[j] * (g[j] - dr);  // dS
-          }
-          mm(nk, dp, nr, dP, 1, BC, Qp, dp, dKa, dp);  // dK += dSᵀ Q (× scale below)
-          std::fill(dQt, dQt + nr * dp, T(0));
-          mm(nr, dp, nk, dP, BC, 1, Kp, dp, dQt, dp);  // dQ tile = dS K
-          for (std::size_t r = 0; r < nr; ++r) {
-            T* g = dQ.row(b, h, i0 + r);
-            const T* src = dQt + r * dp;
-            const std::size_t gs = dQ.stride(3);
-            if (gs == 1)
-              for (std::size_t c = 0; c < d; ++c) g[c] += scale * src[c];
-            else
-              for (std::size_t c = 0; c < d; ++c) g[c * gs] += scale * src[c];
-          }
-          ++my_tiles;
-        }
-        for (std::size_t j = 0; j < nk; ++j) {
-          T* gk = dK.row(b, h, j0 + j);
-          T* gv = dV.row(b, h, j0 + j);
-          for (std::size_t c = 0; c < d; ++c) gk[c * dK.stride(3)] = scale * dKa[j * dp + c];
-          for (std::size_t c = 0; c < dv; ++c) gv[c * dV.stride(3)] = dVa[j * dvp + c];
-        }
+    worker w;
+    w.KT = cv.take(d * BC);
+    w.Kp = cv.take(BC * dp);
+    w.VT = cv.take(dv * BC);
+    w.dVa = cv.take(BC * dvp);
+    w.dKa = cv.take(BC * dp);
+    w.Qp = cv.take(Br * dp);
+    w.dOp = cv.take(Br * dvp);
+    w.P = cv.take(Br * BC);
+    w.dP = cv.take(Br * BC);
+    w.dQt = cv.take(Br * dp);
+    w.L = cv.take(2 * Br);
+    w.D = w.L + Br;
+    return w;
+  };
+  // the first query row that sees key j0 (j0 ≤ i + off)
+  auto first_row = [&](std::size_t j0) {
+    return sc.is_causal ? static_cast<std::size_t>(std::max<long>(static_cast<long>(j0) - off, 0)) : std::size_t{0};
+  };
+  // Kᵀ, K and Vᵀ of keys [j0, j0 + nk), zero-padded to BC keys and dp columns.
+  auto pack_keys = [&](worker& w, std::size_t b, std::size_t h, std::size_t j0, std::size_t nk) {
+    const std::size_t ks = sc.k.stride(3), vs = a.v.stride(3);
+    for (std::size_t j = 0; j < BC; ++j) {
+      const bool in = j < nk;
+      const T* k = in ? sc.k.row(b, h, j0 + j) : nullptr;
+      const T* v = in ? a.v.row(b, h, j0 + j) : nullptr;
+      for (std::size_t c = 0; c < d; ++c) w.KT[c * BC + j] = w.Kp[j * dp + c] = in ? k[c * ks] : T(0);
+      for (std::size_t c = d; c < dp; ++c) w.Kp[j * dp + c] = 0;
+      for (std::size_t c = 0; c < dv; ++c) w.VT[c * BC + j] = in ? v[c * vs] : T(0);
+    }
+  };
+  // Q and dO of query rows [i0, i0 + nr), zero-padded, with D_i = dO_i·O_i and the rows' lse.
+  auto pack_rows = [&](worker& w, std::size_t b, std::size_t h, std::size_t i0, std::size_t nr) {
+    const std::size_t bh = b * H + h, qs = sc.q.stride(3), gs = dO.stride(3), os = O.stride(3);
+    for (std::size_t r = 0; r < nr; ++r) {
+      const T* q = sc.q.row(b, h, i0 + r);
+      const T* go = dO.row(b, h, i0 + r);
+      T* qr = w.Qp + r * dp;
+      T* gr = w.dOp + r * dvp;
+      if (qs == 1) std::copy(q, q + d, qr);
+      else for (std::size_t c = 0; c < d; ++c) qr[c] = q[c * qs];
+      std::fill(qr + d, qr + dp, T(0));
+      if (gs == 1) std::copy(go, go + dv, gr);
+      else for (std::size_t c = 0; c < dv; ++c) gr[c] = go[c * gs];
+      std::fill(gr + dv, gr + dvp, T(0));
+      w.D[r] = dot_lanes(gr, O.row(b, h, i0 + r), os, dv);
+      w.L[r] = lse[bh * Tq + i0 + r];
+    }
+  };
+  // One tile: query rows [i0 + r0, i0 + nr) of the packed rows (packed from i0) against the packed
+  // keys [j0, j0 + nk): P, dP, dS recomputed; dV += Pᵀ dO and dK += dSᵀ Q when kv, dQ += scale·dS K
+  // when q.
+  auto tile = [&](worker& w, std::size_t b, std::size_t h, std::size_t i0, std::size_t r0, std::size_t nr,
+                  std::size_t j0, std::size_t nk, bool kv, bool q) {
+    const std::size_t n = nr - r0;
+    const T* Q = w.Qp + r0 * dp;
+    const T* G = w.dOp + r0 * dvp;
+    std::fill(w.P, w.P + n * BC, T(0));
+    mm(n, BC, d, Q, dp, 1, w.KT, BC, w.P, BC);
+    const T* bias = sc.has_bias ? sc.bias.row(b, h, i0 + r0) + j0 * sc.bias.stride(3) : nullptr;
+    mm.probs(bwd_tile<T>{w.P, n, nk, scale, bias, sc.bias.stride(2), sc.bias.stride(3),
+                         sc.keep ? sc.keep + b * sc.keep_stride + j0 : nullptr, sc.is_causal,
+                         static_cast<long>(i0 + r0) + off - static_cast<long>(j0), w.L + r0});
+    std::fill(w.dP, w.dP + n * BC, T(0));
+    mm(n, BC, dv, G, dvp, 1, w.VT, BC, w.dP, BC);
+    if (kv) mm(nk, dvp, n, w.P, 1, BC, G, dvp, w.dVa, dvp);  // dV += Pᵀ dO (Pᵀ read in place)
+    mm.dscores(w.dP, w.P, w.D + r0, n);                       // dS
+    if (kv) mm(nk, dp, n, w.dP, 1, BC, Q, dp, w.dKa, dp);     // dK += dSᵀ Q (× scale when written)
+    if (q) {
+      std::fill(w.dQt, w.dQt + n * dp, T(0));
+      mm(n, dp, nk, w.dP, BC, 1, w.Kp, dp, w.dQt, dp);  // dQ tile = dS K
+      const std::size_t gs = dQ.stride(3);
+      for (std::size_t r = 0; r < n; ++r) {
+        T* g = dQ.row(b, h, i0 + r0 + r);
+        const T* src = w.dQt + r * dp;
+        if (gs == 1)
+          for (std::size_t c = 0; c < d; ++c) g[c] += scale * src[c];
+        else
+          for (std::size_t c = 0; c < d; ++c) g[c * gs] += scale * src[c];
       }
     }
-    tiles.fetch_add(my_tiles, std::memory_order_relaxed);
-  });
+    ++w.tiles;
+  };
+  auto zero_dq = [&](std::size_t b, std::size_t h, std::size_t i0, std::size_t n) {
+    for (std::size_t i = i0; i < i0 + n; ++i) {
+      T* g = dQ.row(b, h, i);
+      for (std::size_t c = 0; c < d; ++c) g[c * dQ.stride(3)] = 0;
+    }
+  };
+  // dK, dV of keys [j0, j0 + nk) from every query row that sees them (dQ too when q).
+  auto key_block = [&](worker& w, std::size_t b, std::size_t h, std::size_t j0, bool q) {
+    const std::size_t nk = std::min(BC, Tk - j0), first = first_row(j0);
+    std::fill(w.dVa, w.dVa + BC * dvp, T(0));
+    std::fill(w.dKa, w.dKa + BC * dp, T(0));
+    if (first < Tq) pack_keys(w, b, h, j0, nk);
+    for (std::size_t i0 = first; i0 < Tq; i0 += Br) {
+      const std::size_t nr = std::min(Br, Tq - i0);
+      pack_rows(w, b, h, i0, nr);
+      tile(w, b, h, i0, 0, nr, j0, nk, true, q);
+    }
+    for (std::size_t j = 0; j < nk; ++j) {
+      T* gk = dK.row(b, h, j0 + j);
+      T* gv = dV.row(b, h, j0 + j);
+      for (std::size_t c = 0; c < d; ++c) gk[c * dK.stride(3)] = scale * w.dKa[j * dp + c];
+      for (std::size_t c = 0; c < dv; ++c) gv[c * dV.stride(3)] = w.dVa[j * dvp + c];
+    }
+  };
 
-  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load());
+  if (!two_pass) {
+    memsafe::host::parallel(p.threads, [&](std::size_t t) {
+      worker w = carve(t);
+      for (std::size_t bh; (bh = next.fetch_add(1, std::memory_order_relaxed)) < BH;) {
+        const std::size_t b = bh / H, h = bh % H;
+        zero_dq(b, h, 0, Tq);
+        for (std::size_t j0 = 0; j0 < Tk; j0 += BC) key_block(w, b, h, j0, true);
+      }
+      tiles.fetch_add(w.tiles, std::memory_order_relaxed);
+    });
+  } else {
+    // pass 1: dK, dV by (head, key block), the first key blocks (the most rows when causal) first
+    memsafe::host::parallel(p.threads, [&](std::size_t t) {
+      worker w = carve(t);
+      for (std::size_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < BH * nkb;) {
+        const std::size_t bh = it % BH;
+        key_block(w, bh / H, bh % H, (it / BH) * BC, false);
+      }
+      tiles.fetch_add(w.tiles, std::memory_order_relaxed);
+    });
+    // pass 2: dQ by (head, row block), the key blocks in order as one pass adds them (each from the
+    // first row that sees it); causal: the last row blocks (the most keys) first
+    next.store(0, std::memory_order_relaxed);
+    memsafe::host::parallel(p.threads, [&](std::size_t t) {
+      worker w = carve(t);
+      for (std::size_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < BH * nrb;) {
+        const std::size_t bh = it % BH, rb = sc.is_causal ? nrb - 1 - it / BH : it / BH;
+        const std::size_t b = bh / H, h = bh % H, i0 = rb * Br, nr = std::min(Br, Tq - i0);
+        zero_dq(b, h, i0, nr);
+        pack_rows(w, b, h, i0, nr);
+        for (std::size_t j0 = 0; j0 < Tk; j0 += BC) {
+          const std::size_t first = first_row(j0);
+          if (first >= i0 + nr) break;  // no row of the block sees this key block nor any later one
+          pack_keys(w, b, h, j0, std::min(BC, Tk - j0));
+          tile(w, b, h, i0, first > i0 ? first - i0 : 0, nr, j0, std::min(BC, Tk - j0), false, true);
+        }
+      }
+      tiles.fetch_add(w.tiles, std::memory_order_relaxed);
+    });
+  }
+
+  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load(), mm,
+                    two_pass ? "recomputed tiles in two passes: dK, dV by (head, key block), then dQ by (head, row block)"
+                             : "recomputed tiles in one pass per head: dK, dV by key block, dQ accumulated");
 }
 
 }  // namespace memsafe::detail::attn
