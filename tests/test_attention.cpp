@@ -1,9 +1,10 @@
 // Attention (<memsafe/attention.hpp>): forward and backward against an independent dense
 // implementation written here (f64 tight, f32 within 5e-5), causal and not, key padding, bias,
 // the [B, T, H, d] layout of a fused QKV buffer, T not a multiple of the tile, T = 1, d = 1,
-// fully masked rows (O = 0, lse = −inf, zero gradients, no NaN), gradients against central finite
-// differences (f64, relative error ≤ 1e-6), peak ≤ budget at several budgets, results bitwise
-// independent of the budget and the threads, budget_error below the minimum, shape errors.
+// fully masked rows (O = 0, lse = −inf, zero gradients, no NaN), gradients (the bias's too, for
+// every broadcast of it) against central finite differences (f64, relative error ≤ 1e-6), peak ≤
+// budget at several budgets, results bitwise independent of the budget, the threads and the
+// backward's schedule (one or two passes), budget_error below the minimum, shape errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -25,13 +26,15 @@ template <class T>
 struct att_problem {
   std::size_t B, H, Tq, Tk, d, dv;
   bool causal = false, pad = false, bias = false, fused = false;  // fused: one [B, T, 3, H, d] buffer
+  std::size_t bB = 1, bH;  // the bias's extents: [1 or B, 1 or H, Tq, Tk] (set_bias_extents)
   double scale;
   std::vector<T> qkv, q, k, v, bias_buf;
   std::vector<unsigned char> keep;
 
   att_problem(std::size_t B_, std::size_t H_, std::size_t Tq_, std::size_t Tk_, std::size_t d_, std::size_t dv_,
               unsigned seed, bool causal_ = false, bool pad_ = false, bool bias_ = false, bool fused_ = false)
-      : B(B_), H(H_), Tq(Tq_), Tk(Tk_), d(d_), dv(dv_), causal(causal_), pad(pad_), bias(bias_), fused(fused_) {
+      : B(B_), H(H_), Tq(Tq_), Tk(Tk_), d(d_), dv(dv_), causal(causal_), pad(pad_), bias(bias_), fused(fused_),
+        bH(H_) {
     std::mt19937 g(seed);
     std::normal_distribution<double> n01(0.0, 1.0);
     auto fill = [&](std::vector<T>& x, std::size_t n) {
@@ -48,12 +51,24 @@ struct att_problem {
       fill(k, B * H * Tk * d);
       fill(v, B * H * Tk * dv);
     }
-    if (bias) fill(bias_buf, H * Tq * Tk);  // [1, H, Tq, Tk]: broadcast over the batch
+    if (bias) fill(bias_buf, H * Tq * Tk);  // [1, H, Tq, Tk]: broadcast over the batch (by default)
     if (pad) {
       keep.resize(B * Tk);
       std::bernoulli_distribution coin(0.7);
       for (auto& e : keep) e = coin(g) ? 1 : 0;
     }
+  }
+  /// A bias of extents [bB_, bH_, Tq, Tk] instead, N(0, 1) from seed.
+  void set_bias_extents(std::size_t bB_, std::size_t bH_, unsigned seed) {
+    bB = bB_;
+    bH = bH_;
+    std::mt19937 g(seed);
+    std::normal_distribution<double> n01(0.0, 1.0);
+    bias_buf.resize(bB * bH * Tq * Tk);
+    for (auto& e : bias_buf) e = static_cast<T>(n01(g));
+  }
+  std::size_t bias_index(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
+    return (((bB == 1 ? 0 : b) * bH + (bH == 1 ? 0 : h)) * Tq + i) * Tk + j;
   }
   heads_view<const T> Q() const {
     return fused ? memsafe::heads_bthd(static_cast<const T*>(qkv.data()), B, Tq, H, d, 3 * H * d)
@@ -70,7 +85,7 @@ struct att_problem {
   /// The naive spelling, with whatever masks this problem has.
   auto expr() const {
     auto s = scale * memsafe::dot(Q(), K());
-    if (bias) s = s + memsafe::heads(static_cast<const T*>(bias_buf.data()), 1, H, Tq, Tk);
+    if (bias) s = s + memsafe::heads(static_cast<const T*>(bias_buf.data()), bB, bH, Tq, Tk);
     if (pad) s = s + memsafe::key_padding(keep.data(), B, Tk);
     if (causal) s = s + memsafe::causal;
     return memsafe::softmax_sum(s, V());
@@ -88,7 +103,7 @@ struct att_problem {
     double s = 0;
     for (std::size_t c = 0; c < d; ++c) s += double(Qv(b, h, i, c)) * double(Kv(b, h, j, c));
     s *= scale;
-    if (bias) s += double(bias_buf[(h * Tq + i) * Tk + j]);
+    if (bias) s += double(bias_buf[bias_index(b, h, i, j)]);
     return s;
   }
 };
@@ -124,7 +139,8 @@ void dense_forward(const att_problem<T>& p, std::vector<double>& O, std::vector<
 /// Dense reference backward in double (P from the dense softmax, D = Σ_j P dP).
 template <class T>
 void dense_backward(const att_problem<T>& p, const std::vector<T>& dO, std::vector<double>& dQ,
-                    std::vector<double>& dK, std::vector<double>& dV) {
+                    std::vector<double>& dK, std::vector<double>& dV, std::vector<double>* dBias = nullptr) {
+  if (dBias) dBias->assign(p.bias_buf.size(), 0.0);
   auto Q = p.Q();
   auto K = p.K();
   auto V = p.V();
@@ -151,6 +167,7 @@ void dense_backward(const att_problem<T>& p, const std::vector<T>& dO, std::vect
         }
         for (std::size_t j = 0; j < p.Tk; ++j) {
           const double ds = P[j] * (dP[j] - D);
+          if (dBias) (*dBias)[p.bias_index(b, h, i, j)] += ds;
           const std::size_t krow = (b * p.H + h) * p.Tk + j;
           for (std::size_t c = 0; c < p.dv; ++c) dV[krow * p.dv + c] += P[j] * double(dO[row * p.dv + c]);
           for (std::size_t c = 0; c < p.d; ++c) {
@@ -172,15 +189,19 @@ memsafe::eval_stats run_forward(const att_problem<T>& p, std::vector<T>& O, std:
 template <class T>
 memsafe::eval_stats run_backward(const att_problem<T>& p, const std::vector<T>& O, const std::vector<T>& lse,
                                  const std::vector<T>& dO, std::vector<T>& dQ, std::vector<T>& dK,
-                                 std::vector<T>& dV, memsafe::options o = {}) {
+                                 std::vector<T>& dV, memsafe::options o = {}, std::vector<T>* dBias = nullptr) {
   dQ.assign(p.B * p.H * p.Tq * p.d, T(-7));
   dK.assign(p.B * p.H * p.Tk * p.d, T(-7));
   dV.assign(p.B * p.H * p.Tk * p.dv, T(-7));
-  return memsafe::attention_backward(p.expr(), memsafe::heads(O.data(), p.B, p.H, p.Tq, p.dv), lse.data(),
-                                     memsafe::heads(dO.data(), p.B, p.H, p.Tq, p.dv),
-                                     memsafe::heads(dQ.data(), p.B, p.H, p.Tq, p.d),
-                                     memsafe::heads(dK.data(), p.B, p.H, p.Tk, p.d),
-                                     memsafe::heads(dV.data(), p.B, p.H, p.Tk, p.dv), o);
+  const auto Ov = memsafe::heads(O.data(), p.B, p.H, p.Tq, p.dv);
+  const auto dOv = memsafe::heads(dO.data(), p.B, p.H, p.Tq, p.dv);
+  const auto dQv = memsafe::heads(dQ.data(), p.B, p.H, p.Tq, p.d);
+  const auto dKv = memsafe::heads(dK.data(), p.B, p.H, p.Tk, p.d);
+  const auto dVv = memsafe::heads(dV.data(), p.B, p.H, p.Tk, p.dv);
+  if (!dBias) return memsafe::attention_backward(p.expr(), Ov, lse.data(), dOv, dQv, dKv, dVv, o);
+  dBias->assign(p.bias_buf.size(), T(-7));  // every entry must be written
+  return memsafe::attention_backward(p.expr(), Ov, lse.data(), dOv, dQv, dKv, dVv,
+                                     memsafe::heads(dBias->data(), p.bB, p.bH, p.Tq, p.Tk), o);
 }
 
 template <class T>
@@ -220,13 +241,16 @@ void check_against_dense(const att_problem<T>& p, double tol, memsafe::options o
   CHECK(max_abs_diff(O, Or) <= tol);
   CHECK(max_abs_diff(lse, lr) <= tol);
   const auto dO = upstream<T>(O.size(), 99);
-  auto sb = run_backward(p, O, lse, dO, dQ, dK, dV, o);
+  std::vector<T> dB;
+  auto sb = run_backward(p, O, lse, dO, dQ, dK, dV, o, p.bias ? &dB : nullptr);
   CHECK(sb.peak_temp_bytes <= sb.budget_bytes);
   CHECK(sb.peak_temp_bytes == sb.planned_temp_bytes);
-  dense_backward(p, dO, dQr, dKr, dVr);
+  std::vector<double> dBr;
+  dense_backward(p, dO, dQr, dKr, dVr, p.bias ? &dBr : nullptr);
   CHECK(max_abs_diff(dQ, dQr) <= tol);
   CHECK(max_abs_diff(dK, dKr) <= tol);
   CHECK(max_abs_diff(dV, dVr) <= tol);
+  if (p.bias) CHECK(max_abs_diff(dB, dBr) <= tol * double(p.B * p.H));  // a sum over the heads sharing it
 }
 
 }  // namespace
@@ -310,17 +334,23 @@ TEST_CASE("attention: fully masked rows give O = 0, lse = -inf and zero gradient
 }
 
 TEST_CASE("attention: gradients against central finite differences (f64, relative error <= 1e-6)") {
-  struct cfg { std::size_t H, Tq, Tk, d, dv; bool causal, masks; };
-  const cfg cfgs[] = {{2, 9, 9, 3, 2, true, true}, {1, 70, 70, 2, 3, false, false}, {1, 5, 66, 3, 3, true, true}};
+  // masks: key padding and a bias (its gradient checked too), [1, H, Tq, Tk] or the extents given
+  struct cfg { std::size_t B, H, Tq, Tk, d, dv; bool causal, masks; std::size_t bias_b = 0, bias_h = 0; };
+  const cfg cfgs[] = {{1, 2, 9, 9, 3, 2, true, true},        {1, 1, 70, 70, 2, 3, false, false},
+                      {1, 1, 5, 66, 3, 3, true, true},       {2, 2, 7, 9, 2, 2, false, true, 1, 1},
+                      {2, 2, 8, 6, 2, 3, true, true, 2, 2},  {3, 2, 6, 70, 2, 2, true, true, 1, 2}};
   unsigned seed = 40;
   for (const auto& c : cfgs) {
+    CAPTURE(c.B);
     CAPTURE(c.Tq);
     CAPTURE(c.causal);
-    att_problem<double> p(1, c.H, c.Tq, c.Tk, c.d, c.dv, seed++, c.causal, c.masks, c.masks);
-    std::vector<double> O, lse, dQ, dK, dV;
+    CAPTURE(c.bias_b);
+    att_problem<double> p(c.B, c.H, c.Tq, c.Tk, c.d, c.dv, seed++, c.causal, c.masks, c.masks);
+    if (c.bias_b) p.set_bias_extents(c.bias_b, c.bias_h, seed + 100);
+    std::vector<double> O, lse, dQ, dK, dV, dB;
     run_forward(p, O, lse);
     const auto G = upstream<double>(O.size(), seed++);
-    run_backward(p, O, lse, G, dQ, dK, dV);
+    run_backward(p, O, lse, G, dQ, dK, dV, {}, c.masks ? &dB : nullptr);
     auto loss = [&] {
       std::vector<double> o2, l2;
       run_forward(p, o2, l2);
@@ -350,6 +380,7 @@ TEST_CASE("attention: gradients against central finite differences (f64, relativ
     fd_check(p.q, dQ);
     fd_check(p.k, dK);
     fd_check(p.v, dV);
+    if (c.masks) fd_check(p.bias_buf, dB);
   }
 }
 
@@ -441,6 +472,69 @@ TEST_CASE("attention: fewer heads than threads: the backward's two passes give o
           CHECK(dV == dV0);
         }
     }
+}
+
+TEST_CASE("attention: the bias gradient, summed over the heads that share the bias, the same bits at every budget") {
+  struct ext { std::size_t b, h; };
+  const ext exts[] = {{1, 1}, {1, 3}, {2, 1}, {2, 3}};  // [1 or B, 1 or H, Tq, Tk] for B = 2, H = 3
+  unsigned seed = 70;
+  for (const auto& e : exts)
+    for (int causal = 0; causal < 2; ++causal) {
+      CAPTURE(e.b);
+      CAPTURE(e.h);
+      CAPTURE(causal);
+      att_problem<double> p(2, 3, 100, 130, 8, 4, seed++, causal, true, true);
+      p.set_bias_extents(e.b, e.h, seed++);
+      p.bias_buf[p.bias_index(0, 0, 5, 7)] = -std::numeric_limits<double>::infinity();  // a masking bias entry
+      std::vector<double> O, l, dQ0, dK0, dV0, dB0;
+      run_forward(p, O, l, {memsafe::unlimited, 1});
+      const auto dO = upstream<double>(O.size(), seed);
+      const auto s1 = run_backward(p, O, l, dO, dQ0, dK0, dV0, {memsafe::unlimited, 1}, &dB0);
+      std::vector<double> dQr, dKr, dVr, dBr;
+      dense_backward(p, dO, dQr, dKr, dVr, &dBr);
+      CHECK(max_abs_diff(dB0, dBr) <= 1e-12);
+      CHECK(max_abs_diff(dQ0, dQr) <= 1e-12);
+      CHECK(dB0[p.bias_index(0, 0, 5, 7)] == 0.0);
+      if (causal) CHECK(dB0[p.bias_index(0, 0, 0, p.Tk - 1)] == 0.0);  // key Tk − 1 hidden from query 0
+      // the gradients of Q, K and V do not depend on whether dBias is asked for
+      std::vector<double> dQ, dK, dV, dB;
+      run_backward(p, O, l, dO, dQ, dK, dV, {memsafe::unlimited, 1});
+      CHECK(dQ == dQ0);
+      CHECK(dK == dK0);
+      CHECK(dV == dV0);
+      for (std::size_t budget : {s1.min_budget_bytes, 3 * s1.min_budget_bytes, memsafe::unlimited})
+        for (unsigned threads : {2u, 3u, 4u}) {
+          CAPTURE(budget);
+          CAPTURE(threads);
+          const auto s = run_backward(p, O, l, dO, dQ, dK, dV, {budget, threads}, &dB);
+          CHECK(s.peak_temp_bytes <= budget);
+          CHECK(dB == dB0);
+          CHECK(dQ == dQ0);
+          CHECK(dK == dK0);
+          CHECK(dV == dV0);
+        }
+    }
+  // misuse: no bias in the scores, or dBias of other extents than the bias's
+  att_problem<double> nb(1, 2, 5, 6, 3, 3, 1);
+  std::vector<double> O, l, dQ, dK, dV, dB(2 * 5 * 6);
+  run_forward(nb, O, l);
+  const auto dO = upstream<double>(O.size(), 2);
+  dQ.resize(nb.B * nb.H * nb.Tq * nb.d);
+  dK.resize(nb.B * nb.H * nb.Tk * nb.d);
+  dV.resize(nb.B * nb.H * nb.Tk * nb.dv);
+  auto call = [&](const att_problem<double>& p, std::size_t bb, std::size_t bh) {
+    memsafe::attention_backward(p.expr(), memsafe::heads(O.data(), p.B, p.H, p.Tq, p.dv), l.data(),
+                                memsafe::heads(dO.data(), p.B, p.H, p.Tq, p.dv),
+                                memsafe::heads(dQ.data(), p.B, p.H, p.Tq, p.d),
+                                memsafe::heads(dK.data(), p.B, p.H, p.Tk, p.d),
+                                memsafe::heads(dV.data(), p.B, p.H, p.Tk, p.dv),
+                                memsafe::heads(dB.data(), bb, bh, p.Tq, p.Tk));
+  };
+  CHECK_THROWS_WITH_AS(call(nb, 1, 2), doctest::Contains("no bias"), memsafe::argument_error);
+  att_problem<double> wb(1, 2, 5, 6, 3, 3, 1, false, false, true);  // bias [1, 2, 5, 6]
+  CHECK_NOTHROW(call(wb, 1, 2));
+  CHECK_THROWS_WITH_AS(call(wb, 1, 1), doctest::Contains("dBias is [1, 1, 5, 6] but must be [1, 2, 5, 6]"),
+                       memsafe::shape_error);
 }
 
 TEST_CASE("attention: causal tiles above the diagonal are skipped") {

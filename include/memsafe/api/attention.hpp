@@ -35,25 +35,54 @@ eval_stats eval_into(const detail::attention_expr<T>& a, std::type_identity_t<he
   return detail::attn::forward(a, O, lse, o);
 }
 
+namespace detail {
+/// Both overloads of attention_backward: dBias null when the bias gradient is not wanted.
+template <class T>
+eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O, const T* lse,
+                              heads_view<const T> dO, heads_view<T> dQ, heads_view<T> dK, heads_view<T> dV,
+                              const heads_view<T>* dBias, const options& o) {
+  const char* where = "attention_backward";
+  check_heads<T>(O, a.batch(), a.heads(), a.queries(), a.value_dim(), "O", where);
+  check_heads<T>(dO, a.batch(), a.heads(), a.queries(), a.value_dim(), "dO", where);
+  check_heads<T>(dQ, a.batch(), a.heads(), a.queries(), a.dim(), "dQ", where);
+  check_heads<T>(dK, a.batch(), a.heads(), a.keys(), a.dim(), "dK", where);
+  check_heads<T>(dV, a.batch(), a.heads(), a.keys(), a.value_dim(), "dV", where);
+  if (dBias) {
+    if (!a.s.has_bias)
+      throw argument_error("memsafe: attention_backward: dBias is asked for but the scores have no bias");
+    check_heads<T>(*dBias, a.s.bias.batch(), a.s.bias.heads(), a.queries(), a.keys(), "dBias", where);
+  }
+  if (!lse && a.batch() * a.heads() * a.queries() != 0)
+    throw argument_error("memsafe: attention_backward: null lse (pass the forward's logsumexp)");
+  return attn::backward(a, O, lse, dO, dQ, dK, dV, dBias, o);
+}
+}  // namespace detail
+
 /// Attention backward (the FlashAttention-2 scheme): from dO = ∂L/∂O and the forward's O and lse,
 /// writes dQ ([B, H, Tq, d]), dK ([B, H, Tk, d]) and dV ([B, H, Tk, dv]) — any strides — recomputing
-/// each score tile from lse (P = exp(S − lse), D = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − D)). The
-/// gradient of the bias (dS itself) is not returned; masked entries have zero gradient. Same
-/// budget rules as the forward.
+/// each score tile from lse (P = exp(S − lse), D = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − D)); masked
+/// entries have zero gradient. Same budget rules as the forward. The outputs must not overlap the
+/// inputs.
 template <class T>
 eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<const T>> O,
                               std::type_identity_t<const T*> lse, std::type_identity_t<heads_view<const T>> dO,
                               std::type_identity_t<heads_view<T>> dQ, std::type_identity_t<heads_view<T>> dK,
                               std::type_identity_t<heads_view<T>> dV, const options& o = {}) {
-  const char* where = "attention_backward";
-  detail::check_heads<T>(O, a.batch(), a.heads(), a.queries(), a.value_dim(), "O", where);
-  detail::check_heads<T>(dO, a.batch(), a.heads(), a.queries(), a.value_dim(), "dO", where);
-  detail::check_heads<T>(dQ, a.batch(), a.heads(), a.queries(), a.dim(), "dQ", where);
-  detail::check_heads<T>(dK, a.batch(), a.heads(), a.keys(), a.dim(), "dK", where);
-  detail::check_heads<T>(dV, a.batch(), a.heads(), a.keys(), a.value_dim(), "dV", where);
-  if (!lse && a.batch() * a.heads() * a.queries() != 0)
-    throw argument_error("memsafe: attention_backward: null lse (pass the forward's logsumexp)");
-  return detail::attn::backward(a, O, lse, dO, dQ, dK, dV, o);
+  return detail::attention_backward<T>(a, O, lse, dO, dQ, dK, dV, nullptr, o);
+}
+
+/// The same, and the gradient of the bias: dBias (the bias's extents [B or 1, H or 1, Tq, Tk], any
+/// strides) = dS, summed over the batches and heads that share a broadcast bias, in (b, h) order
+/// whatever the threads and the budget (bitwise the same results at every budget and thread
+/// count). Every entry is written; masked ones (a −inf bias entry too) get 0. argument_error when
+/// the scores have no bias; shape_error when dBias's extents are not the bias's.
+template <class T>
+eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<const T>> O,
+                              std::type_identity_t<const T*> lse, std::type_identity_t<heads_view<const T>> dO,
+                              std::type_identity_t<heads_view<T>> dQ, std::type_identity_t<heads_view<T>> dK,
+                              std::type_identity_t<heads_view<T>> dV, std::type_identity_t<heads_view<T>> dBias,
+                              const options& o = {}) {
+  return detail::attention_backward<T>(a, O, lse, dO, dQ, dK, dV, &dBias, o);
 }
 
 }  // namespace memsafe

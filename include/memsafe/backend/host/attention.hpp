@@ -451,32 +451,44 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
 
 /// Backward: dQ, dK, dV from dO, O and lse (the forward's), recomputing the scores tile by tile.
 /// One pass when there are heads enough for the workers: a worker owns a (b, h) head at a time (its
-/// dQ, dK, dV), so no two workers write one output. Else (when ceil(B·H / P₁) · 5 products per
-/// tile > 7 · B·H / P₂, P₁ and P₂ the workers the budget and threads allow either way) two passes:
+/// dQ, dK, dV), so no two workers write one output. Else (when ceil(S / P₁) · G · 5 products per
+/// tile > 7 · B·H / P₂, P₁ and P₂ the workers the budget and threads allow either way, S the slices
+/// below and G their heads: S = B·H, G = 1 without dBias) two passes:
 /// (b, h, key block) items accumulate dK, dV (four products per tile), then (b, h, row block)
 /// items accumulate dQ (three; a tile's exps and masks are recomputed in both passes, so at d = 64
 /// two passes on two threads took 0.83–0.86 of one pass's time on one). Every entry is the same sum
 /// in the same order either way (dK, dV over the query rows in order, dQ over the key blocks in
 /// order), so the results are bitwise those of one pass.
+/// dBias (null: not wanted; else the bias's extents) gets dS summed over the heads that share
+/// each bias slice: a work item is then a slice (one pass) or a (slice, key block) (pass 1), whose
+/// heads it runs in order, (b, h) ascending, adding their dS — so no two workers write one entry
+/// and the sums have one order.
 template <class T>
 eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* lse, heads_view<const T> dO,
-                    heads_view<T> dQ, heads_view<T> dK, heads_view<T> dV, const options& o) {
+                    heads_view<T> dQ, heads_view<T> dK, heads_view<T> dV, const heads_view<T>* dB,
+                    const options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const attention_scores<T>& sc = a.s;
   const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), Tk = a.keys(), d = a.dim(), dv = a.value_dim();
   const std::size_t budget = resolve_budget(o.budget);
   const std::size_t BH = B * H, nkb = (Tk + BC - 1) / BC;
+  // the bias slices the work items own: one per head, or per shared slice of a broadcast bias when
+  // its gradient is wanted (Bs × Hs slices of G heads each)
+  const bool want_db = dB != nullptr;
+  const heads_view<T> dBias = want_db ? *dB : dQ;  // dQ: never written as dBias (want_db is false)
+  const std::size_t Bs = want_db && sc.bias.batch() == 1 ? 1 : B, Hs = want_db && sc.bias.heads() == 1 ? 1 : H;
+  const std::size_t S = Bs * Hs, G = (Bs ? B / Bs : 0) * (Hs ? H / Hs : 0);
   auto bytes_at = [&](std::size_t Br) { return backward_elems<T>(Br, d, dv) * sizeof(T); };
   const kernel mm = kernel::choose();
   const std::size_t max_threads = memsafe::plan::resolve_threads(o.threads);
-  const attn_plan one = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t) { return BH; });
+  const attn_plan one = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t) { return S; });
   attn_plan p = one;
   bool two_pass = false;
   if (one.threads < max_threads && BH > 0 && nkb > 1) {
     const attn_plan two = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t Br) {
-      return BH * std::min(nkb, (Tq + Br - 1) / Br);
+      return std::min(S * nkb, BH * ((Tq + Br - 1) / Br));
     });
-    const double cost_one = 5.0 * double((BH + one.threads - 1) / one.threads);
+    const double cost_one = 5.0 * double(G) * double((S + one.threads - 1) / one.threads);
     const double cost_two = 7.0 * double(BH) / double(two.threads);
     if (cost_two < cost_one) {
       p = two;
@@ -566,6 +578,14 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
     mm(n, BC, dv, G, dvp, 1, w.VT, BC, w.dP, BC);
     if (kv) mm(nk, dvp, n, w.P, 1, BC, G, dvp, w.dVa, dvp);  // dV += Pᵀ dO (Pᵀ read in place)
     mm.dscores(w.dP, w.P, w.D + r0, n);                       // dS
+    if (kv && want_db) {  // dBias += dS (the slice zeroed by the work item)
+      const std::size_t bs = dBias.stride(3);
+      for (std::size_t r = 0; r < n; ++r) {
+        T* g = dBias.row(Bs == 1 ? 0 : b, Hs == 1 ? 0 : h, i0 + r0 + r) + j0 * bs;
+        const T* src = w.dP + r * BC;
+        for (std::size_t j = 0; j < nk; ++j) g[j * bs] += src[j];
+      }
+    }
     if (kv) mm(nk, dp, n, w.dP, 1, BC, Q, dp, w.dKa, dp);     // dK += dSᵀ Q (× scale when written)
     if (q) {
       std::fill(w.dQt, w.dQt + n * dp, T(0));
@@ -587,6 +607,20 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
       T* g = dQ.row(b, h, i);
       for (std::size_t c = 0; c < d; ++c) g[c * dQ.stride(3)] = 0;
     }
+  };
+  // Slice s's dBias columns [j0, j1) zeroed, before its heads add their dS.
+  auto zero_db = [&](std::size_t s, std::size_t j0, std::size_t j1) {
+    if (!want_db) return;
+    for (std::size_t i = 0; i < Tq; ++i) {
+      T* g = dBias.row(s / Hs, s % Hs, i);
+      for (std::size_t j = j0; j < j1; ++j) g[j * dBias.stride(3)] = 0;
+    }
+  };
+  // fn(b, h) for the heads of slice s, (b, h) ascending.
+  auto for_heads = [&](std::size_t s, auto&& fn) {
+    const std::size_t bs = s / Hs, hs = s % Hs;
+    for (std::size_t b = (Bs == B ? bs : 0); b < (Bs == B ? bs + 1 : B); ++b)
+      for (std::size_t h = (Hs == H ? hs : 0); h < (Hs == H ? hs + 1 : H); ++h) fn(b, h);
   };
   // dK, dV of keys [j0, j0 + nk) from every query row that sees them (dQ too when q).
   auto key_block = [&](worker& w, std::size_t b, std::size_t h, std::size_t j0, bool q) {
@@ -610,20 +644,24 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   if (!two_pass) {
     memsafe::host::parallel(p.threads, [&](std::size_t t) {
       worker w = carve(t);
-      for (std::size_t bh; (bh = next.fetch_add(1, std::memory_order_relaxed)) < BH;) {
-        const std::size_t b = bh / H, h = bh % H;
-        zero_dq(b, h, 0, Tq);
-        for (std::size_t j0 = 0; j0 < Tk; j0 += BC) key_block(w, b, h, j0, true);
+      for (std::size_t s; (s = next.fetch_add(1, std::memory_order_relaxed)) < S;) {
+        zero_db(s, 0, Tk);
+        for_heads(s, [&](std::size_t b, std::size_t h) {
+          zero_dq(b, h, 0, Tq);
+          for (std::size_t j0 = 0; j0 < Tk; j0 += BC) key_block(w, b, h, j0, true);
+        });
       }
       tiles.fetch_add(w.tiles, std::memory_order_relaxed);
     });
   } else {
-    // pass 1: dK, dV by (head, key block), the first key blocks (the most rows when causal) first
+    // pass 1: dK, dV (and dBias) by (slice, key block), the first key blocks (the most rows when
+    // causal) first
     memsafe::host::parallel(p.threads, [&](std::size_t t) {
       worker w = carve(t);
-      for (std::size_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < BH * nkb;) {
-        const std::size_t bh = it % BH;
-        key_block(w, bh / H, bh % H, (it / BH) * BC, false);
+      for (std::size_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < S * nkb;) {
+        const std::size_t s = it % S, j0 = (it / S) * BC;
+        zero_db(s, j0, std::min(j0 + BC, Tk));
+        for_heads(s, [&](std::size_t b, std::size_t h) { key_block(w, b, h, j0, false); });
       }
       tiles.fetch_add(w.tiles, std::memory_order_relaxed);
     });
