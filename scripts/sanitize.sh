@@ -38,12 +38,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 # The data sets where the build's configuration found them (ctest passes the same).
-MEMSAFE_DATA_DIR=${MEMSAFE_DATA_DIR:-$(sed -n 's/^MEMSAFE_DATA_DIR:PATH=//p' "$dir/CMakeCache.txt")}
+MEMSAFE_DATA_DIR=${MEMSAFE_DATA_DIR:-$(sed -n 's/^MEMSAFE_DATA_DIR:[A-Z]*=//p' "$dir/CMakeCache.txt")}
 export MEMSAFE_DATA_DIR
 status=0
 for t in "${targets[@]}"; do
-  exe=$(find "$dir" -type f -name "$t" -perm -u+x | head -n 1)
   echo "== $mode: $t" >&2
-  "$exe" "$@" || status=1
+  "$dir/tests/$t" "$@" || status=1
 done
 exit $status
