@@ -7,6 +7,7 @@
 // backward's schedule (one or two passes), budget_error below the minimum, shape errors.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -535,6 +536,87 @@ TEST_CASE("attention: the bias gradient, summed over the heads that share the bi
   CHECK_NOTHROW(call(wb, 1, 2));
   CHECK_THROWS_WITH_AS(call(wb, 1, 1), doctest::Contains("dBias is [1, 1, 5, 6] but must be [1, 2, 5, 6]"),
                        memsafe::shape_error);
+}
+
+TEST_CASE("attention: randomised shapes, masks, biases, layouts, budgets and threads against dense (f64)") {
+  // Drawn per case: B (1–2), H (1–3), Tq and Tk (across the 64-key blocks and the row blocks; Tk = 0
+  // too), d and dv (1–20), causal, key padding, a bias of random extents [1 or B, 1 or H, Tq, Tk]
+  // (sometimes with −inf entries), the fused [B, T, 3, H, d] layout where it applies, the budget
+  // (the minimum, a random larger one, unlimited) and 1–4 threads. Checked: O, lse, dQ, dK, dV and
+  // dBias against the dense reference; peak ≤ budget; every result bitwise equal to the same case
+  // at one thread and no limit. MEMSAFE_ATTENTION_FUZZ_SECONDS (default 2) bounds the time after 16
+  // cases; MEMSAFE_ATTENTION_FUZZ_CASE=i runs case i alone (a failure names it).
+  const char* env_s = std::getenv("MEMSAFE_ATTENTION_FUZZ_SECONDS");
+  const double seconds = env_s && *env_s ? std::strtod(env_s, nullptr) : 2.0;
+  const char* only = std::getenv("MEMSAFE_ATTENTION_FUZZ_CASE");
+  const bool one = only && *only;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t cases = 0;
+  for (unsigned i = one ? static_cast<unsigned>(std::strtoul(only, nullptr, 10)) : 0;; ++i) {
+    if (one ? cases == 1
+            : cases >= 16 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
+      break;
+    ++cases;
+    std::mt19937_64 g(0x3c6ef372u + i);
+    auto pick = [&g](std::initializer_list<std::size_t> v) { return *(v.begin() + g() % v.size()); };
+    auto coin = [&g](unsigned in) { return g() % in == 0; };  // true with probability 1/in
+    const std::size_t B = pick({1, 2}), H = pick({1, 2, 3});
+    const std::size_t Tq = pick({1, 2, 5, 63, 64, 65, 100, 129, 150});
+    const std::size_t Tk = pick({0, 1, 3, 63, 64, 65, 128, 130, 150});
+    const std::size_t d = pick({1, 2, 3, 7, 16, 20}), dv = pick({1, 2, 5, 8, 17, 20});
+    const bool causal = coin(2), pad = coin(2), bias = coin(2);
+    const bool fused = Tq == Tk && d == dv && coin(3);
+    att_problem<double> p(B, H, Tq, Tk, d, dv, 500 + i, causal, pad, bias, fused);
+    if (bias) {
+      p.set_bias_extents(coin(2) ? 1 : B, coin(2) ? 1 : H, 900 + i);
+      if (!p.bias_buf.empty() && coin(3))
+        for (std::size_t e = 0; e < p.bias_buf.size(); e += 1 + g() % 7) p.bias_buf[e] = -std::numeric_limits<double>::infinity();
+    }
+    CAPTURE(i);
+    CAPTURE(B);
+    CAPTURE(H);
+    CAPTURE(Tq);
+    CAPTURE(Tk);
+    CAPTURE(d);
+    CAPTURE(dv);
+    CAPTURE(causal);
+    CAPTURE(pad);
+    CAPTURE(p.bB);
+    CAPTURE(p.bH);
+    CAPTURE(fused);
+    std::vector<double> O0, l0, dQ0, dK0, dV0, dB0;
+    const auto sf = run_forward(p, O0, l0, {memsafe::unlimited, 1});
+    const auto dO = upstream<double>(O0.size(), 7 + i);
+    const auto sb = run_backward(p, O0, l0, dO, dQ0, dK0, dV0, {memsafe::unlimited, 1}, bias ? &dB0 : nullptr);
+    std::vector<double> Or, lr, dQr, dKr, dVr, dBr;
+    dense_forward(p, Or, lr);
+    dense_backward(p, dO, dQr, dKr, dVr, bias ? &dBr : nullptr);
+    CHECK(max_abs_diff(O0, Or) <= 1e-12);
+    CHECK(max_abs_diff(l0, lr) <= 1e-12);
+    CHECK(max_abs_diff(dQ0, dQr) <= 1e-12);
+    CHECK(max_abs_diff(dK0, dKr) <= 1e-12);
+    CHECK(max_abs_diff(dV0, dVr) <= 1e-12);
+    if (bias) CHECK(max_abs_diff(dB0, dBr) <= 1e-11);
+    const unsigned threads = 1 + static_cast<unsigned>(g() % 4);
+    const int which = static_cast<int>(g() % 3);
+    const std::size_t fb = which == 0 ? sf.min_budget_bytes : which == 1 ? sf.min_budget_bytes + g() % (4 * sf.min_budget_bytes) : memsafe::unlimited;
+    const std::size_t bb = which == 0 ? sb.min_budget_bytes : which == 1 ? sb.min_budget_bytes + g() % (4 * sb.min_budget_bytes) : memsafe::unlimited;
+    CAPTURE(threads);
+    CAPTURE(fb);
+    CAPTURE(bb);
+    std::vector<double> O, l, dQ, dK, dV, dB;
+    const auto sf2 = run_forward(p, O, l, {fb, threads});
+    const auto sb2 = run_backward(p, O, l, dO, dQ, dK, dV, {bb, threads}, bias ? &dB : nullptr);
+    CHECK(sf2.peak_temp_bytes <= fb);
+    CHECK(sb2.peak_temp_bytes <= bb);
+    CHECK(O == O0);
+    CHECK(l == l0);
+    CHECK(dQ == dQ0);
+    CHECK(dK == dK0);
+    CHECK(dV == dV0);
+    CHECK(dB == dB0);
+  }
+  MESSAGE(cases << " random attention cases");
 }
 
 TEST_CASE("attention: causal tiles above the diagonal are skipped") {
