@@ -4,12 +4,13 @@
 //
 // Q, K, V are N(0,1) draws from --seed, either as three [B, H, T, d] arrays (--layout bhtd) or as
 // one fused [B, T, 3, H, d] projection output viewed in place (--layout bthd: no copies). The
-// forward is softmax_sum(dot(Q, K) / sqrt(d) [+ causal], V), written the naive way and evaluated
-// by memsafe as the online-softmax reduction (the T×T scores never exist); the backward takes an
-// N(0,1) dO and returns dQ, dK, dV, recomputing the scores from the stored logsumexp. Each is run
+// forward is softmax_sum(dot(Q, K) / sqrt(d) [+ bias] [+ causal], V), written the naive way and
+// evaluated by memsafe as the online-softmax reduction (the T×T scores never exist); the backward
+// takes an N(0,1) dO and returns dQ, dK, dV (and, with --bias, the gradient of the [1, H, T, T]
+// bias, summed over the batch), recomputing the scores from the stored logsumexp. Each is run
 // --repeat times; one JSON line reports min and median seconds, the plan, peak temporaries, peak
-// RSS and (with --check R) the largest error of R random query rows (O, lse, dQ) and R random
-// keys (dK, dV) against a naive dense computation in double. See examples/README.md.
+// RSS and (with --check R) the largest error of R random query rows (O, lse, dQ, dBias) and R
+// random keys (dK, dV) against a naive dense computation in double. See examples/README.md.
 #include <memsafe/attention.hpp>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ namespace mx = memsafe_examples;
 
 struct config {
   std::size_t B = 1, H = 8, T = 1024, d = 64, repeat = 3;
-  bool causal = false, fused = false, forward_only = false;
+  bool causal = false, fused = false, forward_only = false, bias = false;
   std::string dump;
   mx::run_options run;
 };
@@ -65,6 +66,15 @@ int run(const config& c) {
   const auto Q = view(0), K = view(1), V = view(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto scores = scale * memsafe::dot(Q, K);
+  // --bias: a learned-position-bias stand-in, N(0, 1)/2 of shape [1, H, T, T] (shared by the batch);
+  // the backward then returns its gradient too, summed over the batch
+  const std::size_t nb = c.bias ? H * Tn * Tn : 0;
+  std::vector<T> bias(nb), dBias(nb);
+  if (c.bias) {
+    const std::vector<T> z = mx::normal_matrix<T>(nb, 1, c.run.seed, 2);
+    for (std::size_t e = 0; e < nb; ++e) bias[e] = T(0.5) * z[e];
+    scores = scores + memsafe::heads(static_cast<const T*>(bias.data()), 1, H, Tn, Tn);
+  }
   if (c.causal) scores = scores + memsafe::causal;
   const auto A = memsafe::softmax_sum(scores, V);
 
@@ -82,9 +92,12 @@ int run(const config& c) {
   if (!c.forward_only)
     for (std::size_t r = 0; r < c.repeat; ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      sb = memsafe::attention_backward(A, Ov, lse.data(), memsafe::heads(dOv.data(), B, H, Tn, d),
-                                       memsafe::heads(dQ.data(), B, H, Tn, d), memsafe::heads(dK.data(), B, H, Tn, d),
-                                       memsafe::heads(dV.data(), B, H, Tn, d), opts);
+      const auto dOh = memsafe::heads(dOv.data(), B, H, Tn, d);
+      const auto dQh = memsafe::heads(dQ.data(), B, H, Tn, d), dKh = memsafe::heads(dK.data(), B, H, Tn, d),
+                 dVh = memsafe::heads(dV.data(), B, H, Tn, d);
+      sb = c.bias ? memsafe::attention_backward(A, Ov, lse.data(), dOh, dQh, dKh, dVh,
+                                                memsafe::heads(dBias.data(), 1, H, Tn, Tn), opts)
+                  : memsafe::attention_backward(A, Ov, lse.data(), dOh, dQh, dKh, dVh, opts);
       tb.push_back(seconds_since(t0));
     }
   const std::size_t peak_rss = mx::max_rss_bytes();
@@ -128,7 +141,7 @@ int run(const config& c) {
       if (c.causal && j > i) return ninf;
       double s = 0;
       for (std::size_t k = 0; k < d; ++k) s += double(Q(b, h, i, k)) * double(K(b, h, j, k));
-      return scale * s;
+      return scale * s + (c.bias ? double(bias[(h * Tn + i) * Tn + j]) : 0.0);
     };
     auto rel = [](double got, double ref, double mag) { return std::fabs(got - ref) / (1.0 + mag); };
     for (std::size_t q = 0; q < c.run.check; ++q, ++checked) {
@@ -195,6 +208,26 @@ int run(const config& c) {
         err_bwd = std::max(err_bwd, rel(dK[(row + j) * d + k], dk[k], mk));
         err_bwd = std::max(err_bwd, rel(dV[(row + j) * d + k], dv[k], mv));
       }
+      if (c.bias) {  // dBias[h, i, :] = Σ_b dS_b[i, :] (the bias is shared by the batch)
+        std::vector<double> db(Tn, 0.0);
+        for (std::size_t bb = 0; bb < B; ++bb) {
+          const std::size_t rb = (bb * H + h) * Tn;
+          std::vector<double> s(Tn), dp(Tn, 0.0);
+          double m = ninf, l = 0, Di = 0;
+          for (std::size_t jj = 0; jj < Tn; ++jj) m = std::max(m, s[jj] = sc(bb, h, i, jj));
+          for (std::size_t jj = 0; jj < Tn; ++jj) l += std::exp(s[jj] - m);
+          for (std::size_t jj = 0; jj < Tn; ++jj) {
+            s[jj] = std::exp(s[jj] - m) / l;  // P
+            for (std::size_t k = 0; k < d; ++k) dp[jj] += double(dOv[(rb + i) * d + k]) * double(V(bb, h, jj, k));
+            Di += s[jj] * dp[jj];
+          }
+          for (std::size_t jj = 0; jj < Tn; ++jj) db[jj] += s[jj] * (dp[jj] - Di);
+        }
+        double mb = 0;
+        for (double x : db) mb = std::max(mb, std::fabs(x));
+        for (std::size_t jj = 0; jj < Tn; ++jj)
+          err_bwd = std::max(err_bwd, rel(dBias[(h * Tn + i) * Tn + jj], db[jj], mb));
+      }
     }
   }
   const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
@@ -207,6 +240,7 @@ int run(const config& c) {
       .add("T", Tn)
       .add("d", d)
       .add("causal", c.causal ? "true" : "false")
+      .add("bias", c.bias ? "[1, H, T, T]" : "none")
       .add("layout", c.fused ? "bthd" : "bhtd")
       .add("precision", mx::precision_name<T>())
       .add("budget_bytes", sf.budget_bytes)
@@ -230,14 +264,15 @@ int run(const config& c) {
         .add("backward_schedule", sb.plan.reduction);
   j.add("peak_temp_bytes", std::max(sf.peak_temp_bytes, sb.peak_temp_bytes))
       .add("dense_scores_bytes", static_cast<double>(B) * H * Tn * Tn * sizeof(T))
-      .add("input_bytes", 3 * n * sizeof(T))
+      .add("input_bytes", (3 * n + nb) * sizeof(T))
       .add("max_rss_bytes", peak_rss)
       .add("check_rows", checked);
   if (checked) j.add("check_max_err_forward", err_fwd);
   if (checked && !c.forward_only) j.add("check_max_err_backward", err_bwd);
   j.add("check", checked ? (pass ? "pass" : "fail") : "skipped");
-  // outputs O, lse, dO, dQ, dK, dV are caller memory: count them with the inputs
-  const auto rss = mx::make_rss_limit(c.run.rss_slack, (3 * n + 5 * n + B * H * Tn) * sizeof(T), sf.budget_bytes);
+  // outputs O, lse, dO, dQ, dK, dV (and the bias and its gradient) are caller memory: count them with the inputs
+  const auto rss =
+      mx::make_rss_limit(c.run.rss_slack, (3 * n + 5 * n + B * H * Tn + 2 * nb) * sizeof(T), sf.budget_bytes);
   if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
   j.add("rss_check", rss.verdict(peak_rss));
   j.print();
@@ -256,6 +291,7 @@ int main(int argc, char** argv) {
       .option("layout", "bhtd", "bhtd: three [B, H, T, d] arrays; bthd: one fused [B, T, 3, H, d] buffer viewed in place")
       .option("precision", "f32", "f32|f64")
       .flag("causal", "causal mask")
+      .flag("bias", "add a bias of shape [1, H, T, T] (N(0, 1)/2, shared by the batch); the backward returns its gradient")
       .flag("forward-only", "skip the backward")
       .option("dump", "", "write the inputs and outputs as raw arrays into this folder (q, k, v, dO, O, lse, dQ, dK, dV .bin)");
   mx::add_run_options(args, "random seed for Q, K, V, dO and the checked rows",
@@ -269,6 +305,7 @@ int main(int argc, char** argv) {
   c.d = args.get_uint("d");
   c.repeat = args.get_uint("repeat");
   c.causal = args.get_flag("causal");
+  c.bias = args.get_flag("bias");
   c.forward_only = args.get_flag("forward-only");
   c.dump = args.get_string("dump");
   c.fused = args.get_choice("layout", {"bhtd", "bthd"}) == "bthd";
@@ -276,6 +313,7 @@ int main(int argc, char** argv) {
   c.run = mx::read_run_options(args);
   if (c.B == 0 || c.H == 0 || c.T == 0 || c.d == 0) args.fail("--B, --H, --T and --d must be positive");
   if (c.repeat == 0) args.fail("--repeat must be positive");
+  if (c.bias && !c.dump.empty()) args.fail("--dump writes no bias: use it without --bias");
 
   try {
     return mx::dispatch_precision(mx::parse_precision(prec), [&](auto tag) {
