@@ -28,6 +28,8 @@ struct att_problem {
   std::size_t B, H, Tq, Tk, d, dv;
   bool causal = false, pad = false, bias = false, fused = false;  // fused: one [B, T, 3, H, d] buffer
   std::size_t bB = 1, bH;  // the bias's extents: [1 or B, 1 or H, Tq, Tk] (set_bias_extents)
+  double drop_p = 0;       // dropout on the weights (0: none), with drop_seed
+  std::uint64_t drop_seed = 0;
   double scale;
   std::vector<T> qkv, q, k, v, bias_buf;
   std::vector<unsigned char> keep;
@@ -89,7 +91,13 @@ struct att_problem {
     if (bias) s = s + memsafe::heads(static_cast<const T*>(bias_buf.data()), bB, bH, Tq, Tk);
     if (pad) s = s + memsafe::key_padding(keep.data(), B, Tk);
     if (causal) s = s + memsafe::causal;
+    if (drop_p > 0) return memsafe::softmax_sum(s, V(), memsafe::dropout(drop_p, drop_seed));
     return memsafe::softmax_sum(s, V());
+  }
+  /// The dropout's factor on weight (b, h, i, j) as the reference applies it: 1/(1 − p) or 0.
+  double drop_factor(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
+    if (drop_p == 0) return 1.0;
+    return memsafe::dropout_keeps(memsafe::dropout(drop_p, drop_seed), b, h, i, j) ? 1.0 / (1.0 - drop_p) : 0.0;
   }
   /// The mask as the dense reference sees it.
   bool visible(std::size_t b, std::size_t i, std::size_t j) const {
@@ -131,7 +139,7 @@ void dense_forward(const att_problem<T>& p, std::vector<double>& O, std::vector<
         const std::size_t row = (b * p.H + h) * p.Tq + i;
         lse[row] = m + std::log(l);
         for (std::size_t j = 0; j < p.Tk; ++j) {
-          const double w = std::exp(s[j] - m) / l;
+          const double w = std::exp(s[j] - m) / l * p.drop_factor(b, h, i, j);
           for (std::size_t c = 0; c < p.dv; ++c) O[row * p.dv + c] += w * double(V(b, h, j, c));
         }
       }
@@ -161,16 +169,19 @@ void dense_backward(const att_problem<T>& p, const std::vector<T>& dO, std::vect
         for (std::size_t j = 0; j < p.Tk; ++j)
           if (p.visible(b, i, j)) l += (P[j] = std::exp(p.score(b, h, i, j) - m));
         double D = 0;
+        std::vector<double> z(p.Tk);  // the dropout's factors (1 without)
         for (std::size_t j = 0; j < p.Tk; ++j) {
           P[j] /= l;
+          z[j] = p.drop_factor(b, h, i, j);
           for (std::size_t c = 0; c < p.dv; ++c) dP[j] += double(dO[row * p.dv + c]) * double(V(b, h, j, c));
+          dP[j] *= z[j];  // ∂L/∂P_ij: O_i = Σ_j P_ij z_ij V_j
           D += P[j] * dP[j];
         }
         for (std::size_t j = 0; j < p.Tk; ++j) {
           const double ds = P[j] * (dP[j] - D);
           if (dBias) (*dBias)[p.bias_index(b, h, i, j)] += ds;
           const std::size_t krow = (b * p.H + h) * p.Tk + j;
-          for (std::size_t c = 0; c < p.dv; ++c) dV[krow * p.dv + c] += P[j] * double(dO[row * p.dv + c]);
+          for (std::size_t c = 0; c < p.dv; ++c) dV[krow * p.dv + c] += P[j] * z[j] * double(dO[row * p.dv + c]);
           for (std::size_t c = 0; c < p.d; ++c) {
             dQ[row * p.d + c] += p.scale * ds * double(K(b, h, j, c));
             dK[krow * p.d + c] += p.scale * ds * double(Q(b, h, i, c));
@@ -336,10 +347,16 @@ TEST_CASE("attention: fully masked rows give O = 0, lse = -inf and zero gradient
 
 TEST_CASE("attention: gradients against central finite differences (f64, relative error <= 1e-6)") {
   // masks: key padding and a bias (its gradient checked too), [1, H, Tq, Tk] or the extents given
-  struct cfg { std::size_t B, H, Tq, Tk, d, dv; bool causal, masks; std::size_t bias_b = 0, bias_h = 0; };
+  struct cfg {
+    std::size_t B, H, Tq, Tk, d, dv;
+    bool causal, masks;
+    std::size_t bias_b = 0, bias_h = 0;
+    double drop = 0;
+  };
   const cfg cfgs[] = {{1, 2, 9, 9, 3, 2, true, true},        {1, 1, 70, 70, 2, 3, false, false},
                       {1, 1, 5, 66, 3, 3, true, true},       {2, 2, 7, 9, 2, 2, false, true, 1, 1},
-                      {2, 2, 8, 6, 2, 3, true, true, 2, 2},  {3, 2, 6, 70, 2, 2, true, true, 1, 2}};
+                      {2, 2, 8, 6, 2, 3, true, true, 2, 2},  {3, 2, 6, 70, 2, 2, true, true, 1, 2},
+                      {1, 2, 9, 70, 3, 2, false, true, 0, 0, 0.3}, {2, 1, 66, 66, 2, 2, true, false, 0, 0, 0.5}};
   unsigned seed = 40;
   for (const auto& c : cfgs) {
     CAPTURE(c.B);
@@ -348,6 +365,9 @@ TEST_CASE("attention: gradients against central finite differences (f64, relativ
     CAPTURE(c.bias_b);
     att_problem<double> p(c.B, c.H, c.Tq, c.Tk, c.d, c.dv, seed++, c.causal, c.masks, c.masks);
     if (c.bias_b) p.set_bias_extents(c.bias_b, c.bias_h, seed + 100);
+    p.drop_p = c.drop;  // a fixed mask (the seed's): the loss is smooth in Q, K, V and the bias
+    p.drop_seed = seed;
+    CAPTURE(c.drop);
     std::vector<double> O, lse, dQ, dK, dV, dB;
     run_forward(p, O, lse);
     const auto G = upstream<double>(O.size(), seed++);
@@ -541,7 +561,7 @@ TEST_CASE("attention: the bias gradient, summed over the heads that share the bi
 TEST_CASE("attention: randomised shapes, masks, biases, layouts, budgets and threads against dense (f64)") {
   // Drawn per case: B (1–2), H (1–3), Tq and Tk (across the 64-key blocks and the row blocks; Tk = 0
   // too), d and dv (1–20), causal, key padding, a bias of random extents [1 or B, 1 or H, Tq, Tk]
-  // (sometimes with −inf entries), the fused [B, T, 3, H, d] layout where it applies, the budget
+  // (sometimes with −inf entries), dropout (0, 0.1, 0.5), the fused [B, T, 3, H, d] layout where it applies, the budget
   // (the minimum, a random larger one, unlimited) and 1–4 threads. Checked: O, lse, dQ, dK, dV and
   // dBias against the dense reference; peak ≤ budget; every result bitwise equal to the same case
   // at one thread and no limit. MEMSAFE_ATTENTION_FUZZ_SECONDS (default 2) bounds the time after 16
@@ -567,6 +587,8 @@ TEST_CASE("attention: randomised shapes, masks, biases, layouts, budgets and thr
     const bool causal = coin(2), pad = coin(2), bias = coin(2);
     const bool fused = Tq == Tk && d == dv && coin(3);
     att_problem<double> p(B, H, Tq, Tk, d, dv, 500 + i, causal, pad, bias, fused);
+    p.drop_p = pick({0, 0, 1, 5}) / 10.0;  // dropout 0, 0.1 or 0.5
+    p.drop_seed = g();
     if (bias) {
       p.set_bias_extents(coin(2) ? 1 : B, coin(2) ? 1 : H, 900 + i);
       if (!p.bias_buf.empty() && coin(3))
@@ -584,6 +606,7 @@ TEST_CASE("attention: randomised shapes, masks, biases, layouts, budgets and thr
     CAPTURE(p.bB);
     CAPTURE(p.bH);
     CAPTURE(fused);
+    CAPTURE(p.drop_p);
     std::vector<double> O0, l0, dQ0, dK0, dV0, dB0;
     const auto sf = run_forward(p, O0, l0, {memsafe::unlimited, 1});
     const auto dO = upstream<double>(O0.size(), 7 + i);
@@ -617,6 +640,61 @@ TEST_CASE("attention: randomised shapes, masks, biases, layouts, budgets and thr
     CHECK(dB == dB0);
   }
   MESSAGE(cases << " random attention cases");
+}
+
+TEST_CASE("attention: dropout keeps 1 - p of the weights, the same mask in the forward and the backward") {
+  // the keep rate over 2·3·300·300 = 540,000 weights, within 5 standard deviations
+  for (double pd : {0.1, 0.5, 0.9}) {
+    const auto dr = memsafe::dropout(pd, 12345);
+    std::size_t kept = 0, total = 0;
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t h = 0; h < 3; ++h)
+        for (std::size_t i = 0; i < 300; ++i)
+          for (std::size_t j = 0; j < 300; ++j, ++total) kept += memsafe::dropout_keeps(dr, b, h, i, j);
+    const double rate = double(kept) / double(total), sd = std::sqrt(pd * (1 - pd) / double(total));
+    CAPTURE(pd);
+    CHECK(std::fabs(rate - (1 - pd)) <= 5 * sd);
+  }
+  // another seed, another mask: about p·(1 − p)·2 of the decisions differ
+  {
+    const auto d1 = memsafe::dropout(0.5, 1), d2 = memsafe::dropout(0.5, 2);
+    std::size_t diff = 0;
+    for (std::size_t i = 0; i < 200; ++i)
+      for (std::size_t j = 0; j < 200; ++j) diff += memsafe::dropout_keeps(d1, 0, 0, i, j) != memsafe::dropout_keeps(d2, 0, 0, i, j);
+    CHECK(diff > 19000);
+    CHECK(diff < 21000);
+  }
+  // f32, causal, padding and bias with dropout against the dense reference (same mask by dropout_keeps)
+  att_problem<float> p(2, 2, 100, 100, 16, 16, 77, true, true, true);
+  p.drop_p = 0.2;
+  p.drop_seed = 99;
+  check_against_dense(p, 5e-5);
+  // p = 0 is no dropout, bit for bit
+  att_problem<double> q(1, 2, 70, 90, 4, 3, 5, false, true, true);
+  std::vector<double> O0, l0, dQ0, dK0, dV0, O1, l1, dQ1, dK1, dV1;
+  run_forward(q, O0, l0);
+  const auto dO = upstream<double>(O0.size(), 4);
+  run_backward(q, O0, l0, dO, dQ0, dK0, dV0);
+  std::vector<double> O2(O0.size()), l2(l0.size());
+  memsafe::eval_into(memsafe::softmax_sum(q.scale * memsafe::dot(q.Q(), q.K()) +
+                                              memsafe::heads(static_cast<const double*>(q.bias_buf.data()), 1, 2, 70, 90) +
+                                              memsafe::key_padding(q.keep.data(), 1, 90),
+                                          q.V(), memsafe::dropout(0.0, 7)),
+                     memsafe::heads(O2.data(), 1, 2, 70, 3), l2.data());
+  CHECK(O2 == O0);
+  CHECK(l2 == l0);
+  // the logsumexp is the undropped one: dropout changes O, not lse
+  q.drop_p = 0.5;
+  run_forward(q, O1, l1);
+  CHECK(l1 == l0);
+  CHECK(O1 != O0);
+  // p outside [0, 1): argument_error
+  for (double bad : {-0.1, 1.0, 1.5, std::nan("")}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(memsafe::dropout(bad, 1), memsafe::argument_error);
+  }
+  CHECK_THROWS_WITH_AS(memsafe::softmax_sum(q.scale * memsafe::dot(q.Q(), q.K()), q.V(), memsafe::dropout_spec{1.0, 1}),
+                       doctest::Contains("p must be in [0, 1)"), memsafe::argument_error);
 }
 
 TEST_CASE("attention: causal tiles above the diagonal are skipped") {

@@ -124,6 +124,60 @@ inline key_padding_mask key_padding(const bool* keep, std::size_t B, std::size_t
   return key_padding(reinterpret_cast<const unsigned char*>(keep), B, Tk, batch_stride);
 }
 
+/// Dropout on the attention weights: `softmax_sum(scores, V, memsafe::dropout(p, seed))` keeps each
+/// weight P[b, h, i, j] with probability 1 − p, scaled by 1/(1 − p), and zeroes the others (as
+/// training-time dropout in a transformer). Which weights are kept is a function of (seed, b, h, i,
+/// j) alone (dropout_keeps), so the backward sees the same mask as the forward, at every budget and
+/// thread count. 0 ≤ p < 1; p = 0 is no dropout.
+struct dropout_spec {
+  double p;
+  std::uint64_t seed;
+};
+namespace detail {
+inline void check_dropout(double p) {
+  if (!(p >= 0 && p < 1)) throw argument_error("memsafe: dropout(p, seed): p must be in [0, 1), got " + std::to_string(p));
+}
+}  // namespace detail
+inline dropout_spec dropout(double p, std::uint64_t seed) {
+  detail::check_dropout(p);
+  return {p, seed};
+}
+
+namespace detail {
+/// murmur3's 32-bit finaliser and splitmix64's: bijections with full avalanche.
+inline std::uint32_t fmix32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x;
+}
+inline std::uint64_t fmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+/// The dropout key of query row (b, h, i), computed once per row.
+inline std::uint32_t dropout_row_key(std::uint64_t seed, std::size_t b, std::size_t h, std::size_t i) {
+  const std::uint64_t x = fmix64(seed ^ fmix64(b ^ fmix64(h ^ fmix64(i))));
+  return static_cast<std::uint32_t>(x ^ (x >> 32));
+}
+/// The 32-bit draw of key j in the row whose key is rk: uniform over [0, 2³²) (keys j and j + 2³²
+/// share one).
+inline std::uint32_t dropout_draw(std::uint32_t rk, std::uint32_t j) { return fmix32(rk ^ (j * 0x9e3779b9u)); }
+/// A draw below this drops the weight: p·2³² rounded down (so a weight is kept with probability
+/// 1 − ⌊p·2³²⌋/2³²).
+inline std::uint32_t dropout_threshold(double p) { return static_cast<std::uint32_t>(p * 4294967296.0); }
+}  // namespace detail
+
+/// Whether `dropout(p, seed)` keeps the weight of query i and key j of head (b, h).
+inline bool dropout_keeps(const dropout_spec& dr, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+  return detail::dropout_draw(detail::dropout_row_key(dr.seed, b, h, i), static_cast<std::uint32_t>(j)) >=
+         detail::dropout_threshold(dr.p);
+}
+
 /// Marker base of the attention capture nodes (in memsafe::detail), so that argument-dependent
 /// lookup finds the operators below (as lazy_tag does for lazy matrices).
 struct attention_tag {};
@@ -159,13 +213,17 @@ struct attention_expr : attention_tag {
   using value_type = T;
   attention_scores<T> s;
   heads_view<const T> v;
+  dropout_spec drop{0, 0};  ///< p = 0: none
   std::size_t batch() const { return s.q.batch(); }
   std::size_t heads() const { return s.q.heads(); }
   std::size_t queries() const { return s.q.length(); }
   std::size_t keys() const { return s.k.length(); }
   std::size_t dim() const { return s.q.dim(); }
   std::size_t value_dim() const { return v.dim(); }
-  MEMSAFE_COLD std::string str() const { return "softmax_sum(" + s.str() + ", V" + v.shape() + ")"; }
+  MEMSAFE_COLD std::string str() const {
+    return "softmax_sum(" + s.str() + ", V" + v.shape() + (drop.p > 0 ? ", dropout(" + std::to_string(drop.p) + ")" : "") +
+           ")";
+  }
 };
 
 template <class>
@@ -272,6 +330,14 @@ detail::attention_expr<T> softmax_sum(const detail::attention_scores<T>& s, cons
   } else {
     return {{}, s, heads_view<const T>(nullptr, 0, 0, 0, 0, 0, 0, 0, 0)};
   }
+}
+/// The same with dropout on the attention weights (memsafe::dropout(p, seed)).
+template <class T, class VV>
+detail::attention_expr<T> softmax_sum(const detail::attention_scores<T>& s, const VV& V, const dropout_spec& dr) {
+  detail::check_dropout(dr.p);
+  detail::attention_expr<T> a = softmax_sum(s, V);
+  a.drop = dr;
+  return a;
 }
 
 }  // namespace memsafe

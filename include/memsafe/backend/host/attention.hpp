@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -124,6 +125,11 @@ struct fwd_tile {
   T *m, *l, *alpha, *mref;       ///< running max and sum, the tile's rescaling, the max used for exp (nrp each)
   T* Oa;                         ///< the output accumulator, nr rows of dvp, rescaled by alpha
   std::size_t dvp;
+  bool drop;                     ///< dropout: a weight whose draw is below thr is zeroed, the others scaled by inv
+  std::uint32_t thr;
+  T inv;
+  const std::uint32_t* rk;       ///< dropout: the row keys of the nrp query lanes
+  std::uint32_t j0;              ///< the tile's first key (its index in the draws)
 };
 
 /// One backward tile for probs_tile: P holds the nr × BC scores Q·Kᵀ of queries i0 … against keys
@@ -139,6 +145,11 @@ struct bwd_tile {
   bool causal;
   long last0;                    ///< causal: query i0 + r sees keys j0 + j with j ≤ last0 + r
   const T* lse;                  ///< the forward's logsumexp of the nr rows
+  bool drop;                     ///< dropout, as fwd_tile's
+  std::uint32_t thr;
+  T inv;
+  const std::uint32_t* rk;       ///< dropout: the row keys of the nr rows
+  std::uint32_t j0;
 };
 
 // The element-wise steps with the translation unit's own flags (MEMSAFE_ISA=portable, CPUs without
@@ -237,12 +248,20 @@ struct kernel {
     portable::probs_tile(t);
   }
   template <class T>
-  void dscores(T* dP, const T* P, const T* D, std::size_t nr) const {
+  void dscores(const bwd_tile<T>& t, T* dP, const T* D) const {
 #if defined(MEMSAFE_SIMD_DISPATCH)
-    if (i == memsafe::host::isa::avx512) return avx512::dscores_tile(dP, P, D, nr);
-    if (i == memsafe::host::isa::avx2) return avx2::dscores_tile(dP, P, D, nr);
+    if (i == memsafe::host::isa::avx512) return avx512::dscores_tile(t, dP, D);
+    if (i == memsafe::host::isa::avx2) return avx2::dscores_tile(t, dP, D);
 #endif
-    portable::dscores_tile(dP, P, D, nr);
+    portable::dscores_tile(t, dP, D);
+  }
+  template <class T>
+  void dropout(const bwd_tile<T>& t) const {
+#if defined(MEMSAFE_SIMD_DISPATCH)
+    if (i == memsafe::host::isa::avx512) return avx512::dropout_tile(t);
+    if (i == memsafe::host::isa::avx2) return avx2::dropout_tile(t);
+#endif
+    portable::dropout_tile(t);
   }
 };
 
@@ -361,6 +380,9 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
   auto items_at = [&](std::size_t Br) { return BH * ((Tq + Br - 1) / Br); };
   const kernel mm = kernel::choose();
   const attn_plan p = choose("attention", budget, memsafe::plan::resolve_threads(o.threads), Tq, bytes_at, items_at);
+  const bool drop = a.drop.p > 0;
+  const std::uint32_t thr = dropout_threshold(a.drop.p);
+  const T inv = static_cast<T>(1 / (1 - a.drop.p));
   accountant acc(budget);
   const std::size_t Br = p.Br, dvp = round_up(dv, NR<T>), brp = round_up(Br, NR<T>);
   const std::size_t nrb = (Tq + Br - 1) / Br, items = BH * nrb;
@@ -386,6 +408,7 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
     T* mref = alpha + brp;
     const bool k_direct = sc.k.stride(3) == 1, v_direct = a.v.stride(3) == 1 && dv == dvp;
     const T scale = static_cast<T>(sc.scale);
+    std::uint32_t rk[BR_MAX] = {};  // dropout: the row keys of the block's query lanes (nrp ≤ BR_MAX)
     std::size_t my_tiles = 0;
     for (std::size_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       // causal: the last row blocks (the most work) first
@@ -402,6 +425,8 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
         m[r] = neg_inf<T>();
         l[r] = 0;
       }
+      if (drop)
+        for (std::size_t r = 0; r < nr; ++r) rk[r] = dropout_row_key(a.drop.seed, b, h, i0 + r);
       std::fill(Oa, Oa + nr * dvp, T(0));
       const std::size_t kend = sc.is_causal ? static_cast<std::size_t>(std::clamp<long>(
                                                   static_cast<long>(i0 + nr) + off, 0, static_cast<long>(Tk)))
@@ -429,7 +454,8 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
         const T* bias = sc.has_bias ? sc.bias.row(b, h, i0) + j0 * sc.bias.stride(3) : nullptr;
         mm.softmax(fwd_tile<T>{St, brp, nk, nr, nrp, scale, bias, sc.bias.stride(2), sc.bias.stride(3),
                                sc.keep ? sc.keep + b * sc.keep_stride + j0 : nullptr, sc.is_causal,
-                               static_cast<long>(j0) - static_cast<long>(i0) - off, m, l, alpha, mref, Oa, dvp});
+                               static_cast<long>(j0) - static_cast<long>(i0) - off, m, l, alpha, mref, Oa, dvp, drop,
+                               thr, inv, rk, static_cast<std::uint32_t>(j0)});
         mm(nr, dvp, nk, St, std::size_t{1}, brp, Vr, ldv, Oa, dvp);  // O += P V (P = (Sᵀ)ᵀ in place)
         ++my_tiles;
       }
@@ -503,6 +529,9 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   std::atomic<std::size_t> next{0}, tiles{0};
   const long off = static_cast<long>(Tk) - static_cast<long>(Tq);
   const T scale = static_cast<T>(sc.scale);
+  const bool drop = a.drop.p > 0;
+  const std::uint32_t thr = dropout_threshold(a.drop.p);
+  const T inv = static_cast<T>(1 / (1 - a.drop.p));
 
   // One worker's pieces of its workspace and the steps every schedule is made of.
   struct worker {
@@ -571,13 +600,21 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
     std::fill(w.P, w.P + n * BC, T(0));
     mm(n, BC, d, Q, dp, 1, w.KT, BC, w.P, BC);
     const T* bias = sc.has_bias ? sc.bias.row(b, h, i0 + r0) + j0 * sc.bias.stride(3) : nullptr;
-    mm.probs(bwd_tile<T>{w.P, n, nk, scale, bias, sc.bias.stride(2), sc.bias.stride(3),
+    std::uint32_t rk[BR_MAX];  // dropout: the rows' keys
+    if (drop)
+      for (std::size_t r = 0; r < n; ++r) rk[r] = dropout_row_key(a.drop.seed, b, h, i0 + r0 + r);
+    const bwd_tile<T> bt{w.P, n, nk, scale, bias, sc.bias.stride(2), sc.bias.stride(3),
                          sc.keep ? sc.keep + b * sc.keep_stride + j0 : nullptr, sc.is_causal,
-                         static_cast<long>(i0 + r0) + off - static_cast<long>(j0), w.L + r0});
+                         static_cast<long>(i0 + r0) + off - static_cast<long>(j0), w.L + r0, drop, thr, inv, rk,
+                         static_cast<std::uint32_t>(j0)};
+    mm.probs(bt);
     std::fill(w.dP, w.dP + n * BC, T(0));
     mm(n, BC, dv, G, dvp, 1, w.VT, BC, w.dP, BC);
-    if (kv) mm(nk, dvp, n, w.P, 1, BC, G, dvp, w.dVa, dvp);  // dV += Pᵀ dO (Pᵀ read in place)
-    mm.dscores(w.dP, w.P, w.D + r0, n);                       // dS
+    mm.dscores(bt, w.dP, w.D + r0);  // dS = P ∘ (dP − D), dP through the dropout mask
+    if (kv) {
+      if (drop) mm.dropout(bt);                               // P: the weights the forward used
+      mm(nk, dvp, n, w.P, 1, BC, G, dvp, w.dVa, dvp);         // dV += Pᵀ dO (Pᵀ read in place)
+    }
     if (kv && want_db) {  // dBias += dS (the slice zeroed by the work item)
       const std::size_t bs = dBias.stride(3);
       for (std::size_t r = 0; r < n; ++r) {
