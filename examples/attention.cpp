@@ -4,7 +4,7 @@
 //
 // Q, K, V are N(0,1) draws from --seed, either as three [B, H, T, d] arrays (--layout bhtd) or as
 // one fused [B, T, 3, H, d] projection output viewed in place (--layout bthd: no copies). The
-// forward is softmax_sum(dot(Q, K) / sqrt(d) [+ bias] [+ causal], V), written the naive way and
+// forward is softmax_sum(dot(Q, K) / sqrt(d) [+ bias] [+ causal], V[, dropout]), written the naive way and
 // evaluated by memsafe as the online-softmax reduction (the T×T scores never exist); the backward
 // takes an N(0,1) dO and returns dQ, dK, dV (and, with --bias, the gradient of the [1, H, T, T]
 // bias, summed over the batch), recomputing the scores from the stored logsumexp. Each is run
@@ -38,6 +38,7 @@ namespace mx = memsafe_examples;
 struct config {
   std::size_t B = 1, H = 8, T = 1024, d = 64, repeat = 3;
   bool causal = false, fused = false, forward_only = false, bias = false;
+  double dropout = 0;
   std::string dump;
   mx::run_options run;
 };
@@ -76,7 +77,8 @@ int run(const config& c) {
     scores = scores + memsafe::heads(static_cast<const T*>(bias.data()), 1, H, Tn, Tn);
   }
   if (c.causal) scores = scores + memsafe::causal;
-  const auto A = memsafe::softmax_sum(scores, V);
+  const memsafe::dropout_spec drop = memsafe::dropout(c.dropout, c.run.seed);
+  const auto A = memsafe::softmax_sum(scores, V, drop);
 
   std::vector<T> O(n), lse(B * H * Tn), dQ(n), dK(n), dV(n);
   const auto Ov = memsafe::heads(O.data(), B, H, Tn, d);
@@ -144,6 +146,10 @@ int run(const config& c) {
       return scale * s + (c.bias ? double(bias[(h * Tn + i) * Tn + j]) : 0.0);
     };
     auto rel = [](double got, double ref, double mag) { return std::fabs(got - ref) / (1.0 + mag); };
+    // the dropout's factor on weight (b, h, i, j): 1/(1 − p) or 0 (1 without dropout)
+    auto z = [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+      return c.dropout == 0 ? 1.0 : memsafe::dropout_keeps(drop, b, h, i, j) ? 1.0 / (1.0 - c.dropout) : 0.0;
+    };
     for (std::size_t q = 0; q < c.run.check; ++q, ++checked) {
       const std::size_t b = eng() % B, h = eng() % H, i = eng() % Tn;
       const std::size_t row = (b * H + h) * Tn;
@@ -158,7 +164,7 @@ int run(const config& c) {
       // row i: O, lse, dQ
       std::vector<double> o(d, 0.0), dq(d, 0.0);
       for (std::size_t j = 0; j < Tn; ++j) {
-        const double p = std::exp(sc(b, h, i, j) - L[i]);
+        const double p = std::exp(sc(b, h, i, j) - L[i]) * z(b, h, i, j);
         for (std::size_t k = 0; k < d; ++k) o[k] += p * double(V(b, h, j, k));
       }
       double mag = 0;
@@ -167,10 +173,10 @@ int run(const config& c) {
       for (std::size_t k = 0; k < d; ++k) err_fwd = std::max(err_fwd, rel(O[(row + i) * d + k], o[k], mag));
       if (c.forward_only) continue;
       for (std::size_t r = 0; r < Tn; ++r) {
-        // D_r = Σ_j P_rj (dO_r · V_j)
+        // D_r = Σ_j P_rj Z_rj (dO_r · V_j)
         double s = 0;
         for (std::size_t j = 0; j < Tn; ++j) {
-          const double p = std::exp(sc(b, h, r, j) - L[r]);
+          const double p = std::exp(sc(b, h, r, j) - L[r]) * z(b, h, r, j);
           if (p == 0) continue;
           double dp = 0;
           for (std::size_t k = 0; k < d; ++k) dp += double(dOv[(row + r) * d + k]) * double(V(b, h, j, k));
@@ -182,7 +188,7 @@ int run(const config& c) {
         const double p = std::exp(sc(b, h, i, j) - L[i]);
         double dp = 0;
         for (std::size_t k = 0; k < d; ++k) dp += double(dOv[(row + i) * d + k]) * double(V(b, h, j, k));
-        for (std::size_t k = 0; k < d; ++k) dq[k] += scale * p * (dp - D[i]) * double(K(b, h, j, k));
+        for (std::size_t k = 0; k < d; ++k) dq[k] += scale * p * (z(b, h, i, j) * dp - D[i]) * double(K(b, h, j, k));
       }
       // key j = i: dK, dV
       const std::size_t j = i;
@@ -192,9 +198,10 @@ int run(const config& c) {
         if (p == 0) continue;
         double dp = 0;
         for (std::size_t k = 0; k < d; ++k) dp += double(dOv[(row + r) * d + k]) * double(V(b, h, j, k));
+        const double zr = z(b, h, r, j);
         for (std::size_t k = 0; k < d; ++k) {
-          dv[k] += p * double(dOv[(row + r) * d + k]);
-          dk[k] += scale * p * (dp - D[r]) * double(Q(b, h, r, k));
+          dv[k] += p * zr * double(dOv[(row + r) * d + k]);
+          dk[k] += scale * p * (zr * dp - D[r]) * double(Q(b, h, r, k));
         }
       }
       double mq = 0, mk = 0, mv = 0;
@@ -219,6 +226,7 @@ int run(const config& c) {
           for (std::size_t jj = 0; jj < Tn; ++jj) {
             s[jj] = std::exp(s[jj] - m) / l;  // P
             for (std::size_t k = 0; k < d; ++k) dp[jj] += double(dOv[(rb + i) * d + k]) * double(V(bb, h, jj, k));
+            dp[jj] *= z(bb, h, i, jj);
             Di += s[jj] * dp[jj];
           }
           for (std::size_t jj = 0; jj < Tn; ++jj) db[jj] += s[jj] * (dp[jj] - Di);
@@ -241,6 +249,7 @@ int run(const config& c) {
       .add("d", d)
       .add("causal", c.causal ? "true" : "false")
       .add("bias", c.bias ? "[1, H, T, T]" : "none")
+      .add("dropout", c.dropout)
       .add("layout", c.fused ? "bthd" : "bhtd")
       .add("precision", mx::precision_name<T>())
       .add("budget_bytes", sf.budget_bytes)
@@ -292,6 +301,7 @@ int main(int argc, char** argv) {
       .option("precision", "f32", "f32|f64")
       .flag("causal", "causal mask")
       .flag("bias", "add a bias of shape [1, H, T, T] (N(0, 1)/2, shared by the batch); the backward returns its gradient")
+      .option("dropout", "0", "dropout probability on the attention weights (the mask drawn from --seed)")
       .flag("forward-only", "skip the backward")
       .option("dump", "", "write the inputs and outputs as raw arrays into this folder (q, k, v, dO, O, lse, dQ, dK, dV .bin)");
   mx::add_run_options(args, "random seed for Q, K, V, dO and the checked rows",
@@ -306,6 +316,8 @@ int main(int argc, char** argv) {
   c.repeat = args.get_uint("repeat");
   c.causal = args.get_flag("causal");
   c.bias = args.get_flag("bias");
+  c.dropout = args.get_double("dropout");
+  if (!(c.dropout >= 0 && c.dropout < 1)) args.fail("--dropout must be in [0, 1)");
   c.forward_only = args.get_flag("forward-only");
   c.dump = args.get_string("dump");
   c.fused = args.get_choice("layout", {"bhtd", "bthd"}) == "bthd";
@@ -313,7 +325,9 @@ int main(int argc, char** argv) {
   c.run = mx::read_run_options(args);
   if (c.B == 0 || c.H == 0 || c.T == 0 || c.d == 0) args.fail("--B, --H, --T and --d must be positive");
   if (c.repeat == 0) args.fail("--repeat must be positive");
-  if (c.bias && !c.dump.empty()) args.fail("--dump writes no bias: use it without --bias");
+  if ((c.bias || c.dropout > 0) && !c.dump.empty())
+    args.fail("--dump writes no bias or dropout mask (bench/attention_vs_torch.py compares plain attention): use it "
+              "without --bias and --dropout");
 
   try {
     return mx::dispatch_precision(mx::parse_precision(prec), [&](auto tag) {
