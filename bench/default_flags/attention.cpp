@@ -3,7 +3,7 @@
 // threads: the forward alone ("fwd") and the backward alone ("bwd", from the forward's O and lse);
 // one JSON line per (mode, precision) with the best of <reps> calls. Built twice by
 // bench/default_flags.sh (plain -O2, and -O3 -march=native -fno-math-errno).
-//   attention <T> <H> <reps> [threads] [dropout p]
+//   attention <T> <H> <reps> [threads]
 #include <memsafe/attention.hpp>
 
 #include <algorithm>
@@ -20,7 +20,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 
 template <class T>
-void run(std::size_t Tn, std::size_t H, int reps, std::size_t threads, double drop) {
+void run(std::size_t Tn, std::size_t H, int reps, std::size_t threads) {
   constexpr std::size_t B = 1, d = 64;
   const std::size_t n = B * H * Tn * d;
   std::mt19937_64 g(1);
@@ -30,7 +30,7 @@ void run(std::size_t Tn, std::size_t H, int reps, std::size_t threads, double dr
     for (auto& e : *a) e = T(N(g));
   const auto Q = memsafe::heads(q.data(), B, H, Tn, d), K = memsafe::heads(k.data(), B, H, Tn, d),
              V = memsafe::heads(v.data(), B, H, Tn, d);
-  const auto A = memsafe::softmax_sum(T(1 / std::sqrt(double(d))) * memsafe::dot(Q, K), V, memsafe::dropout(drop, 7));
+  const auto A = memsafe::softmax_sum(T(1 / std::sqrt(double(d))) * memsafe::dot(Q, K), V);
   const memsafe::options opt{std::size_t(64) << 20, static_cast<unsigned>(threads)};
   const auto Ov = memsafe::heads(o.data(), B, H, Tn, d);
   double fwd = 1e300, bwd = 1e300;
@@ -65,7 +65,6 @@ int main(int argc, char** argv) {
   const std::size_t H = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 2;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 3;
   const std::size_t threads = argc > 4 ? std::strtoul(argv[4], nullptr, 10) : 1;
-  const double drop = argc > 5 ? std::strtod(argv[5], nullptr) : 0.0;
-  run<float>(Tn, H, reps, threads, drop);
-  run<double>(Tn, H, reps, threads, drop);
+  run<float>(Tn, H, reps, threads);
+  run<double>(Tn, H, reps, threads);
 }
