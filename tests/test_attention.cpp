@@ -697,6 +697,38 @@ TEST_CASE("attention: dropout keeps 1 - p of the weights, the same mask in the f
                        doctest::Contains("p must be in [0, 1)"), memsafe::argument_error);
 }
 
+TEST_CASE("attention: explain shows the kernels and the forward and backward plans, or why they do not fit") {
+  att_problem<float> p(2, 3, 300, 300, 16, 16, 3, true, false, true);  // bias [1, 3, 300, 300]
+  const std::string e = memsafe::explain(p.expr(), {memsafe::unlimited, 2});
+  CAPTURE(e);
+  CHECK(e.find("as written:   softmax_sum(") != std::string::npos);
+  CHECK(e.find("+ causal") != std::string::npos);
+  CHECK(e.find("kernels:      ") != std::string::npos);
+  CHECK(e.find("forward:      online softmax") != std::string::npos);
+  CHECK(e.find("backward:     recomputed tiles in one pass per head") != std::string::npos);
+  CHECK(e.find("with dBias:   ") != std::string::npos);
+  CHECK(e.find("3 bias slices of 2 heads each") != std::string::npos);
+  // the plans explain shows are the ones that run
+  std::vector<float> O, l, dQ, dK, dV, dB;
+  const auto sf = run_forward(p, O, l, {memsafe::unlimited, 2});
+  CHECK(e.find("kernels:      " + sf.plan.isa) != std::string::npos);
+  CHECK(e.find("minimum " + memsafe::format_bytes(sf.min_budget_bytes)) != std::string::npos);
+  CHECK(e.find("temporaries " + memsafe::format_bytes(sf.planned_temp_bytes) + " planned") != std::string::npos);
+  const auto dO = upstream<float>(O.size(), 1);
+  const auto sb = run_backward(p, O, l, dO, dQ, dK, dV, {memsafe::unlimited, 2});
+  CHECK(e.find("temporaries " + memsafe::format_bytes(sb.planned_temp_bytes) + " planned") != std::string::npos);
+  // one head on two threads: two passes
+  att_problem<float> one(1, 1, 300, 300, 16, 16, 3);
+  CHECK(memsafe::explain(one.expr(), {memsafe::unlimited, 2}).find("backward:     recomputed tiles in two passes") !=
+        std::string::npos);
+  // below the minimum: no plan, the minimum named, nothing thrown
+  const std::string small = memsafe::explain(p.expr(), {1000, 2});
+  CAPTURE(small);
+  CHECK(small.find("forward:      does not fit") != std::string::npos);
+  CHECK(small.find("backward:     does not fit") != std::string::npos);
+  CHECK(small.find(memsafe::format_bytes(sf.min_budget_bytes)) != std::string::npos);
+}
+
 TEST_CASE("attention: causal tiles above the diagonal are skipped") {
   att_problem<float> full(1, 2, 640, 640, 8, 8, 3), causal(1, 2, 640, 640, 8, 8, 3, true);
   std::vector<float> O, l;

@@ -85,4 +85,43 @@ eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_iden
   return detail::attention_backward<T>(a, O, lse, dO, dQ, dK, dV, &dBias, o);
 }
 
+/// A human-readable account of an attention evaluation, nothing allocated or computed: the
+/// expression, the kernels, and the plans of the forward and of the backward (and, for a bias
+/// broadcast over B or H, of the backward with its gradient, whose work items are the bias's
+/// slices) — or, for a budget too small, that it does not fit and the minimum that would.
+template <class T>
+std::string explain(const detail::attention_expr<T>& a, const options& o = {}) {
+  namespace at = detail::attn;
+  const std::size_t budget = detail::resolve_budget(o.budget), threads = plan::resolve_threads(o.threads);
+  std::string s = "as written:   " + a.str() + "\n";
+  s += std::string("kernels:      ") + host::isa_name(at::kernel::choose().i) +
+       " (the products and the element-wise steps)\n";
+  const auto line = [&](const at::attn_plan& p, const char* what) {
+    return std::string(what) + "; " + std::to_string(p.threads) + (p.threads == 1 ? " worker" : " workers") +
+           ", blocks of " + std::to_string(p.Br) + " query rows\n              temporaries " +
+           format_bytes(p.bytes) + " planned (" + format_bytes(p.per_thread_bytes) + " per worker), budget " +
+           format_bytes(budget) + ", minimum " + format_bytes(p.min_bytes) + "\n";
+  };
+  const auto add = [&](const char* label, auto&& plan_it) {
+    s += label;
+    try {
+      s += plan_it();
+    } catch (const budget_error& e) {
+      s += std::string("does not fit: ") + e.what() + "\n";
+    }
+  };
+  add("forward:      ", [&] { return line(at::plan_forward(a, budget, threads), at::forward_schedule); });
+  add("backward:     ", [&] {
+    const at::bwd_plan b = at::plan_backward(a, false, budget, threads);
+    return line(b.p, b.schedule());
+  });
+  if (a.s.has_bias && (a.s.bias.batch() * a.s.bias.heads() < a.batch() * a.heads()))
+    add("with dBias:   ", [&] {
+      const at::bwd_plan b = at::plan_backward(a, true, budget, threads);
+      return line(b.p, b.schedule()) + "              (" + std::to_string(b.S) + " bias slices of " +
+             std::to_string(b.G) + " heads each, a slice's heads in order)\n";
+    });
+  return s;
+}
+
 }  // namespace memsafe

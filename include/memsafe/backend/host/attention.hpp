@@ -345,6 +345,56 @@ inline T dot_lanes(const T* x, const T* y, std::size_t ys, std::size_t n) {
   return acc[0];
 }
 
+inline constexpr const char* forward_schedule = "online softmax: blocks of query rows against blocks of 64 keys";
+
+/// The forward's plan: the Br and workers that fit the budget (choose).
+template <class T>
+attn_plan plan_forward(const attention_expr<T>& a, std::size_t budget, std::size_t max_threads) {
+  const std::size_t BH = a.batch() * a.heads(), Tq = a.queries(), d = a.dim(), dv = a.value_dim();
+  return choose("attention", budget, max_threads, Tq, [&](std::size_t Br) { return forward_elems<T>(Br, d, dv) * sizeof(T); },
+                [&](std::size_t Br) { return BH * ((Tq + Br - 1) / Br); });
+}
+
+/// The backward's plan and schedule (see backward()): S work slices of G heads each (Bs × Hs of
+/// them), one pass or two.
+struct bwd_plan {
+  attn_plan p;
+  bool two_pass = false;
+  std::size_t Bs = 0, Hs = 0, S = 0, G = 0;
+  const char* schedule() const {
+    return two_pass ? "recomputed tiles in two passes: dK, dV by (head, key block), then dQ by (head, row block)"
+                    : "recomputed tiles in one pass per head: dK, dV by key block, dQ accumulated";
+  }
+};
+template <class T>
+bwd_plan plan_backward(const attention_expr<T>& a, bool want_db, std::size_t budget, std::size_t max_threads) {
+  const attention_scores<T>& sc = a.s;
+  const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), d = a.dim(), dv = a.value_dim();
+  const std::size_t BH = B * H, nkb = (a.keys() + BC - 1) / BC;
+  bwd_plan r;
+  // the bias slices the work items own: one per head, or per shared slice of a broadcast bias when
+  // its gradient is wanted (Bs × Hs slices of G heads each)
+  r.Bs = want_db && sc.bias.batch() == 1 ? 1 : B;
+  r.Hs = want_db && sc.bias.heads() == 1 ? 1 : H;
+  r.S = r.Bs * r.Hs;
+  r.G = (r.Bs ? B / r.Bs : 0) * (r.Hs ? H / r.Hs : 0);
+  auto bytes_at = [&](std::size_t Br) { return backward_elems<T>(Br, d, dv) * sizeof(T); };
+  const std::size_t S = r.S;
+  r.p = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t) { return S; });
+  if (r.p.threads < max_threads && BH > 0 && nkb > 1) {
+    const attn_plan two = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t Br) {
+      return std::min(S * nkb, BH * ((Tq + Br - 1) / Br));
+    });
+    const double cost_one = 5.0 * double(r.G) * double((S + r.p.threads - 1) / r.p.threads);
+    const double cost_two = 7.0 * double(BH) / double(two.threads);
+    if (cost_two < cost_one) {
+      r.p = two;
+      r.two_pass = true;
+    }
+  }
+  return r;
+}
+
 /// What a forward or backward pass reports: its time, the budget and the accountant's peak, the
 /// plan's bytes, minimum and threads, the tile shape (Br × BC over d) and the tiles it computed.
 template <class Plan>
@@ -376,10 +426,8 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
   const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), Tk = a.keys(), d = a.dim(), dv = a.value_dim();
   const std::size_t budget = resolve_budget(o.budget);
   const std::size_t BH = B * H;
-  auto bytes_at = [&](std::size_t Br) { return forward_elems<T>(Br, d, dv) * sizeof(T); };
-  auto items_at = [&](std::size_t Br) { return BH * ((Tq + Br - 1) / Br); };
   const kernel mm = kernel::choose();
-  const attn_plan p = choose("attention", budget, memsafe::plan::resolve_threads(o.threads), Tq, bytes_at, items_at);
+  const attn_plan p = plan_forward(a, budget, memsafe::plan::resolve_threads(o.threads));
   const bool drop = a.drop.p > 0;
   const std::uint32_t thr = dropout_threshold(a.drop.p);
   const T inv = static_cast<T>(1 / (1 - a.drop.p));
@@ -471,8 +519,7 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
     tiles.fetch_add(my_tiles, std::memory_order_relaxed);
   });
 
-  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load(), mm,
-                    "online softmax: blocks of query rows against blocks of 64 keys");
+  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load(), mm, forward_schedule);
 }
 
 /// Backward: dQ, dK, dV from dO, O and lse (the forward's), recomputing the scores tile by tile.
@@ -498,29 +545,13 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), Tk = a.keys(), d = a.dim(), dv = a.value_dim();
   const std::size_t budget = resolve_budget(o.budget);
   const std::size_t BH = B * H, nkb = (Tk + BC - 1) / BC;
-  // the bias slices the work items own: one per head, or per shared slice of a broadcast bias when
-  // its gradient is wanted (Bs × Hs slices of G heads each)
   const bool want_db = dB != nullptr;
   const heads_view<T> dBias = want_db ? *dB : dQ;  // dQ: never written as dBias (want_db is false)
-  const std::size_t Bs = want_db && sc.bias.batch() == 1 ? 1 : B, Hs = want_db && sc.bias.heads() == 1 ? 1 : H;
-  const std::size_t S = Bs * Hs, G = (Bs ? B / Bs : 0) * (Hs ? H / Hs : 0);
-  auto bytes_at = [&](std::size_t Br) { return backward_elems<T>(Br, d, dv) * sizeof(T); };
   const kernel mm = kernel::choose();
-  const std::size_t max_threads = memsafe::plan::resolve_threads(o.threads);
-  const attn_plan one = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t) { return S; });
-  attn_plan p = one;
-  bool two_pass = false;
-  if (one.threads < max_threads && BH > 0 && nkb > 1) {
-    const attn_plan two = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t Br) {
-      return std::min(S * nkb, BH * ((Tq + Br - 1) / Br));
-    });
-    const double cost_one = 5.0 * double(G) * double((S + one.threads - 1) / one.threads);
-    const double cost_two = 7.0 * double(BH) / double(two.threads);
-    if (cost_two < cost_one) {
-      p = two;
-      two_pass = true;
-    }
-  }
+  const bwd_plan bp = plan_backward(a, want_db, budget, memsafe::plan::resolve_threads(o.threads));
+  const attn_plan& p = bp.p;
+  const bool two_pass = bp.two_pass;
+  const std::size_t Bs = bp.Bs, Hs = bp.Hs, S = bp.S;
   accountant acc(budget);
   const std::size_t Br = p.Br, dp = round_up(d, NR<T>), dvp = round_up(dv, NR<T>), nrb = (Tq + Br - 1) / Br;
   std::vector<temp_buffer<T>> ws;
@@ -723,9 +754,7 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
     });
   }
 
-  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load(), mm,
-                    two_pass ? "recomputed tiles in two passes: dK, dV by (head, key block), then dQ by (head, row block)"
-                             : "recomputed tiles in one pass per head: dK, dV by key block, dQ accumulated");
+  return pass_stats(t0, budget, acc, p, Br, BC, d, tiles.load(), mm, bp.schedule());
 }
 
 }  // namespace memsafe::detail::attn
