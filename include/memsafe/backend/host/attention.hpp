@@ -230,39 +230,28 @@ struct kernel {
 #endif
     mm_portable(m, n, k, A, ars, acs, B, ldb, C, ldc);
   }
-  /// The element-wise steps (attention_softmax.inc) of the same instruction set.
-  template <class T>
-  void softmax(const fwd_tile<T>& t) const {
+  /// The element-wise steps (attention_softmax.inc) of the same instruction set: softmax
+  /// (softmax_tile), probs, dscores and dropout (their _tile functions).
 #if defined(MEMSAFE_SIMD_DISPATCH)
-    if (i == memsafe::host::isa::avx512) return avx512::softmax_tile(t);
-    if (i == memsafe::host::isa::avx2) return avx2::softmax_tile(t);
-#endif
-    portable::softmax_tile(t);
+#define MEMSAFE_ATTENTION_STEP(NAME, FN)                                       \
+  template <class... A>                                                        \
+  void NAME(const A&... args) const {                                          \
+    if (i == memsafe::host::isa::avx512) return avx512::FN(args...);            \
+    if (i == memsafe::host::isa::avx2) return avx2::FN(args...);                \
+    portable::FN(args...);                                                     \
   }
-  template <class T>
-  void probs(const bwd_tile<T>& t) const {
-#if defined(MEMSAFE_SIMD_DISPATCH)
-    if (i == memsafe::host::isa::avx512) return avx512::probs_tile(t);
-    if (i == memsafe::host::isa::avx2) return avx2::probs_tile(t);
-#endif
-    portable::probs_tile(t);
+#else
+#define MEMSAFE_ATTENTION_STEP(NAME, FN) \
+  template <class... A>                  \
+  void NAME(const A&... args) const {    \
+    portable::FN(args...);               \
   }
-  template <class T>
-  void dscores(const bwd_tile<T>& t, T* dP, const T* D) const {
-#if defined(MEMSAFE_SIMD_DISPATCH)
-    if (i == memsafe::host::isa::avx512) return avx512::dscores_tile(t, dP, D);
-    if (i == memsafe::host::isa::avx2) return avx2::dscores_tile(t, dP, D);
 #endif
-    portable::dscores_tile(t, dP, D);
-  }
-  template <class T>
-  void dropout(const bwd_tile<T>& t) const {
-#if defined(MEMSAFE_SIMD_DISPATCH)
-    if (i == memsafe::host::isa::avx512) return avx512::dropout_tile(t);
-    if (i == memsafe::host::isa::avx2) return avx2::dropout_tile(t);
-#endif
-    portable::dropout_tile(t);
-  }
+  MEMSAFE_ATTENTION_STEP(softmax, softmax_tile)
+  MEMSAFE_ATTENTION_STEP(probs, probs_tile)
+  MEMSAFE_ATTENTION_STEP(dscores, dscores_tile)
+  MEMSAFE_ATTENTION_STEP(dropout, dropout_tile)
+#undef MEMSAFE_ATTENTION_STEP
 };
 
 /// Hands out consecutive 64-byte-aligned pieces of one worker's workspace.
