@@ -2,9 +2,11 @@
 // implementation written here (f64 tight, f32 within 5e-5), causal and not, key padding, bias,
 // the [B, T, H, d] layout of a fused QKV buffer, T not a multiple of the tile, T = 1, d = 1,
 // fully masked rows (O = 0, lse = −inf, zero gradients, no NaN), gradients (the bias's too, for
-// every broadcast of it) against central finite differences (f64, relative error ≤ 1e-6), peak ≤
-// budget at several budgets, results bitwise independent of the budget, the threads and the
-// backward's schedule (one or two passes), budget_error below the minimum, shape errors.
+// every broadcast of it; with dropout too) against central finite differences (f64, relative error
+// ≤ 1e-6), dropout's keep rate and mask, peak ≤ budget at several budgets, results bitwise
+// independent of the budget, the threads and the backward's schedule (one or two passes), a
+// randomised case over all of it, explain against the runs' plans, budget_error below the minimum,
+// shape errors.
 #include <doctest/doctest.h>
 
 #include <chrono>
