@@ -231,7 +231,7 @@ struct kernel {
     mm_portable(m, n, k, A, ars, acs, B, ldb, C, ldc);
   }
   /// The element-wise steps (attention_softmax.inc) of the same instruction set: softmax
-  /// (softmax_tile), probs, dscores and dropout (their _tile functions).
+  /// (softmax_tile), probs and dscores (their _tile functions).
 #if defined(MEMSAFE_SIMD_DISPATCH)
 #define MEMSAFE_ATTENTION_STEP(NAME, FN)                                       \
   template <class... A>                                                        \
@@ -250,7 +250,6 @@ struct kernel {
   MEMSAFE_ATTENTION_STEP(softmax, softmax_tile)
   MEMSAFE_ATTENTION_STEP(probs, probs_tile)
   MEMSAFE_ATTENTION_STEP(dscores, dscores_tile)
-  MEMSAFE_ATTENTION_STEP(dropout, dropout_tile)
 #undef MEMSAFE_ATTENTION_STEP
 };
 
@@ -630,11 +629,8 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
     mm.probs(bt);
     std::fill(w.dP, w.dP + n * BC, T(0));
     mm(n, BC, dv, G, dvp, 1, w.VT, BC, w.dP, BC);
-    mm.dscores(bt, w.dP, w.D + r0);  // dS = P ∘ (dP − D), dP through the dropout mask
-    if (kv) {
-      if (drop) mm.dropout(bt);                               // P: the weights the forward used
-      mm(nk, dvp, n, w.P, 1, BC, G, dvp, w.dVa, dvp);         // dV += Pᵀ dO (Pᵀ read in place)
-    }
+    mm.dscores(bt, w.dP, w.D + r0);  // dS = P ∘ (dP − D); with dropout dP, and P, through its mask
+    if (kv) mm(nk, dvp, n, w.P, 1, BC, G, dvp, w.dVa, dvp);  // dV += Pᵀ dO (Pᵀ read in place)
     if (kv && want_db) {  // dBias += dS (the slice zeroed by the work item)
       const std::size_t bs = dBias.stride(3);
       for (std::size_t r = 0; r < n; ++r) {
