@@ -51,6 +51,7 @@ struct grad_layout {
   bool formed = false;       ///< W is formed per tile from the job's weights (not a lazy × lazy pass)
   std::size_t wrank = 0;     ///< the rank of a low-rank W (0: dense W)
   std::size_t dmax = 0, c = 0, m = 0;
+  bool terms = false;        ///< some term is active: the row scratch exists (also when every d is 0)
   std::size_t row_width = 0, op_row_off = 0;  ///< doubles per row of the row accumulators
   std::size_t col_width = 0, op_col_off = 0;  ///< doubles of the per-thread column accumulators
   std::size_t par_width = 0;                  ///< doubles of the per-thread parameter accumulators
@@ -99,7 +100,10 @@ grad_layout layout_for(const P& pe, const std::array<int, N>& rslot, const std::
     L.dim[t] = term.leaf->dim();
     L.par[t] = params && has_any_param<typename Leaf::formula_type>();
     L.active[t] = L.rslot[t] >= 0 || L.cslot[t] >= 0 || L.par[t];
-    if (L.active[t]) L.dmax = std::max(L.dmax, L.dim[t]);
+    if (L.active[t]) {
+      L.terms = true;
+      L.dmax = std::max(L.dmax, L.dim[t]);
+    }
   });
   for (std::size_t k = 0; k < np; ++k)
     for (std::size_t t = 0; t < N; ++t) {
@@ -159,7 +163,7 @@ std::size_t grad_tile_bytes(const P& p, const grad_layout& L, std::size_t ti, st
   std::size_t b = align64(ti * tjp * sizeof(T));
   if (L.need_e) b += tile_gen<P>::workspace_bytes(p, ti, tj);
   if (L.formed) b += align64(tjp * sizeof(double)) + align64(L.wrank * tjp * sizeof(T));
-  if (L.dmax)
+  if (L.terms)
     b += align64(L.dmax * tjp * sizeof(T)) + align64(ti * L.dmax * sizeof(T)) + 4 * align64(tjp * sizeof(T)) +
          align64(2 * L.dmax * grad_lanes * sizeof(double)) + align64(L.dmax * sizeof(double));
   if (L.cols) b += align64(L.dmax * tjp * sizeof(T));
@@ -288,7 +292,7 @@ struct grad_worker {
       gen_o->bind(cur, r, cc);
       wd = carve<double>(cur, ti * tj);
     }
-    if (L.dmax) {
+    if (L.terms) {
       ybuf = carve<T>(cur, L.dmax * tjp);
       xs = carve<T>(cur, ti * L.dmax);
       urow = carve<T>(cur, tjp);
