@@ -40,6 +40,10 @@ class heads_view {
       : p_(data), n_{B, H, Tn, d}, s_{sb, sh, st, sc} {
     const std::string what = "memsafe: heads_view";
     std::size_t count = detail::checked_mul(detail::checked_mul(B, H, what), detail::checked_mul(Tn, d, what), what);
+    if (B > detail::max_extent || H > detail::max_extent || Tn > detail::max_extent || d > detail::max_extent ||
+        count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
+      throw argument_error(what + ": " + std::to_string(B) + "×" + std::to_string(H) + "×" + std::to_string(Tn) + "×" +
+                           std::to_string(d) + " elements: an extent above 2^40 or more elements than can be addressed");
     if (count != 0) {
       // the last element's offset must be addressable (no stride product wraps around)
       std::size_t last = 0, t;

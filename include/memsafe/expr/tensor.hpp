@@ -55,6 +55,9 @@ tensor_view<T, R> tensor(const T* data, const std::size_t (&dims)[R]) {
     t.shape[a] = dims[a];
     t.strides[a] = count;
     count = detail::checked_mul(count, dims[a], "memsafe: tensor");
+    if (dims[a] > detail::max_extent)
+      throw argument_error("memsafe: tensor: an extent of " + std::to_string(dims[a]) + " is above 2^40 (" +
+                           std::to_string(detail::max_extent) + "), which is not supported");
   }
   detail::check_span<T>(count, 1, 1, 1, "tensor");
   detail::check_data(data, count, "tensor");
@@ -310,13 +313,19 @@ auto slice_front(const tzip<Op, A, B>& z, const std::size_t* idx) {
   return tzip<Op, decltype(a), decltype(b)>{{}, a, b, z.op};
 }
 
-/// The lazy n×m matrix of batch entry `b` (flattened over the batch axes, row-major).
+/// The lazy n×m matrix of batch entry `b` (flattened over the batch axes, row-major). With a batch
+/// extent of 0 (no entries) entry 0 is still formed, for its shape: its views start at the data
+/// pointer and nothing reads them.
 template <std::size_t Ax, class E>
 auto slice(const batched_sum<Ax, E>& s, std::size_t b) {
   constexpr std::size_t NB = batched_sum<Ax, E>::batch_axes;
   const auto sh = s.e.shape();
   std::size_t idx[NB > 0 ? NB : 1] = {};
   for (std::size_t a = NB; a-- > 0;) {
+    if (sh[a] == 0) {
+      idx[a] = b = 0;
+      continue;
+    }
     idx[a] = b % sh[a];
     b /= sh[a];
   }

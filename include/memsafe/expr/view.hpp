@@ -39,16 +39,29 @@ inline void check_data(const void* p, std::size_t count, const char* what) {
     throw argument_error(std::string("memsafe: ") + what + ": null data pointer with " + std::to_string(count) +
                          " elements");
 }
-/// The elements a strided view spans must be addressable: the last one's byte offset fits in
-/// std::ptrdiff_t (no extent or stride product wraps around, so no check can be bypassed by it).
-/// One instance for every element type (its size is an argument), compiled only where used.
+/// The largest extent of any view (2⁴⁰ rows, columns or coordinates): the planners multiply an
+/// extent by tile sizes, lanes and element sizes, which must not wrap around std::size_t. A larger
+/// one can only come from a stride of 0 (a point of 2⁴⁰ doubles is 8 TiB).
+inline constexpr std::size_t max_extent = std::size_t{1} << 40;
+/// The extents of a view must not pass max_extent, its elements (as if dense) must be addressable,
+/// and so must the elements it spans: the last one's byte offset fits in std::ptrdiff_t (no extent
+/// or stride product wraps around, so no check can be bypassed by it). One instance for every
+/// element type (its size is an argument), compiled only where used.
 template <class = void>
 [[gnu::noinline]] MEMSAFE_COLD void check_span_bytes(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs,
                                                std::size_t elem, const char* what) {
   std::size_t count;  // checked_mul only to throw: its message string is not built on every view
   if (__builtin_mul_overflow(rows, cols, &count)) checked_mul(rows, cols, std::string("memsafe: ") + what);
-  if (count == 0) return;
+  if (rows > max_extent || cols > max_extent)
+    throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
+                         " elements: an extent above 2^40 (" + std::to_string(max_extent) +
+                         ") is not supported (the planners' byte counts would overflow)");
   std::size_t a, b, last, bytes;
+  if (__builtin_mul_overflow(count, elem, &bytes) ||
+      bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
+                         " elements of " + std::to_string(elem) + " bytes are more than can be addressed");
+  if (count == 0) return;
   if (__builtin_mul_overflow(rows - 1, rs, &a) || __builtin_mul_overflow(cols - 1, cs, &b) ||
       __builtin_add_overflow(a, b, &last) || __builtin_add_overflow(last, std::size_t{1}, &last) ||
       __builtin_mul_overflow(last, elem, &bytes) ||

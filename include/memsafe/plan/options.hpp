@@ -3,6 +3,7 @@
 // Backend-neutral: included by backend/host/, backend/cuda/ and the API layer (api/eval.hpp).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -86,6 +87,9 @@ result<typename X::value_type> into_result(const X& x, Run&& run) {
   r.rows = x.rows();
   r.cols = x.cols();
   const std::size_t count = checked_mul(r.rows, r.cols, "memsafe: eval: the result");
+  if (count > static_cast<std::size_t>(PTRDIFF_MAX) / (sizeof(typename X::value_type) + sizeof(index_t)))
+    throw argument_error("memsafe: eval: the result of " + shape_str(r.rows, r.cols) +
+                         " entries is more than can be addressed");
   r.values.resize(count);
   if constexpr (X::has_indices) r.indices.resize(count);
   r.stats = run(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
