@@ -9,6 +9,7 @@
 // shape errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -624,8 +625,10 @@ TEST_CASE("attention: randomised shapes, masks, biases, layouts, budgets and thr
     if (bias) CHECK(max_abs_diff(dB0, dBr) <= 1e-11);
     const unsigned threads = 1 + static_cast<unsigned>(g() % 4);
     const int which = static_cast<int>(g() % 3);
-    const std::size_t fb = which == 0 ? sf.min_budget_bytes : which == 1 ? sf.min_budget_bytes + g() % (4 * sf.min_budget_bytes) : memsafe::unlimited;
-    const std::size_t bb = which == 0 ? sb.min_budget_bytes : which == 1 ? sb.min_budget_bytes + g() % (4 * sb.min_budget_bytes) : memsafe::unlimited;
+    // a minimum of 0 (Tk = 0: no temporaries) is run at the smallest budget there is, 1 byte
+    const std::size_t fmin = std::max<std::size_t>(sf.min_budget_bytes, 1), bmin = std::max<std::size_t>(sb.min_budget_bytes, 1);
+    const std::size_t fb = which == 0 ? fmin : which == 1 ? fmin + g() % (4 * fmin) : memsafe::unlimited;
+    const std::size_t bb = which == 0 ? bmin : which == 1 ? bmin + g() % (4 * bmin) : memsafe::unlimited;
     CAPTURE(threads);
     CAPTURE(fb);
     CAPTURE(bb);

@@ -97,6 +97,7 @@ std::string explain(const detail::attention_expr<T>& a, const options& o = {}) {
   s += std::string("kernels:      ") + host::isa_name(at::kernel::choose().i) +
        " (the products and the element-wise steps)\n";
   const auto line = [&](const at::attn_plan& p, const char* what) {
+    if (p.threads == 0) return std::string("nothing to compute (no query row meets a key): constant outputs, no temporaries\n");
     return std::string(what) + "; " + std::to_string(p.threads) + (p.threads == 1 ? " worker" : " workers") +
            ", blocks of " + std::to_string(p.Br) + " query rows\n              temporaries " +
            format_bytes(p.bytes) + " planned (" + format_bytes(p.per_thread_bytes) + " per worker), budget " +

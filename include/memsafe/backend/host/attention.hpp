@@ -333,12 +333,33 @@ inline T dot_lanes(const T* x, const T* y, std::size_t ys, std::size_t n) {
   return acc[0];
 }
 
+/// No query row meets a key (B·H·Tq·Tk = 0): the outputs are constants (O = 0 and lse = −inf, the
+/// gradients 0), written without temporaries, so any budget fits.
+template <class T>
+bool no_scores(const attention_expr<T>& a) {
+  return a.batch() == 0 || a.heads() == 0 || a.queries() == 0 || a.keys() == 0;
+}
+inline attn_plan empty_plan() {
+  attn_plan p;
+  p.threads = 0;
+  return p;
+}
+/// Every entry of X set to v.
+template <class T>
+void fill_heads(heads_view<T> X, T v) {
+  for (std::size_t b = 0; b < X.batch(); ++b)
+    for (std::size_t h = 0; h < X.heads(); ++h)
+      for (std::size_t t = 0; t < X.length(); ++t)
+        for (std::size_t c = 0; c < X.dim(); ++c) X(b, h, t, c) = v;
+}
+
 inline constexpr const char* forward_schedule = "online softmax: blocks of query rows against blocks of 64 keys";
 
 /// The forward's plan: the Br and workers that fit the budget (choose).
 template <class T>
 attn_plan plan_forward(const attention_expr<T>& a, std::size_t budget, std::size_t max_threads) {
   const std::size_t BH = a.batch() * a.heads(), Tq = a.queries(), d = a.dim(), dv = a.value_dim();
+  if (no_scores(a)) return empty_plan();
   return choose("attention", budget, max_threads, Tq, [&](std::size_t Br) { return forward_elems<T>(Br, d, dv) * sizeof(T); },
                 [&](std::size_t Br) { return BH * ((Tq + Br - 1) / Br); });
 }
@@ -366,6 +387,10 @@ bwd_plan plan_backward(const attention_expr<T>& a, bool want_db, std::size_t bud
   r.Hs = want_db && sc.bias.heads() == 1 ? 1 : H;
   r.S = r.Bs * r.Hs;
   r.G = (r.Bs ? B / r.Bs : 0) * (r.Hs ? H / r.Hs : 0);
+  if (no_scores(a)) {
+    r.p = empty_plan();
+    return r;
+  }
   auto bytes_at = [&](std::size_t Br) { return backward_elems<T>(Br, d, dv) * sizeof(T); };
   const std::size_t S = r.S;
   r.p = choose("attention backward", budget, max_threads, Tq, bytes_at, [&](std::size_t) { return S; });
@@ -416,6 +441,11 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
   const std::size_t BH = B * H;
   const kernel mm = kernel::choose();
   const attn_plan p = plan_forward(a, budget, memsafe::plan::resolve_threads(o.threads));
+  if (no_scores(a)) {  // no row sees a key: O = 0, lse = −inf
+    fill_heads(O, T(0));
+    if (lse) std::fill(lse, lse + BH * Tq, neg_inf<T>());
+    return pass_stats(t0, budget, accountant(budget), p, 0, BC, d, 0, mm, forward_schedule);
+  }
   const bool drop = a.drop.p > 0;
   const std::uint32_t thr = dropout_threshold(a.drop.p);
   const T inv = static_cast<T>(1 / (1 - a.drop.p));
@@ -498,7 +528,9 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
       for (std::size_t r = 0; r < nr; ++r) {
         T* out = O.row(b, h, i0 + r);
         const std::size_t os = O.stride(3);
-        const bool empty = !(l[r] > 0);
+        // l = 0: no visible key (O = 0, lse = −inf); l = NaN: a NaN or +inf score (the running max
+        // passes over NaN, exp(+inf − +inf) is NaN): O and lse NaN, as the naive formula gives
+        const bool empty = l[r] == T(0);
         const T inv = empty ? T(0) : T(1) / l[r];
         for (std::size_t c = 0; c < dv; ++c) out[c * os] = Oa[r * dvp + c] * inv;
         if (lse) lse[(bh * Tq) + i0 + r] = empty ? neg_inf<T>() : m[r] + math::log(l[r]);
@@ -538,6 +570,13 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   const kernel mm = kernel::choose();
   const bwd_plan bp = plan_backward(a, want_db, budget, memsafe::plan::resolve_threads(o.threads));
   const attn_plan& p = bp.p;
+  if (no_scores(a)) {  // no row sees a key: every gradient is 0
+    fill_heads(dQ, T(0));
+    fill_heads(dK, T(0));
+    fill_heads(dV, T(0));
+    if (want_db) fill_heads(dBias, T(0));
+    return pass_stats(t0, budget, accountant(budget), p, 0, BC, d, 0, mm, bp.schedule());
+  }
   const bool two_pass = bp.two_pass;
   const std::size_t Bs = bp.Bs, Hs = bp.Hs, S = bp.S;
   accountant acc(budget);
