@@ -648,7 +648,8 @@ struct refeval {
       case bo::min:
       case bo::max: {
         const bool mn = op == bo::min;
-        const bool take_b = mn ? (b.v < a.v) : (b.v > a.v);  // the documented op: b < a ? b : a
+        // the documented op: (b < a or b is NaN) ? b : a — NaN from either side
+        const bool take_b = mn ? (b.v < a.v || std::isnan(b.v)) : (b.v > a.v || std::isnan(b.v));
         cell r = take_b ? b : a;
         if (std::isnan(a.v) || std::isnan(b.v)) return r;
         if (std::fabs(a.v - b.v) <= a.e + b.e) {

@@ -78,7 +78,7 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   if (lower == "unlimited" || lower == "inf" || lower == "none") return unlimited;
   std::size_t pos = 0;
   while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) ++pos;
-  if (pos == 0) return fail("no number");
+  if (pos == 0) return fail(s[0] == '-' ? "a negative size" : "no number");
   std::string num = s.substr(0, pos), unit = lower.substr(pos);
   if (num.find('.') != num.rfind('.')) return fail("malformed number");
   long double value = std::strtold(num.c_str(), nullptr);

@@ -32,7 +32,8 @@
 //   pow:  pow(b, +-0) = 1 (any b, NaN too), pow(1, p) = 1 (any p, NaN too), pow(-1, +-inf) = 1,
 //         pow(b, 1) = b, pow(+-0, p > 0) = +0 (-0 for odd integer p and b = -0),
 //         pow(+-0, p < 0) = +inf (-inf for odd integer p and b = -0),
-//         negative b: NaN unless p is an exact integer, then |b|^p with the sign from p's parity,
+//         negative b: NaN unless p is an exact integer, then |b|^p with the sign from p's parity
+//         (b = -inf and p not an odd integer: +inf for p > 0, +0 for p < 0, as std::pow),
 //         |b| < 1 / |b| > 1 with p = +-inf -> 0 or +inf as IEEE 754 says, otherwise NaN in -> NaN out.
 //
 // sqrt is __builtin_sqrt / __builtin_sqrtf. It only vectorises (vsqrtpd / vsqrtps) with
@@ -350,7 +351,8 @@ MEMSAFE_HD inline T pow(T base, T p) noexcept {
   const bool is_odd = is_int & !detail::is_int_abs(ap * T(0.5));
 
   r = detail::select(detail::signbit_bits(base) & is_odd, -r, r);
-  r = detail::select((base < T(0)) & !is_int, nan, r);
+  // base = −inf, p not an integer: r = exp(p·log(+inf)) = +inf or +0 already, as std::pow
+  r = detail::select((base < T(0)) & !is_int & (ab != inf), nan, r);
   r = detail::select(p == T(1), base, r);
   r = detail::select((p == T(0)) | (base == T(1)) | ((ab == T(1)) & (ap == inf)), T(1), r);
   return r;

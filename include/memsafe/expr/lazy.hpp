@@ -91,8 +91,9 @@ MEMSAFE_BINARY_OP(add, "+", a + b)
 MEMSAFE_BINARY_OP(sub, "-", a - b)
 MEMSAFE_BINARY_OP(mul, "*", a* b)
 MEMSAFE_BINARY_OP(div, "/", a / b)
-MEMSAFE_BINARY_OP(min, "min", (b < a ? b : a))
-MEMSAFE_BINARY_OP(max, "max", (b > a ? b : a))
+// min/max propagate NaN from either side (as NumPy's minimum/maximum and the reductions do)
+MEMSAFE_BINARY_OP(min, "min", ((b < a || b != b) ? b : a))
+MEMSAFE_BINARY_OP(max, "max", ((b > a || b != b) ? b : a))
 #undef MEMSAFE_BINARY_OP
 }  // namespace op
 

@@ -253,6 +253,12 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
   };
   auto check_used = [&](const std::string& e) {
     for (std::size_t k = 0; k < b.w.points.size(); ++k)
+      for (std::size_t q = 0; q < k; ++q)
+        if (rewrite::same_view(b.w.points[q], b.w.points[k]))
+          throw argument_error("memsafe: grad: wrt(...): the point set #" + std::to_string(k) + " (" +
+                               b.w.points[k].shape() + ") is the same view as #" + std::to_string(q) +
+                               ": name each point set once (its gradient covers every leaf it is a side of)");
+    for (std::size_t k = 0; k < b.w.points.size(); ++k)
       if (!used[k])
         throw argument_error("memsafe: grad: wrt(...): the point set #" + std::to_string(k) + " (" +
                              b.w.points[k].shape() + ") is not a side of any pairwise leaf of " + e +
