@@ -147,7 +147,7 @@ TEST_CASE("edge: attention with no query row meeting a key needs no temporaries,
   CHECK_THROWS_AS(memsafe::eval_into(A1, memsafe::heads(O1.data(), 1, 1, 3, 5), nullptr, tiny), memsafe::budget_error);
 }
 
-TEST_CASE("edge: extents above 2^40 (a stride of 0) are an argument_error; at 2^40 a budget_error, no overflow") {
+TEST_CASE("edge: extents above 2^40 (a stride of 0) are an argument_error, at 2^40 a budget_error, no overflow") {
   double one = 1.0, two = 2.0;
   float onef = 1.0f, twof = 2.0f;
   const std::size_t huge = (std::size_t{1} << 61) + 1, top = memsafe::detail::max_extent;
