@@ -13,6 +13,7 @@
 #endif
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <random>
 #include <cstdlib>
 #include <string>
@@ -262,5 +263,21 @@ class scoped_env {
   const char* name_;
   std::optional<std::string> old_;
 };
+
+/// Runs f, which must throw exactly Ex (checked by type); returns the message ("" if nothing thrown).
+template <class Ex, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const Ex& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL_CHECK("threw a different exception: " << e.what());
+    return {};
+  }
+  FAIL_CHECK("did not throw");
+  return {};
+}
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace ref

@@ -17,19 +17,12 @@
 #include <memsafe/grad.hpp>
 #include <memsafe/memsafe.hpp>
 
+#include "reference.hpp"
+
 namespace {
 
-bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using ref::message_of;
+bool has(const std::string& s, const char* part) { return ref::contains(s, part); }
 
 }  // namespace
 
@@ -159,9 +152,17 @@ TEST_CASE("edge: extents above 2^40 (a stride of 0) are an argument_error, at 2^
                   memsafe::argument_error);
   const std::size_t dims[3] = {0, 2, top + 1};
   CHECK_THROWS_AS((void)memsafe::tensor(&one, dims), memsafe::argument_error);
-  // 2^37 × 2^37 elements of a stride-0 view: the count fits std::size_t, its bytes do not fit ptrdiff_t
+  // 2^37 × 2^37 elements of a stride-0 view: more than std::size_t counts
   CHECK_THROWS_AS((void)memsafe::matrix_view<const double>(&one, std::size_t{1} << 37, std::size_t{1} << 37, 0, 0),
                   memsafe::argument_error);
+  // 2^31 × 2^31: the count fits std::size_t, its bytes do not fit ptrdiff_t
+  CHECK(has(message_of<memsafe::argument_error>(
+                [&] { (void)memsafe::matrix_view<const double>(&one, std::size_t{1} << 31, std::size_t{1} << 31, 0, 0); }),
+            "more than can be addressed"));
+  // a stride that carries the last element past what can be addressed
+  CHECK(has(message_of<memsafe::argument_error>(
+                [&] { (void)memsafe::heads_view<const double>(&one, 2, 1, 1, 1, std::size_t{1} << 62, 0, 0, 0); }),
+            "span more memory"));
   // d = 2^40: every plan needs TiBs, refused before any work
   const memsafe::matrix_view<const double> X(&one, 1, top, 1, 0), Y(&two, 1, top, 1, 0);
   CHECK_THROWS_AS((void)memsafe::eval(memsafe::sum(memsafe::sqdist(X, Y)), memsafe::budget_bytes(1 << 20)),

@@ -13,6 +13,8 @@
 
 #include <memsafe/memsafe.hpp>
 
+#include "reference.hpp"
+
 namespace {
 
 static_assert(std::is_base_of_v<std::runtime_error, memsafe::error>);
@@ -32,22 +34,8 @@ std::vector<double> seq(std::size_t count, double scale = 0.1) {
   return v;
 }
 
-/// Runs f, which must throw exactly Ex (checked by type); returns the message ("" if nothing thrown).
-template <class Ex, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Ex& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL_CHECK("threw a different exception: " << e.what());
-    return {};
-  }
-  FAIL_CHECK("did not throw");
-  return {};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using ref::contains;
+using ref::message_of;
 
 const std::vector<double> x10 = seq(10 * 3), y7 = seq(7 * 3, 0.3), y7_4 = seq(7 * 4, 0.2), x10_4 = seq(10 * 4, 0.05);
 

@@ -38,23 +38,8 @@ class heads_view {
   heads_view(T* data, std::size_t B, std::size_t H, std::size_t Tn, std::size_t d, std::size_t sb, std::size_t sh,
              std::size_t st, std::size_t sc)
       : p_(data), n_{B, H, Tn, d}, s_{sb, sh, st, sc} {
-    const std::string what = "memsafe: heads_view";
-    std::size_t count = detail::checked_mul(detail::checked_mul(B, H, what), detail::checked_mul(Tn, d, what), what);
-    if (B > detail::max_extent || H > detail::max_extent || Tn > detail::max_extent || d > detail::max_extent ||
-        count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
-      throw argument_error(what + ": " + std::to_string(B) + "×" + std::to_string(H) + "×" + std::to_string(Tn) + "×" +
-                           std::to_string(d) + " elements: an extent above 2^40 or more elements than can be addressed");
-    if (count != 0) {
-      // the last element's offset must be addressable (no stride product wraps around)
-      std::size_t last = 0, t;
-      const std::size_t e[4] = {B, H, Tn, d};
-      for (int k = 0; k < 4; ++k) {
-        if (__builtin_mul_overflow(e[k] - 1, s_[k], &t) || __builtin_add_overflow(last, t, &last))
-          throw argument_error(what + ": the strides span more memory than can be addressed");
-      }
-      if (last >= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T))
-        throw argument_error(what + ": the strides span more memory than can be addressed");
-    }
+    detail::check_extents(n_, s_, 4, sizeof(T), "heads_view");
+    const std::size_t count = B * H * Tn * d;  // checked above
     detail::check_data(data, count, "heads_view");
   }
   /// Conversion to a view over const data.

@@ -54,12 +54,9 @@ tensor_view<T, R> tensor(const T* data, const std::size_t (&dims)[R]) {
   for (std::size_t a = R; a-- > 0;) {
     t.shape[a] = dims[a];
     t.strides[a] = count;
-    count = detail::checked_mul(count, dims[a], "memsafe: tensor");
-    if (dims[a] > detail::max_extent)
-      throw argument_error("memsafe: tensor: an extent of " + std::to_string(dims[a]) + " is above 2^40 (" +
-                           std::to_string(detail::max_extent) + "), which is not supported");
+    count *= dims[a];  // may wrap: check_extents refuses the shape first
   }
-  detail::check_span<T>(count, 1, 1, 1, "tensor");
+  detail::check_extents(t.shape.data(), t.strides.data(), R, sizeof(T), "tensor");
   detail::check_data(data, count, "tensor");
   return t;
 }

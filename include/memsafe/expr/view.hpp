@@ -43,36 +43,50 @@ inline void check_data(const void* p, std::size_t count, const char* what) {
 /// extent by tile sizes, lanes and element sizes, which must not wrap around std::size_t. A larger
 /// one can only come from a stride of 0 (a point of 2⁴⁰ doubles is 8 TiB).
 inline constexpr std::size_t max_extent = std::size_t{1} << 40;
-/// The extents of a view must not pass max_extent, its elements (as if dense) must be addressable,
-/// and so must the elements it spans: the last one's byte offset fits in std::ptrdiff_t (no extent
-/// or stride product wraps around, so no check can be bypassed by it). One instance for every
-/// element type (its size is an argument), compiled only where used.
+/// The extents of a view of any rank (ext[0..rank), element strides str[0..rank)) must not pass
+/// max_extent, its elements (as if dense) must be addressable, and so must the elements it spans:
+/// the last one's byte offset fits in std::ptrdiff_t (no extent or stride product wraps around, so
+/// no check can be bypassed by it). Every view checks itself here (matrix_view, vector_view,
+/// tensor, heads_view): one instance for every element type (its size is an argument), compiled
+/// only where used.
 template <class = void>
-[[gnu::noinline]] MEMSAFE_COLD void check_span_bytes(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs,
-                                               std::size_t elem, const char* what) {
-  std::size_t count;  // checked_mul only to throw: its message string is not built on every view
-  if (__builtin_mul_overflow(rows, cols, &count)) checked_mul(rows, cols, std::string("memsafe: ") + what);
-  if (rows > max_extent || cols > max_extent)
-    throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
-                         " elements: an extent above 2^40 (" + std::to_string(max_extent) +
+[[gnu::noinline]] MEMSAFE_COLD void check_extents(const std::size_t* ext, const std::size_t* str, std::size_t rank,
+                                            std::size_t elem, const char* what) {
+  auto shape = [&] {
+    std::string r;
+    for (std::size_t k = 0; k < rank; ++k) r += (k ? "×" : "") + std::to_string(ext[k]);
+    return std::string("memsafe: ") + what + ": " + r + " elements";
+  };
+  std::size_t count = 1;
+  bool big = false;
+  for (std::size_t k = 0; k < rank; ++k) {
+    if (__builtin_mul_overflow(count, ext[k], &count))
+      throw argument_error(shape() + ": more than std::size_t can count");
+    big = big || ext[k] > max_extent;
+  }
+  if (big)
+    throw argument_error(shape() + ": an extent above 2^40 (" + std::to_string(max_extent) +
                          ") is not supported (the planners' byte counts would overflow)");
-  std::size_t a, b, last, bytes;
-  if (__builtin_mul_overflow(count, elem, &bytes) ||
-      bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
-    throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
-                         " elements of " + std::to_string(elem) + " bytes are more than can be addressed");
+  constexpr auto top = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  std::size_t bytes, last = 0, t;
+  if (__builtin_mul_overflow(count, elem, &bytes) || bytes > top)
+    throw argument_error(shape() + " of " + std::to_string(elem) + " bytes are more than can be addressed");
   if (count == 0) return;
-  if (__builtin_mul_overflow(rows - 1, rs, &a) || __builtin_mul_overflow(cols - 1, cs, &b) ||
-      __builtin_add_overflow(a, b, &last) || __builtin_add_overflow(last, std::size_t{1}, &last) ||
-      __builtin_mul_overflow(last, elem, &bytes) ||
-      bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()))
-    throw argument_error(std::string("memsafe: ") + what + ": " + std::to_string(rows) + "×" + std::to_string(cols) +
-                         " elements with strides (" + std::to_string(rs) + ", " + std::to_string(cs) +
-                         ") span more memory than can be addressed");
+  bool wraps = false;
+  for (std::size_t k = 0; k < rank; ++k)
+    wraps = wraps || __builtin_mul_overflow(ext[k] - 1, str[k], &t) || __builtin_add_overflow(last, t, &last);
+  if (wraps || __builtin_add_overflow(last, std::size_t{1}, &last) || __builtin_mul_overflow(last, elem, &bytes) ||
+      bytes > top) {
+    std::string s;
+    for (std::size_t k = 0; k < rank; ++k) s += (k ? ", " : "") + std::to_string(str[k]);
+    throw argument_error(shape() + " with strides (" + s + ") span more memory than can be addressed");
+  }
 }
+/// check_extents for a rows × cols view of T with strides (rs, cs).
 template <class T>
 void check_span(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs, const char* what) {
-  check_span_bytes(rows, cols, rs, cs, sizeof(T), what);
+  const std::size_t e[2] = {rows, cols}, s[2] = {rs, cs};
+  check_extents(e, s, 2, sizeof(T), what);
 }
 /// Static extents A and B can be equal (either is dynamic, or both agree).
 template <std::size_t A, std::size_t B>
