@@ -96,6 +96,28 @@ TEST_CASE("budget: parse_bytes accepts decimal and binary units") {
   CHECK(parse_bytes("1") == 1u);
 }
 
+TEST_CASE("budget: parse_bytes takes exponents and decimal fractions exactly") {
+  using memsafe::parse_bytes;
+  CHECK(parse_bytes("1e9") == 1000000000u);
+  CHECK(parse_bytes("2.5E6") == 2500000u);
+  CHECK(parse_bytes("1e+3") == 1000u);
+  CHECK(parse_bytes("1e3MiB") == std::size_t{1000} << 20);
+  CHECK(parse_bytes("5e-1KiB") == 512u);
+  CHECK(parse_bytes(".5KiB") == 512u);
+  CHECK(parse_bytes("1.7KiB") == 1740u);  // 1740.8 bytes, rounded down
+  CHECK(parse_bytes("1e19") == 10000000000000000000u);
+  // every decimal with three places times a decimal unit is a whole number of bytes: no
+  // 0.99999… rounded down to 0 ("0.001KB" was refused as 0 bytes, "1.001KB" read as 1000)
+  for (std::size_t i = 1; i < 20000; i += 7) {
+    const std::string t = std::to_string(i / 1000) + "." + std::to_string(1000 + i % 1000).substr(1);
+    CAPTURE(t);
+    CHECK(parse_bytes(t + "KB") == i);
+    CHECK(parse_bytes(t + "MB") == i * 1000u);
+    CHECK(parse_bytes(t + "GB") == i * 1000000u);
+  }
+  for (const char* bad : {"1e", "1e-", "1ex", "e3", ".", "1e3.5", "1e21", "1e99999999"}) check_parse_error(bad);
+}
+
 TEST_CASE("budget: parse_bytes units are case-insensitive") {
   using memsafe::parse_bytes;
   CHECK(parse_bytes("512mib") == 536870912u);

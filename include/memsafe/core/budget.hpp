@@ -60,9 +60,10 @@ constexpr std::size_t operator""_MB(unsigned long long v) { return static_cast<s
 constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<std::size_t>(v) * 1000000000u; }
 }  // namespace literals
 
-/// Parse "512MiB", "1GB", "100 MB", "1.5GiB", "4096", "4096B", "unlimited" (also "inf", "none").
-/// Decimal units (kB/KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB, GiB, TiB)
-/// powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
+/// Parse "512MiB", "1GB", "100 MB", "1.5GiB", "1e9", "4096", "4096B", "unlimited" (also "inf",
+/// "none"). Decimal units (kB/KB, MB, GB, TB) are powers of 1000, binary units (KiB, MiB, GiB,
+/// TiB) powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
+/// A fractional number of bytes is rounded down ("1.7KiB" is 1740 bytes).
 /// Throws argument_error naming the text on anything else.
 MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   auto fail = [&](const char* why) -> std::size_t {
@@ -77,11 +78,33 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   for (char c : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "unlimited" || lower == "inf" || lower == "none") return unlimited;
   std::size_t pos = 0;
-  while (pos < s.size() && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.')) ++pos;
+  auto digit = [&](std::size_t i) { return i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); };
+  while (digit(pos) || (pos < s.size() && s[pos] == '.')) ++pos;
   if (pos == 0) return fail(s[0] == '-' ? "a negative size" : "no number");
+  // an exponent ("1e9", "2.5E6", "1e+3"): no unit begins with 'e'
+  if (pos < s.size() && lower[pos] == 'e') {
+    std::size_t q = pos + 1;
+    if (q < s.size() && (s[q] == '+' || s[q] == '-')) ++q;
+    if (!digit(q)) return fail("malformed exponent");
+    while (digit(q)) ++q;
+    pos = q;
+  }
   std::string num = s.substr(0, pos), unit = lower.substr(pos);
-  if (num.find('.') != num.rfind('.')) return fail("malformed number");
-  long double value = std::strtold(num.c_str(), nullptr);
+  if (num.find('.') != num.rfind('.') || num[0] == 'e' || num[0] == 'E' || num == ".") return fail("malformed number");
+  // parsed here, not by strtold: the C locale's decimal point is not the user's business
+  long double value = 0, scale = 1;
+  int exp10 = 0, exp_sign = 1;
+  bool frac = false, in_exp = false;
+  for (char c : num) {
+    if (c == '.') frac = true;
+    else if (c == 'e' || c == 'E') in_exp = true;
+    else if (c == '-') exp_sign = -1;
+    else if (c == '+') continue;
+    else if (in_exp) exp10 = exp10 < 100000 ? exp10 * 10 + (c - '0') : exp10;
+    else if (frac) value += (c - '0') * (scale /= 10);
+    else value = value * 10 + (c - '0');
+  }
+  value *= std::pow(10.0L, static_cast<long double>(exp_sign * exp10));
   long double mult = 0;
   struct u { const char* name; long double m; };
   static constexpr u units[] = {{"", 1.0L},         {"b", 1.0L},
@@ -93,7 +116,10 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   for (const auto& e : units)
     if (unit == e.name) mult = e.m;
   if (mult == 0) return fail("unknown unit");
-  long double bytes = std::floor(value * mult);
+  // rounded down, but a product within rounding error of a whole number is that number
+  // ("0.001KB" is 1 byte, not 0.99999…)
+  const long double exact = value * mult, near = std::round(exact);
+  long double bytes = std::fabs(exact - near) <= 1e-15L * exact ? near : std::floor(exact);
   if (!(bytes >= 1)) return fail("a budget must be at least 1 byte");
   // 2^64 − 1 is `unlimited` itself; anything larger is not a number of bytes this machine can hold
   // (it must not silently become unlimited).
