@@ -32,6 +32,11 @@ template <class T>
 eval_stats eval_into(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<T>> O, std::type_identity_t<T*> lse,
                      const options& o = {}) {
   detail::check_heads<T>(O, a.batch(), a.heads(), a.queries(), a.value_dim(), "O", "eval_into(attention)");
+  detail::named_block in[5];
+  detail::attention_inputs(a, in);
+  const detail::named_block out[2] = {{"O", detail::block_of(O)},
+                                      {"lse", detail::contiguous_block(lse, a.batch() * a.heads() * a.queries())}};
+  detail::check_apart(out, in, "eval_into(attention)");
   return detail::attn::forward(a, O, lse, o);
 }
 
@@ -54,6 +59,14 @@ eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O,
   }
   if (!lse && a.batch() * a.heads() * a.queries() != 0)
     throw argument_error("memsafe: attention_backward: null lse (pass the forward's logsumexp)");
+  named_block in[8];
+  attention_inputs(a, in);
+  in[5] = {"O", block_of(O)};
+  in[6] = {"dO", block_of(dO)};
+  in[7] = {"lse", contiguous_block(lse, a.batch() * a.heads() * a.queries())};
+  const named_block out[4] = {{"dQ", block_of(dQ)}, {"dK", block_of(dK)}, {"dV", block_of(dV)},
+                              {"dBias", dBias ? block_of(*dBias) : mem_block{}}};
+  check_apart(out, in, where);
   return attn::backward(a, O, lse, dO, dQ, dK, dV, dBias, o);
 }
 }  // namespace detail
@@ -62,7 +75,7 @@ eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O,
 /// writes dQ ([B, H, Tq, d]), dK ([B, H, Tk, d]) and dV ([B, H, Tk, dv]) — any strides — recomputing
 /// each score tile from lse (P = exp(S − lse), D = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − D)); masked
 /// entries have zero gradient. Same budget rules as the forward. The outputs must not overlap the
-/// inputs.
+/// inputs or one another (argument_error; packed layouts that share no element are fine).
 template <class T>
 eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<const T>> O,
                               std::type_identity_t<const T*> lse, std::type_identity_t<heads_view<const T>> dO,

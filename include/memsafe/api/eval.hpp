@@ -22,7 +22,8 @@ namespace memsafe {
 
 /// Evaluate into caller-owned, contiguous row-major outputs of shape rows × cols
 /// (`expr.rows()`, `expr.cols()`); `indices` is required for argmin/argmax/argkmin/argkmax
-/// and ignored otherwise. Returns the evaluation's stats.
+/// and ignored otherwise. Returns the evaluation's stats. argument_error when an output shares
+/// memory with an input (expr/overlap.hpp).
 template <evaluable X>
 eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, const options& o = {}) {
   detail::check_outputs(x, values, indices, "memsafe: eval_into");

@@ -20,6 +20,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "lazy.hpp"
+#include "overlap.hpp"
 #include "view.hpp"
 
 namespace memsafe {
@@ -214,6 +215,24 @@ struct attention_expr : attention_tag {
            ")";
   }
 };
+
+/// The memory of a heads view, and the inputs an attention evaluation reads (Q, K, V, the bias
+/// and the key-padding mask), for the overlap checks (expr/overlap.hpp).
+template <class T>
+mem_block block_of(const heads_view<T>& h) {
+  const std::size_t e[4] = {h.batch(), h.heads(), h.length(), h.dim()};
+  const std::size_t s[4] = {h.stride(0), h.stride(1), h.stride(2), h.stride(3)};
+  return {h.data(), sizeof(T), 4, e, s};
+}
+template <class T>
+void attention_inputs(const attention_expr<T>& a, named_block* in) {  // in[0..5)
+  const std::size_t e[2] = {a.batch(), a.keys()}, s[2] = {a.s.keep_stride, 1};
+  in[0] = {"Q", block_of(a.s.q)};
+  in[1] = {"K", block_of(a.s.k)};
+  in[2] = {"V", block_of(a.v)};
+  in[3] = {"bias", a.s.has_bias ? block_of(a.s.bias) : mem_block{}};
+  in[4] = {"key_padding", a.s.keep ? mem_block(a.s.keep, 1, 2, e, s) : mem_block{}};
+}
 
 template <class>
 inline constexpr bool is_heads_view = false;

@@ -15,6 +15,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../core/math.hpp"
+#include "../expr/overlap.hpp"
 #include "plan.hpp"
 
 namespace memsafe {
@@ -79,6 +80,8 @@ void check_outputs(const X& x, const typename X::value_type* values, const index
   if constexpr (X::has_indices)
     if (!indices && count != 0)
       throw argument_error(std::string(where) + ": " + x.str() + " returns indices: pass an index output");
+  check_no_overlap(x, contiguous_block(values, count), "values", where);
+  if constexpr (X::has_indices) check_no_overlap(x, contiguous_block(indices, count), "indices", where);
 }
 /// A result sized for x, filled by run(values, indices) -> eval_stats.
 template <class X, class Run>

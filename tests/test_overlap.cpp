@@ -1,0 +1,185 @@
+// Outputs that share memory with inputs (expr/overlap.hpp): eval_into and attention refuse them
+// before any work; interleaved but disjoint layouts pass. The overlap test itself is checked
+// against an enumeration of every element's bytes.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <memsafe/attention.hpp>
+#include <memsafe/memsafe.hpp>
+
+#include "reference.hpp"
+
+namespace {
+
+using memsafe::detail::mem_block;
+
+/// The set of bytes (offsets from base 0) of a block given by extents and element strides.
+std::vector<bool> bytes_of(std::size_t base, std::size_t elem, const std::vector<std::size_t>& e,
+                           const std::vector<std::size_t>& s, std::size_t space) {
+  std::vector<bool> hit(space, false);
+  std::size_t count = 1;
+  for (auto x : e) count *= x;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::size_t rem = i, off = 0;
+    for (std::size_t k = e.size(); k-- > 0;) {
+      off += (rem % e[k]) * s[k];
+      rem /= e[k];
+    }
+    for (std::size_t b = 0; b < elem; ++b) hit[base + off * elem + b] = true;
+  }
+  return hit;
+}
+
+}  // namespace
+
+TEST_CASE("overlap: the exact test agrees with an enumeration of the bytes of random strided blocks") {
+  std::mt19937 g(7);
+  std::uniform_int_distribution<std::size_t> R(1, 4), E(0, 5), S(0, 9), B(0, 200), Z(1, 8);
+  // a fake address space: offsets from an aligned base (no memory is touched)
+  const std::uintptr_t origin = 1 << 20;
+  int overlaps = 0, disjoint = 0, dense_pairs = 0, interleaved = 0;
+  for (int trial = 0; trial < 10000; ++trial) {
+    const std::size_t elem = Z(g) <= 4 ? 4 : 8;
+    std::vector<std::size_t> e[2], s[2];
+    std::size_t base[2];
+    for (int t = 0; t < 2; ++t) {
+      const std::size_t r = R(g);
+      e[t].resize(r);
+      s[t].resize(r);
+      for (std::size_t k = 0; k < r; ++k) e[t][k] = E(g), s[t][k] = S(g);
+      if (trial % 5 == 0) {  // every fifth: dense row-major
+        std::size_t st = 1;
+        for (std::size_t k = r; k-- > 0;) s[t][k] = st, st *= (e[t][k] ? e[t][k] : 1);
+        ++dense_pairs;
+      }
+      base[t] = B(g) * (trial % 3 == 0 ? 1 : elem);  // sometimes misaligned by a byte count
+    }
+    const std::size_t space = 200 * 8 + 6 * 6 * 10 * 10 * 8 + 64;
+    const auto a = bytes_of(base[0], elem, e[0], s[0], space), b = bytes_of(base[1], elem, e[1], s[1], space);
+    bool want = false;
+    for (std::size_t i = 0; i < space && !want; ++i) want = a[i] && b[i];
+    const mem_block A(reinterpret_cast<const void*>(origin + base[0]), elem, e[0].size(), e[0].data(), s[0].data());
+    const mem_block Bk(reinterpret_cast<const void*>(origin + base[1]), elem, e[1].size(), e[1].data(), s[1].data());
+    CAPTURE(trial);
+    CHECK(memsafe::detail::blocks_overlap(A, Bk) == want);
+    CHECK(memsafe::detail::blocks_overlap(Bk, A) == want);
+    (want ? overlaps : disjoint)++;
+    // byte ranges that meet with no common element: what a test by ranges gets wrong
+    if (!want && !A.empty && !Bk.empty && A.base < Bk.base + Bk.span() && Bk.base < A.base + A.span()) ++interleaved;
+  }
+  CHECK(overlaps > 800);  // both answers are exercised
+  CHECK(disjoint > 800);
+  CHECK(interleaved > 150);
+  CHECK(dense_pairs > 0);
+}
+
+TEST_CASE("overlap: eval_into refuses an output that is one of its inputs") {
+  const std::size_t n = 40, d = 3;
+  auto x = ref::data(n, d, 1);
+  std::vector<double> v(n, 0.5), out(n);
+  const auto X = memsafe::points(x.data(), n, d);
+  const auto K = memsafe::rbf(X, X, 1.0, 1.0);
+  const memsafe::options o{.budget = 1 << 12};
+  // v = K·v in place: the tiles would read v after earlier rows were written
+  const std::string m =
+      ref::message_of<memsafe::argument_error>([&] { (void)memsafe::eval_into(K * memsafe::vec(v.data(), n), v.data(), nullptr, o); });
+  CHECK(ref::contains(m, "shares memory with an input"));
+  CHECK(ref::contains(m, "separate buffer"));
+  // the distances written over the points themselves; the indices of a top-k over them
+  CHECK_THROWS_AS(memsafe::eval_into(memsafe::sum(memsafe::sqdist(X, X)), x.data() + 5, nullptr, o), memsafe::argument_error);
+  std::vector<memsafe::index_t> idx(n * 2);
+  const auto xi = reinterpret_cast<memsafe::index_t*>(x.data());
+  CHECK(ref::contains(ref::message_of<memsafe::argument_error>([&] {
+                        (void)memsafe::eval_into(memsafe::argkmin(memsafe::sqdist(X, X), 2), out.data(), xi, o);
+                      }),
+                      "indices"));
+  // ARD lengthscales, a diagonal term, the right-hand side of K·M and the values of softmax_sum
+  std::vector<double> ls(d + n, 1.5);
+  const auto Ka = memsafe::rbf(X, X, memsafe::ard(ls.data(), d), 1.0);
+  CHECK_THROWS_AS(memsafe::eval_into(memsafe::sum(Ka), ls.data() + 2, nullptr, o), memsafe::argument_error);
+  CHECK_NOTHROW(memsafe::eval_into(memsafe::sum(Ka), ls.data() + d, nullptr, o));  // just past them
+  std::vector<double> dg(n, 0.1);
+  CHECK_THROWS_AS(memsafe::eval_into((K + memsafe::diag(memsafe::vec(dg.data(), n))) * memsafe::vec(v.data(), n),
+                                     dg.data(), nullptr, o),
+                  memsafe::argument_error);
+  std::vector<double> M(n * 2, 0.25);
+  CHECK_THROWS_AS(memsafe::eval_into(K * memsafe::matrix(M.data(), n, 2), M.data() + n, nullptr, o), memsafe::argument_error);
+  CHECK_THROWS_AS(memsafe::eval_into(memsafe::softmax_sum(K, memsafe::matrix(M.data(), n, 2)), M.data(), nullptr, o),
+                  memsafe::argument_error);
+  // a product of lazy matrices and a chain
+  CHECK_THROWS_AS(memsafe::eval_into(K * (memsafe::transpose(K) * memsafe::vec(v.data(), n)), v.data(), nullptr, o),
+                  memsafe::argument_error);
+  // a batch of broadcast tensors
+  const std::size_t dims[3] = {2, n / 2, d};
+  const auto T = memsafe::tensor(x.data(), dims);
+  const auto D = memsafe::sum<3>(memsafe::square(memsafe::unsqueeze<2>(T) - memsafe::unsqueeze<1>(T)));
+  CHECK_THROWS_AS(memsafe::eval_into(memsafe::sum(D), x.data() + n * d - 1, nullptr, o), memsafe::argument_error);
+}
+
+TEST_CASE("overlap: outputs beside or between their inputs are evaluated, and equal the reference") {
+  const std::size_t n = 30, d = 2, ld = 2 * d;
+  // X's rows interleaved with free slots: row i at [i·ld, i·ld + d), the slots [i·ld + d, (i+1)·ld)
+  std::vector<double> buf(n * ld, 0.0);
+  auto x = ref::data(n, d, 3);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < d; ++k) buf[i * ld + k] = x[i * d + k];
+  const memsafe::matrix_view<const double> X(buf.data(), n, d, ld, 1);
+  const auto e = memsafe::sum(memsafe::sqdist(X, X));
+  const auto want = memsafe::eval(memsafe::sum(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(x.data(), n, d))),
+                                  memsafe::budget_bytes(1 << 12));
+  // the two outputs of the first two rows inside row 0's free slot: within X's byte range, on
+  // none of its elements
+  const memsafe::matrix_view<const double> X2(buf.data(), 2, d, ld, 1);
+  double* slot = buf.data() + d;
+  CHECK_NOTHROW(memsafe::eval_into(memsafe::min(memsafe::sqdist(X2, X)), slot, nullptr, memsafe::options{.budget = 1 << 12}));
+  const auto pts = memsafe::points(x.data(), n, d);
+  const auto want_min = memsafe::eval(memsafe::min(memsafe::sqdist(memsafe::points(x.data(), 2, d), pts)),
+                                      memsafe::budget_bytes(1 << 12));
+  CHECK(slot[0] == want_min.values[0]);
+  CHECK(slot[1] == want_min.values[1]);
+  // one more output would reach row 1: refused
+  const memsafe::matrix_view<const double> X3(buf.data(), 3, d, ld, 1);
+  CHECK_THROWS_AS(memsafe::eval_into(memsafe::min(memsafe::sqdist(X3, X)), slot, nullptr, memsafe::options{.budget = 1 << 12}),
+                  memsafe::argument_error);
+  // n outputs need n contiguous slots: use a separate buffer right after X's last element
+  std::vector<double> after(n);
+  CHECK_NOTHROW(memsafe::eval_into(e, after.data(), nullptr, memsafe::options{.budget = 1 << 12}));
+  for (std::size_t i = 0; i < n; ++i) CHECK(after[i] == doctest::Approx(want.values[i]).epsilon(1e-12));
+}
+
+TEST_CASE("overlap: attention refuses an output over an input, and takes packed QKV with packed gradients") {
+  const std::size_t B = 1, H = 2, Tn = 8, dh = 4;
+  // packed [B, T, 3, H, dh]: Q, K, V interleaved; their gradients likewise in a second buffer
+  std::vector<float> qkv(B * Tn * 3 * H * dh), dqkv(qkv.size(), 0.0f);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = 0.01f * float((i * 37) % 101) - 0.5f;
+  const std::size_t sb = Tn * 3 * H * dh, st = 3 * H * dh, sh = dh;
+  auto packed = [&](float* base, int which) { return memsafe::heads_view<float>(base + which * H * dh, B, H, Tn, dh, sb, sh, st, 1); };
+  const auto Q = memsafe::heads_view<const float>(packed(qkv.data(), 0)), K = memsafe::heads_view<const float>(packed(qkv.data(), 1)),
+             V = memsafe::heads_view<const float>(packed(qkv.data(), 2));
+  const auto A = memsafe::softmax_sum(memsafe::dot(Q, K), V);
+  std::vector<float> O(B * H * Tn * dh), lse(B * H * Tn), dO(O.size(), 0.1f);
+  const memsafe::options o{.budget = 1 << 16};
+  CHECK_NOTHROW(memsafe::eval_into(A, memsafe::heads(O.data(), B, H, Tn, dh), lse.data(), o));
+  // O written over V (an element of it), lse over Q
+  CHECK(ref::contains(ref::message_of<memsafe::argument_error>(
+                          [&] { (void)memsafe::eval_into(A, packed(qkv.data(), 2), lse.data(), o); }),
+                      "shares memory"));
+  CHECK_THROWS_AS(memsafe::eval_into(A, memsafe::heads(O.data(), B, H, Tn, dh), qkv.data() + 3, o), memsafe::argument_error);
+  // the gradients packed like the inputs: disjoint, evaluated
+  const auto Oc = memsafe::heads(static_cast<const float*>(O.data()), B, H, Tn, dh);
+  const auto dOc = memsafe::heads(static_cast<const float*>(dO.data()), B, H, Tn, dh);
+  CHECK_NOTHROW(memsafe::attention_backward(A, Oc, lse.data(), dOc, packed(dqkv.data(), 0), packed(dqkv.data(), 1),
+                                            packed(dqkv.data(), 2), o));
+  // dK over dQ, and dV over V
+  CHECK_THROWS_AS(memsafe::attention_backward(A, Oc, lse.data(), dOc, packed(dqkv.data(), 0), packed(dqkv.data(), 0),
+                                              packed(dqkv.data(), 2), o),
+                  memsafe::argument_error);
+  CHECK_THROWS_AS(memsafe::attention_backward(A, Oc, lse.data(), dOc, packed(dqkv.data(), 0), packed(dqkv.data(), 1),
+                                              packed(qkv.data(), 2), o),
+                  memsafe::argument_error);
+}
