@@ -349,5 +349,31 @@ TEST_CASE("exact_solve: bad inputs") {
                   memsafe::argument_error);
   CHECK_THROWS_AS(gp::exact_predict_variance(p.data(), p.h, {Xs.data(), 3, 2}, mean.data()), memsafe::shape_error);
 }
+
+TEST_CASE("exact GP with a point whose squared distance overflows: Matérn kernels give 0 there, not NaN") {
+  for (const auto kind : {gp::kernel::rbf, gp::kernel::matern12, gp::kernel::matern32, gp::kernel::matern52}) {
+    CAPTURE(int(kind));
+    const vec X = {0.0, 0.5, 1.0, 1e200}, y = {0.3, -0.2, 0.5, 1.0};
+    gp::hyperparameters h{kind, 1.0, {1.0}, 0.1, 1e-6};
+    const auto far = gp::exact_solve({X.data(), y.data(), 4, 1}, h, {.budget = 1 << 20, .tolerance = 1e-12});
+    const auto near = gp::exact_solve({X.data(), y.data(), 3, 1}, h, {.budget = 1 << 20, .tolerance = 1e-12});
+    CHECK(far.converged);
+    // the far point is independent of the others: α_j = y_j/(σ_f² + σ²)
+    CHECK(far.alpha[3] == doctest::Approx(1.0 / 1.1).epsilon(1e-10));
+    for (std::size_t i = 0; i < 3; ++i) CHECK(far.alpha[i] == doctest::Approx(near.alpha[i]).epsilon(1e-9));
+    double xs[1] = {1e200}, var[1] = {-1};
+    gp::exact_predict_variance({X.data(), y.data(), 3, 1}, h, {xs, 1, 1}, var, {.budget = 1 << 20, .tolerance = 1e-10});
+    CHECK(var[0] == doctest::Approx(1.0).epsilon(1e-12));  // the prior's
+  }
+}
+
+TEST_CASE("exact_predict_mean names itself when the budget is too small") {
+  const vec X = {0.0, 0.5, 1.0}, y = {0.3, -0.2, 0.5}, alpha = {1, 2, 3}, xs = {0.25};
+  gp::hyperparameters h{gp::kernel::rbf, 1.0, {1.0}, 0.1, 1e-6};
+  double mean[1];
+  CHECK_THROWS_WITH_AS(gp::exact_predict_mean({X.data(), y.data(), 3, 1}, alpha.data(), 1, h, {xs.data(), 1, 1}, mean,
+                                              {.budget = 10}),
+                       doctest::Contains("memsafe::gp::exact_predict_mean: "), memsafe::budget_error);
+}
 }
 #endif

@@ -561,6 +561,79 @@ TEST_CASE("sgpr random: sizes, kernels, hyperparameters, budgets, threads, both 
   CHECK(directions * 10 >= cases * 9);
 }
 
+TEST_CASE("sgpr with a point whose squared distance overflows: Matérn kernels give 0 there, not NaN") {
+  // A far point (1e200: r² = ∞) has k(x, z) = 0 for every z, so it adds an independent term to the
+  // bound, log N(y_j | 0, σ²) − σ_f²/(2σ²), and predicts the prior there (mean 0, variance σ_f²).
+  for (const auto kind : {gp::kernel::rbf, gp::kernel::matern12, gp::kernel::matern32, gp::kernel::matern52}) {
+    CAPTURE(int(kind));
+    const vec X = {0.0, 0.5, 1.0, 1e200}, y = {0.3, -0.2, 0.5, 1.0}, Z = {0.0, 1.0};
+    gp::hyperparameters h{kind, 1.3, {1.0}, 0.1, 1e-6};
+    const auto far = gp::sgpr({X.data(), y.data(), 4, 1}, {Z.data(), 2, 1}, h, {.budget = 1 << 20, .gradient = true});
+    const auto near = gp::sgpr({X.data(), y.data(), 3, 1}, {Z.data(), 2, 1}, h, {.budget = 1 << 20, .gradient = true});
+    const double s2 = h.noise, f2 = h.variance, yj = y[3], pi = 3.14159265358979323846;
+    CHECK(far.bound == doctest::Approx(near.bound - 0.5 * std::log(2 * pi * s2) - yj * yj / (2 * s2) - f2 / (2 * s2))
+                           .epsilon(1e-12));
+    CHECK(far.grad.variance == doctest::Approx(near.grad.variance - 1 / (2 * s2)).epsilon(1e-12));
+    CHECK(far.grad.noise ==
+          doctest::Approx(near.grad.noise - 1 / (2 * s2) + (yj * yj + f2) / (2 * s2 * s2)).epsilon(1e-12));
+    CHECK(far.grad.lengthscales[0] == doctest::Approx(near.grad.lengthscales[0]).epsilon(1e-12));
+    for (std::size_t q = 0; q < 2; ++q) CHECK(far.grad.Z[q] == doctest::Approx(near.grad.Z[q]).epsilon(1e-12));
+    double xs[1] = {1e200}, mean[1], var[1];
+    gp::predict(far.posterior, xs, 1, mean, var, 1 << 20);
+    CHECK(mean[0] == 0.0);
+    CHECK(var[0] == doctest::Approx(f2).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("sgpr refuses data it cannot answer for: NaN or infinite inputs, targets and inducing points, lengthscales out of range") {
+  problem p(20, 4, 3, gp::kernel::matern32);
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    vec X = p.X, y = p.y, Z = p.Z;
+    X[7] = bad;
+    CHECK_THROWS_WITH_AS(gp::sgpr({X.data(), p.y.data(), p.n, p.d}, p.ind(), p.h),
+                         doctest::Contains("training input 2, dimension 1 is not finite"), memsafe::argument_error);
+    y[5] = bad;
+    CHECK_THROWS_WITH_AS(gp::sgpr({p.X.data(), y.data(), p.n, p.d}, p.ind(), p.h),
+                         doctest::Contains("training target 5 is not finite"), memsafe::argument_error);
+    Z[4] = bad;
+    CHECK_THROWS_WITH_AS(gp::sgpr(p.data(), {Z.data(), p.m, p.d}, p.h),
+                         doctest::Contains("inducing point 1, dimension 1 is not finite"), memsafe::argument_error);
+  }
+  // 1/ℓ² must be a normal number (the lazy kernels' range); inside it, at ℓ = 1e-150, the bound
+  // and its gradient are finite (−2·ḡ/ℓ³ underflowed to 0/0 there)
+  auto h = p.h;
+  h.lengthscales[0] = 1e-160;
+  CHECK_THROWS_WITH_AS(gp::sgpr(p.data(), p.ind(), h), doctest::Contains("outside the range"), memsafe::argument_error);
+  h.lengthscales[0] = 1e160;
+  CHECK_THROWS_AS(gp::sgpr(p.data(), p.ind(), h), memsafe::argument_error);
+  for (double l : {1e-150, 1e150}) {
+    h.lengthscales.assign(p.d, l);
+    const auto r = gp::sgpr(p.data(), p.ind(), h, {.gradient = true});
+    CHECK(std::isfinite(r.bound));
+    for (double g : r.grad.lengthscales) CHECK(std::isfinite(g));
+    CHECK(std::isfinite(r.grad.noise));
+  }
+}
+
+TEST_CASE("predict refuses a posterior whose parts do not fit together") {
+  problem p(20, 4, 3, gp::kernel::rbf);
+  const auto r = gp::sgpr(p.data(), p.ind(), p.h);
+  vec mean(2), var(2);
+  auto bad = [&](auto&& edit) {
+    gp::sgpr_posterior P = r.posterior;
+    edit(P);
+    CHECK_THROWS_AS(gp::predict(P, p.Xs.data(), 2, mean.data(), var.data(), 1 << 20), memsafe::argument_error);
+  };
+  bad([](gp::sgpr_posterior& P) { P.d = 2; });
+  bad([](gp::sgpr_posterior& P) { P.d = 0; });
+  bad([](gp::sgpr_posterior& P) { P.Z.pop_back(); });
+  bad([](gp::sgpr_posterior& P) { P.lengthscales.pop_back(); });
+  bad([](gp::sgpr_posterior& P) { P.lengthscales[0] = -1; });
+  bad([](gp::sgpr_posterior& P) { P.variance = std::nan(""); });
+  bad([](gp::sgpr_posterior& P) { P.Z[1] = HUGE_VAL; });
+  CHECK_NOTHROW(gp::predict(r.posterior, p.Xs.data(), 2, mean.data(), var.data(), 1 << 20));
+}
+
 TEST_CASE("softplus transforms") {
   for (double v : {1e-6, 0.1, 1.0, 7.5, 40.0}) CHECK(rel(gp::softplus(gp::softplus_inverse(v)), v) < 1e-12);
   const double t = 0.3, e = 1e-6;

@@ -3,6 +3,7 @@
 
 #if defined(MEMSAFE_HAS_LAPACK)
 #include <cmath>
+#include <limits>
 #include <cstddef>
 #include <memsafe/linalg.hpp>
 #include <random>
@@ -156,6 +157,19 @@ TEST_CASE_TEMPLATE("linalg solve_lower with matrix and vector right-hand sides",
     for (std::size_t i = 0; i < n; ++i) v[i] = b3[i * k + 2];
     CHECK(max_err(v, wantc) < tol<T>());
   }
+}
+
+TEST_CASE_TEMPLATE("linalg cholesky refuses a matrix with a NaN or infinite entry", T, float, double) {
+  // POTRF's pivot test (ajj <= 0) is false for NaN: it returned info = 0 and a factor of NaNs
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  for (const auto& A0 : {std::vector<T>{nan, 0, 0, 1}, std::vector<T>{4, 2, 2, nan}, std::vector<T>{inf, 0, 0, 1},
+                         std::vector<T>{4, 2, 2, -1}}) {
+    std::vector<T> A = A0;
+    CHECK_THROWS_WITH_AS(memsafe::linalg::cholesky(memsafe::matrix(A.data(), 2, 2)), doctest::Contains("not positive definite"),
+                         memsafe::argument_error);
+  }
+  std::vector<T> A = {4, 2, 2, 3};
+  CHECK_NOTHROW(memsafe::linalg::cholesky(memsafe::matrix(A.data(), 2, 2)));
 }
 
 TEST_CASE_TEMPLATE("linalg logdet_from_cholesky is twice the log of the diagonal product", T, float, double) {

@@ -699,8 +699,12 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   dg::validate_values(alpha, D.n * rhs, f, "alpha");
   const auto t0 = std::chrono::steady_clock::now();
-  const auto ev = dg::kernel_product(h, T.X, T.n, D.X, D.n, D.d, alpha, rhs, mean,
-                                     memsafe::options{st.budget_bytes, opts.threads});
+  memsafe::eval_stats ev;
+  try {
+    ev = dg::kernel_product(h, T.X, T.n, D.X, D.n, D.d, alpha, rhs, mean, memsafe::options{st.budget_bytes, opts.threads});
+  } catch (const budget_error& e) {  // the product's message, under this function's name
+    throw budget_error(f + e.what(), e.budget_bytes, e.minimum_bytes);
+  }
   st.peak_temp_bytes = ev.peak_temp_bytes;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
@@ -754,7 +758,7 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
     for (std::size_t j = 0; j < c; ++j) {
       double q = 0;
       for (std::size_t i = 0; i < n; ++i) q += Kb[i * c + j] * Ab[i * c + j];
-      var[t0b + j] = std::max(0.0, h.variance - q);
+      var[t0b + j] = q > h.variance ? 0.0 : h.variance - q;  // clamped at 0; NaN stays NaN
     }
   }
   st.peak_temp_bytes = acc.peak() + inner_peak;

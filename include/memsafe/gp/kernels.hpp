@@ -14,6 +14,7 @@
 #pragma once
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -57,6 +58,7 @@ namespace memsafe::detail::gp {
 /// themselves.
 template <memsafe::gp::kernel K>
 struct profile {
+  static constexpr double inf = std::numeric_limits<double>::infinity();
   static constexpr bool root = K != memsafe::gp::kernel::rbf;
   static constexpr double root_scale = K == memsafe::gp::kernel::matern32 ? 3.0
                                        : K == memsafe::gp::kernel::matern52 ? 5.0
@@ -75,9 +77,11 @@ struct profile {
     } else if constexpr (K == kernel::matern12) {
       return mm::exp(-s);
     } else if constexpr (K == kernel::matern32) {
-      return (1.0 + s) * mm::exp(-s);
+      const double f = s < inf ? s : 0.0;  // s = ∞ (r² overflowed): φ = 0, not (1 + ∞)·0
+      return (1.0 + f) * mm::exp(-s);
     } else {
-      return (1.0 + s + s * s / 3.0) * mm::exp(-s);
+      const double f = s < inf ? s : 0.0;
+      return (1.0 + f + f * f / 3.0) * mm::exp(-s);
     }
   }
   /// φ and ψ together (one exp) from r² and s = root_of(r²).
@@ -92,13 +96,13 @@ struct profile {
       const double rs = s > 0 ? s : 1.0;  // both arms computed: a select, not a branch
       psi = s > 0 ? -0.5 * phi / rs : 0.0;
     } else if constexpr (K == kernel::matern32) {
-      const double e = mm::exp(-s);
-      phi = (1.0 + s) * e;
+      const double e = mm::exp(-s), f = s < inf ? s : 0.0;  // s = ∞: φ = ψ = 0 (e = 0)
+      phi = (1.0 + f) * e;
       psi = -1.5 * e;  // dφ/dr = −3r e, dr/d(r²) = 1/(2r)
     } else {
-      const double e = mm::exp(-s);
-      phi = (1.0 + s + s * s / 3.0) * e;
-      psi = -(5.0 / 6.0) * (1.0 + s) * e;  // dφ/dr = −(5/3) r (1 + √5 r) e
+      const double e = mm::exp(-s), f = s < inf ? s : 0.0;
+      phi = (1.0 + f + f * f / 3.0) * e;
+      psi = -(5.0 / 6.0) * (1.0 + f) * e;  // dφ/dr = −(5/3) r (1 + √5 r) e
     }
   }
   static double phi(double r2) { return phi_s(r2, root_of(r2)); }

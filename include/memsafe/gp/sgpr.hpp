@@ -32,6 +32,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -152,6 +154,17 @@ void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
   for (auto& th : pool) th.join();
 }
 
+/// argument_error naming the first entry of the rows × cols values v (row-major) that is not
+/// finite: a NaN or an infinity in the data gives no answer worth returning (a NaN bound, or a
+/// Cholesky factor of NaNs).
+inline void check_finite(const double* v, std::size_t rows, std::size_t cols, const char* what, const std::string& f) {
+  for (std::size_t q = 0; q < rows * cols; ++q)
+    if (!std::isfinite(v[q]))
+      throw argument_error(f + what + " " + std::to_string(q / cols) +
+                           (cols > 1 ? ", dimension " + std::to_string(q % cols) : std::string()) + " is not finite (" +
+                           std::to_string(v[q]) + ")");
+}
+
 /// The checks of what a call's ranks replicate (the inducing points and the hyperparameters); `f`
 /// prefixes the messages.
 inline void validate_model(const inducing_view& I, const hyperparameters& h, const std::string& f) {
@@ -164,11 +177,22 @@ inline void validate_model(const inducing_view& I, const hyperparameters& h, con
   const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
   if (!positive(h.variance)) throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
   if (!positive(h.noise)) throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
-  for (std::size_t k = 0; k < I.d; ++k)
-    if (!positive(h.lengthscales[k]))
-      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " +
-                           std::to_string(h.lengthscales[k]));
+  for (std::size_t k = 0; k < I.d; ++k) {
+    const double l = h.lengthscales[k], il2 = 1.0 / (l * l);
+    if (!positive(l))
+      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " + std::to_string(l));
+    // the kernels scale by 1/ℓ² (the lazy kernels' range, expr/lazy.hpp check_lengthscale)
+    if (!(l * l >= std::numeric_limits<double>::min() && il2 >= std::numeric_limits<double>::min() &&
+          std::isfinite(8.0 * il2))) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g", l);
+      throw argument_error(f + "lengthscale " + std::to_string(k) + " = " + buf +
+                           " is outside the range double supports (1/ℓ² must be a normal number: about 3.5e-154 to "
+                           "6.7e153); rescale the inputs");
+    }
+  }
   if (!(std::isfinite(h.jitter) && h.jitter >= 0)) throw argument_error(f + "jitter must be finite and >= 0");
+  check_finite(I.Z, I.m, I.d, "inducing point", f);
 }
 
 inline void validate(const data_view& D, const inducing_view& I, const hyperparameters& h, const char* fn) {
@@ -181,6 +205,8 @@ inline void validate(const data_view& D, const inducing_view& I, const hyperpara
                       std::to_string(D.d));
   if (!D.X || !D.y || !I.Z) throw argument_error(f + "null data pointer (X, y or Z)");
   validate_model(I, h, f);
+  check_finite(D.X, D.n, D.d, "training input", f);
+  check_finite(D.y, D.n, 1, "training target", f);
 }
 
 /// r2[j] = Σ_k (x_jk − z_k)²/ℓ_k² for the nc points Xc (row-major, d columns) and one point z.
@@ -725,7 +751,7 @@ inline void finalise_gradient(const hyperparameters& h, gradient_sums&& g, memsa
   G.lengthscales.assign(g.l.size(), 0.0);
   for (std::size_t k = 0; k < g.l.size(); ++k) {
     const double l = h.lengthscales[k];
-    G.lengthscales[k] = -2.0 * g.l[k] / (l * l * l);
+    G.lengthscales[k] = -2.0 * (g.l[k] / l) / (l * l);  // not / ℓ³: it underflows for ℓ ≲ 1e-103
   }
   G.Z = std::move(g.Z);
 }
@@ -800,8 +826,21 @@ inline predict_stats predict(const sgpr_posterior& P, const double* Xs, std::siz
   if (ns == 0) return st;
   if (!Xs || !mean || !var) throw argument_error("memsafe::gp::predict: null pointer (Xs, mean or var)");
   const std::size_t m = P.m, d = P.d;
-  if (m == 0 || P.L.size() != m * m || P.LB.size() != m * m || P.w.size() != m)
-    throw argument_error("memsafe::gp::predict: the posterior is empty or inconsistent (fit with gp::sgpr first)");
+  if (m == 0 || d == 0 || P.L.size() != m * m || P.LB.size() != m * m || P.w.size() != m || P.Z.size() != m * d ||
+      P.lengthscales.size() != d)
+    throw argument_error("memsafe::gp::predict: the posterior is empty or inconsistent: m = " + std::to_string(m) +
+                         ", d = " + std::to_string(d) + " needs Z of m·d, L and LB of m·m, w of m and d lengthscales; has " +
+                         std::to_string(P.Z.size()) + ", " + std::to_string(P.L.size()) + ", " + std::to_string(P.LB.size()) +
+                         ", " + std::to_string(P.w.size()) + " and " + std::to_string(P.lengthscales.size()) +
+                         " (fit with gp::sgpr first)");
+  {
+    hyperparameters h;
+    h.kind = P.kind;
+    h.variance = P.variance;
+    h.lengthscales = P.lengthscales;
+    h.noise = 1;  // not part of the posterior
+    memsafe::detail::gp::validate_model({P.Z.data(), m, d}, h, "memsafe::gp::predict: the posterior's ");
+  }
   const std::size_t threads = memsafe::plan::resolve_threads(threads_opt);
   const std::size_t fixed = (d + 2) * sizeof(double);
   const std::size_t minimum = fixed + m * sizeof(double);

@@ -138,6 +138,13 @@ void cholesky(matrix_view<T, R, C> A) {
                          " is not positive definite (add jitter to the diagonal?)");
   if (info < 0)
     throw argument_error("memsafe::linalg::cholesky: LAPACK rejected argument " + std::to_string(-info));
+  // POTRF's test of a pivot (ajj ≤ 0) is false for NaN: a NaN or infinite entry can come back
+  // with info = 0 and a factor of NaNs
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(std::isfinite(A(i, i)) && A(i, i) > T(0)))
+      throw argument_error("memsafe::linalg::cholesky: the matrix (" + A.shape() +
+                           ") is not positive definite: pivot " + std::to_string(i + 1) +
+                           " is not a finite positive number (a NaN or infinite entry?)");
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = i + 1; j < n; ++j) A(i, j) = T(0);
 }

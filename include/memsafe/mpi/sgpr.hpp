@@ -221,6 +221,10 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
                         " but the inducing points have d = " + std::to_string(I.d));
     if (D.n > 0 && (!D.X || !D.y))
       throw argument_error(f + "null data pointer (X or y) for " + std::to_string(D.n) + " training points");
+    if (D.n > 0) {
+      dg::check_finite(D.X, D.n, D.d, "this rank's training input", f);
+      dg::check_finite(D.y, D.n, 1, "this rank's training target", f);
+    }
     budget = memsafe::detail::resolve_budget(o.budget);
     me.budget = budget;
     minimum = sgpr_minimum_bytes(I.m, I.d, o.gradient);
