@@ -164,7 +164,7 @@ TEST_CASE("budget: byte literals") {
   CHECK(memsafe::default_budget_bytes == 256_MiB);
 }
 
-TEST_CASE("budget: default budget when MEMSAFE_BUDGET is unset or empty") {
+TEST_CASE("budget: default budget when MEMSAFE_BUDGET is unset or empty or blank") {
   const auto x = random_points(20, 3, 1), y = random_points(30, 3, 2);
   const auto e = memsafe::sum(memsafe::sqdist(memsafe::points(x.data(), 20, 3), memsafe::points(y.data(), 30, 3)));
   {
@@ -176,6 +176,14 @@ TEST_CASE("budget: default budget when MEMSAFE_BUDGET is unset or empty") {
   {
     budget_env env("");
     CHECK(memsafe::eval(e).stats.budget_bytes == memsafe::default_budget_bytes);
+  }
+  {
+    budget_env env(" \t ");  // spaces only: unset too
+    CHECK(memsafe::eval(e).stats.budget_bytes == memsafe::default_budget_bytes);
+  }
+  {
+    budget_env env(" 1MiB\n");  // surrounding spaces ignored
+    CHECK(memsafe::eval(e).stats.budget_bytes == (std::size_t{1} << 20));
   }
 }
 

@@ -241,3 +241,10 @@ TEST_CASE("edge: a negative budget string is named as such") {
   CHECK(has(message_of<memsafe::argument_error>([] { (void)memsafe::parse_bytes("-1MiB"); }), "negative"));
   CHECK(has(message_of<memsafe::argument_error>([] { (void)memsafe::parse_bytes("MiB"); }), "no number"));
 }
+
+TEST_CASE("edge: diag(K) and trace(K) of a lazy matrix that is not square say so") {
+  std::vector<double> x(6, 0.5), y(9, 0.25);
+  const auto K = memsafe::rbf(memsafe::points(x.data(), 2, 3), memsafe::points(y.data(), 3, 3));
+  CHECK(has(message_of<memsafe::shape_error>([&] { (void)memsafe::diag(K); }), "K must be square"));
+  CHECK(has(message_of<memsafe::shape_error>([&] { (void)memsafe::trace(K); }), "K must be square"));
+}

@@ -119,6 +119,11 @@ TEST_CASE("isa: MEMSAFE_ISA forces each available instruction set and MEMSAFE_KE
   scoped_env force("MEMSAFE_ISA", "avx2");
   scoped_env reference("MEMSAFE_KERNELS", "reference");
   CHECK(memsafe::plan_for(k.knn()).isa == "portable");
+  // surrounding spaces are ignored, as for every variable (" reference" was taken as another value)
+  scoped_env spaced("MEMSAFE_KERNELS", " reference\n");
+  CHECK(memsafe::plan_for(k.knn()).isa == "portable");
+  scoped_env blank("MEMSAFE_KERNELS", "   ");  // counts as unset: MEMSAFE_ISA=avx2 applies
+  if (available() & host::isa_bit(host::isa::avx2)) CHECK(memsafe::plan_for(k.knn()).isa == "avx2");
 }
 
 TEST_CASE("isa: a MEMSAFE_ISA that is not a name is an argument_error quoting it") {

@@ -1,8 +1,9 @@
 // memsafe/core/env.hpp — the environment variables the library reads, all read here.
 //
 // Each variable has one function returning its text, or nullopt when it is unset or set to the
-// empty string (an empty variable counts as unset everywhere). The text is parsed where its
-// meaning is owned; a malformed value is an argument_error quoting the text:
+// empty string or spaces only (such a variable counts as unset everywhere; spaces around a value
+// are dropped). The text is parsed where its meaning is owned; a malformed value is an
+// argument_error quoting the text:
 //
 //   MEMSAFE_BUDGET       the budget of a call that gives none (docs/budget.md for the precedence).
 //                        A number with an optional unit, case insensitive, spaces ignored:
@@ -47,12 +48,17 @@
 
 namespace memsafe::env {
 
-/// The text of the environment variable `name`; nullopt when unset or empty. The view is valid
-/// until the environment is next modified.
+/// The text of the environment variable `name` without surrounding spaces; nullopt when unset,
+/// empty or all spaces. The view is valid until the environment is next modified.
 inline std::optional<std::string_view> get(const char* name) {
   const char* e = std::getenv(name);
-  if (!e || !*e) return std::nullopt;
-  return std::string_view(e);
+  if (!e) return std::nullopt;
+  std::string_view s(e);
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  if (s.empty()) return std::nullopt;
+  return s;
 }
 
 /// MEMSAFE_BUDGET (see above).

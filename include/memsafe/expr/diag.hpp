@@ -76,7 +76,10 @@ template <class E>
 void check_square(const E& e, std::size_t n, const char* what) {
   static_assert(extents_compatible<E::static_rows, E::static_cols>,
                 "memsafe: a diagonal term needs a square lazy matrix (static rows and columns differ)");
-  if (e.rows() != e.cols() || e.rows() != n)
+  if (e.rows() != e.cols())
+    throw shape_error(std::string("memsafe: ") + what + ": K must be square, but the lazy matrix is " +
+                      shape_str(e.rows(), e.cols()));
+  if (e.rows() != n)
     throw shape_error(std::string("memsafe: ") + what + ": the lazy matrix is " + shape_str(e.rows(), e.cols()) +
                       " but the diagonal term is " + shape_str(n, n));
 }
