@@ -61,7 +61,7 @@ template <class = void>
   bool big = false;
   for (std::size_t k = 0; k < rank; ++k) {
     if (__builtin_mul_overflow(count, ext[k], &count))
-      throw argument_error(shape() + ": more than std::size_t can count");
+      throw argument_error(shape() + ": their count overflows std::size_t");
     big = big || ext[k] > max_extent;
   }
   if (big)
