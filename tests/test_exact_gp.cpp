@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gp_reference.hpp"
+#include "reference.hpp"
 
 namespace {
 
@@ -25,6 +26,8 @@ using vec = std::vector<double>;
 using gp_test::ref_chol;
 using gp_test::ref_kernel;
 using gp_test::ref_solve;
+using ref::contains;
+using ref::message_of;
 
 struct problem {
   std::size_t n, d, c;
@@ -322,6 +325,18 @@ TEST_CASE("exact_solve: bad inputs") {
   h = p.h;
   h.lengthscales[2] = 0;
   CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);
+  // 1/ℓ² out of double's normal range: refused by exact_solve itself, as SGPR does, with one prefix
+  for (double l : {1e-160, 1e160}) {
+    h.lengthscales[2] = l;
+    const std::string why = message_of<memsafe::argument_error>([&] { gp::exact_solve(p.data(), h); });
+    CHECK(contains(why, "memsafe::gp::exact_solve: lengthscale 2 = "));
+    CHECK(contains(why, "is outside the range double supports"));
+    CHECK_FALSE(contains(why, "memsafe: "));
+    CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);
+  }
+  h = p.h;
+  h.jitter = -1;  // not used by the exact GP (σ² > 0 makes K + σ²I positive definite)
+  CHECK_NOTHROW(gp::exact_solve(p.data(), h));
   vec X = p.X;
   X[7] = nan;
   try {
@@ -374,6 +389,11 @@ TEST_CASE("exact_predict_mean names itself when the budget is too small") {
   CHECK_THROWS_WITH_AS(gp::exact_predict_mean({X.data(), y.data(), 3, 1}, alpha.data(), 1, h, {xs.data(), 1, 1}, mean,
                                               {.budget = 10}),
                        doctest::Contains("memsafe::gp::exact_predict_mean: "), memsafe::budget_error);
+  const std::string why = message_of<memsafe::budget_error>([&] {
+    gp::exact_predict_mean({X.data(), y.data(), 3, 1}, alpha.data(), 1, h, {xs.data(), 1, 1}, mean, {.budget = 10});
+  });
+  CHECK(contains(why, "memsafe::gp::exact_predict_mean: a budget of "));
+  CHECK_FALSE(contains(why, "memsafe: "));
 }
 }
 #endif

@@ -192,19 +192,29 @@ void check_nonneg(T v, const char* what, const char* fn) {
 /// [2.1e-154, 6.7e153] for double. Outside it 1/ℓ² overflows (K_ii = 0·inf = NaN) or loses its
 /// precision to underflow, so such values are rejected instead of producing NaN.
 template <class T>
+bool lengthscale_in_range(T ls) {
+  const T ls2 = ls * ls;
+  return ls2 >= std::numeric_limits<T>::min() && std::isfinite(ls2) && T(1) / ls2 >= std::numeric_limits<T>::min() &&
+         std::isfinite(T(8) / ls2);
+}
+
+/// "<what> <ls> is outside the range <T> supports (lo to hi): 1/ℓ² is not a normal number".
+template <class T>
+std::string lengthscale_range_message(T ls, const char* what) {
+  const double lo = std::sqrt(8.0 / double(std::numeric_limits<T>::max())),
+               hi = std::sqrt(1.0 / double(std::numeric_limits<T>::min()));
+  char buf[192];
+  std::snprintf(buf, sizeof buf, "%s %g is outside the range %s supports (%.3g to %.3g): 1/ℓ² is not a normal number",
+                what, double(ls), std::is_same_v<T, float> ? "float" : "double", lo, hi);
+  return buf;
+}
+
+template <class T>
 void check_lengthscale(T ls, const char* what, const char* fn) {
   check_positive(ls, what, fn);
-  const T ls2 = ls * ls;
-  const bool ok = ls2 >= std::numeric_limits<T>::min() && std::isfinite(ls2) &&
-                  T(1) / ls2 >= std::numeric_limits<T>::min() && std::isfinite(T(8) / ls2);
-  if (!ok) {
-    const double lo = std::sqrt(8.0 / double(std::numeric_limits<T>::max())),
-                 hi = std::sqrt(1.0 / double(std::numeric_limits<T>::min()));
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s %g is outside the range %s supports (%.3g to %.3g): 1/ℓ² is not a normal number",
-                  what, double(ls), std::is_same_v<T, float> ? "float" : "double", lo, hi);
-    throw argument_error(std::string("memsafe: ") + fn + ": " + buf + "; rescale the data (or use double)");
-  }
+  if (!lengthscale_in_range(ls))
+    throw argument_error(std::string("memsafe: ") + fn + ": " + lengthscale_range_message(ls, what) +
+                         "; rescale the data (or use double)");
 }
 
 /// Scalar lengthscale → acc_scale = 1/ℓ²; ARD lengthscales → per-dimension division.

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../api/eval.hpp"
@@ -163,29 +164,15 @@ inline void validate_exact(const data_view& D, const hyperparameters& h, const s
   if (D.n == 0 || D.d == 0)
     throw shape_error(f + "no training data (n = " + std::to_string(D.n) + ", d = " + std::to_string(D.d) + ")");
   if (!D.X) throw argument_error(f + "null training inputs X");
-  if (h.lengthscales.size() != D.d)
-    throw shape_error(f + std::to_string(h.lengthscales.size()) + " lengthscales for d = " + std::to_string(D.d) +
-                      " (ARD: one per input dimension)");
-  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  if (!positive(h.variance))
-    throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
-  if (!positive(h.noise))
-    throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
-  for (std::size_t k = 0; k < D.d; ++k)
-    if (!positive(h.lengthscales[k]))
-      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " +
-                           std::to_string(h.lengthscales[k]));
-  for (std::size_t q = 0; q < D.n * D.d; ++q)
-    if (!std::isfinite(D.X[q]))
-      throw argument_error(f + "training input " + std::to_string(q / D.d) + ", dimension " +
-                           std::to_string(q % D.d) + " is not finite (" + std::to_string(D.X[q]) + ")");
+  validate_kernel(h.variance, h.lengthscales, D.d, f);
+  validate_noise(h, f, /*uses_jitter=*/false);  // σ² > 0 makes K + σ²I positive definite
+  check_finite(D.X, D.n, D.d, "training input", f);
 }
 
+/// argument_error for a null `what` (when count > 0) or its first entry that is not finite.
 inline void validate_values(const double* v, std::size_t count, const std::string& f, const char* what) {
   if (count && !v) throw argument_error(f + "null " + what);
-  for (std::size_t q = 0; q < count; ++q)
-    if (!std::isfinite(v[q]))
-      throw argument_error(f + what + " entry " + std::to_string(q) + " is not finite (" + std::to_string(v[q]) + ")");
+  check_finite(v, count, 1, (std::string(what) + " entry").c_str(), f);
 }
 
 inline void validate_options(const exact_options& o, const std::string& f) {
@@ -702,8 +689,10 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
   memsafe::eval_stats ev;
   try {
     ev = dg::kernel_product(h, T.X, T.n, D.X, D.n, D.d, alpha, rhs, mean, memsafe::options{st.budget_bytes, opts.threads});
-  } catch (const budget_error& e) {  // the product's message, under this function's name
-    throw budget_error(f + e.what(), e.budget_bytes, e.minimum_bytes);
+  } catch (const budget_error& e) {  // the product's message, under this function's name (not two prefixes)
+    std::string_view why = e.what();
+    if (why.starts_with("memsafe: ")) why.remove_prefix(9);
+    throw budget_error(f + std::string(why), e.budget_bytes, e.minimum_bytes);
   }
   st.peak_temp_bytes = ev.peak_temp_bytes;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -42,6 +42,7 @@
 #include "../core/accounting.hpp"
 #include "../core/budget.hpp"
 #include "../core/error.hpp"
+#include "../expr/lazy.hpp"
 #include "../expr/view.hpp"
 #include "../linalg/dense.hpp"
 #include "../backend/host/tile_isa.hpp"
@@ -165,34 +166,49 @@ inline void check_finite(const double* v, std::size_t rows, std::size_t cols, co
                            std::to_string(v[q]) + ")");
 }
 
-/// The checks of what a call's ranks replicate (the inducing points and the hyperparameters); `f`
-/// prefixes the messages.
-inline void validate_model(const inducing_view& I, const hyperparameters& h, const std::string& f) {
+/// The kernel's parameters for inputs of dimension d: d ARD lengthscales, each finite and > 0 with
+/// 1/ℓ² a normal double (the lazy kernels' range, expr/lazy.hpp lengthscale_in_range), and a
+/// finite kernel variance > 0. `f` prefixes the messages.
+inline void validate_kernel(double variance, const std::vector<double>& lengthscales, std::size_t d,
+                            const std::string& f) {
+  if (lengthscales.size() != d)
+    throw shape_error(f + std::to_string(lengthscales.size()) + " lengthscales for d = " + std::to_string(d) +
+                      " (ARD: one per input dimension)");
+  if (!(std::isfinite(variance) && variance > 0))
+    throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(variance));
+  for (std::size_t k = 0; k < d; ++k) {
+    const double l = lengthscales[k];
+    const std::string name = "lengthscale " + std::to_string(k);
+    if (!(std::isfinite(l) && l > 0)) throw argument_error(f + name + " must be finite and > 0, got " + std::to_string(l));
+    if (!memsafe::detail::lengthscale_in_range(l))
+      throw argument_error(f + memsafe::detail::lengthscale_range_message(l, (name + " =").c_str()) +
+                           "; rescale the inputs");
+  }
+}
+
+/// The noise variance (finite, > 0) and, where the call uses it, the jitter (finite, >= 0).
+inline void validate_noise(const hyperparameters& h, const std::string& f, bool uses_jitter = true) {
+  if (!(std::isfinite(h.noise) && h.noise > 0))
+    throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
+  if (uses_jitter && !(std::isfinite(h.jitter) && h.jitter >= 0))
+    throw argument_error(f + "jitter must be finite and >= 0, got " + std::to_string(h.jitter));
+}
+
+/// The inducing points and the kernel's parameters: what a posterior holds besides its factors.
+inline void validate_inducing(const inducing_view& I, double variance, const std::vector<double>& lengthscales,
+                              const std::string& f) {
   if (I.m == 0) throw shape_error(f + "no inducing points (m = 0)");
   if (I.d == 0) throw shape_error(f + "inducing points of dimension d = 0");
   if (!I.Z) throw argument_error(f + "null data pointer (Z)");
-  if (h.lengthscales.size() != I.d)
-    throw shape_error(f + std::to_string(h.lengthscales.size()) + " lengthscales for d = " + std::to_string(I.d) +
-                      " (ARD: one per input dimension)");
-  const auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  if (!positive(h.variance)) throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(h.variance));
-  if (!positive(h.noise)) throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
-  for (std::size_t k = 0; k < I.d; ++k) {
-    const double l = h.lengthscales[k], il2 = 1.0 / (l * l);
-    if (!positive(l))
-      throw argument_error(f + "lengthscale " + std::to_string(k) + " must be finite and > 0, got " + std::to_string(l));
-    // the kernels scale by 1/ℓ² (the lazy kernels' range, expr/lazy.hpp check_lengthscale)
-    if (!(l * l >= std::numeric_limits<double>::min() && il2 >= std::numeric_limits<double>::min() &&
-          std::isfinite(8.0 * il2))) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%g", l);
-      throw argument_error(f + "lengthscale " + std::to_string(k) + " = " + buf +
-                           " is outside the range double supports (1/ℓ² must be a normal number: about 3.5e-154 to "
-                           "6.7e153); rescale the inputs");
-    }
-  }
-  if (!(std::isfinite(h.jitter) && h.jitter >= 0)) throw argument_error(f + "jitter must be finite and >= 0");
+  validate_kernel(variance, lengthscales, I.d, f);
   check_finite(I.Z, I.m, I.d, "inducing point", f);
+}
+
+/// The checks of what a call's ranks replicate (the inducing points and the hyperparameters); `f`
+/// prefixes the messages.
+inline void validate_model(const inducing_view& I, const hyperparameters& h, const std::string& f) {
+  validate_inducing(I, h.variance, h.lengthscales, f);
+  validate_noise(h, f);
 }
 
 inline void validate(const data_view& D, const inducing_view& I, const hyperparameters& h, const char* fn) {
@@ -833,14 +849,8 @@ inline predict_stats predict(const sgpr_posterior& P, const double* Xs, std::siz
                          std::to_string(P.Z.size()) + ", " + std::to_string(P.L.size()) + ", " + std::to_string(P.LB.size()) +
                          ", " + std::to_string(P.w.size()) + " and " + std::to_string(P.lengthscales.size()) +
                          " (fit with gp::sgpr first)");
-  {
-    hyperparameters h;
-    h.kind = P.kind;
-    h.variance = P.variance;
-    h.lengthscales = P.lengthscales;
-    h.noise = 1;  // not part of the posterior
-    memsafe::detail::gp::validate_model({P.Z.data(), m, d}, h, "memsafe::gp::predict: the posterior's ");
-  }
+  memsafe::detail::gp::validate_inducing({P.Z.data(), m, d}, P.variance, P.lengthscales,
+                                         "memsafe::gp::predict: the posterior's ");
   const std::size_t threads = memsafe::plan::resolve_threads(threads_opt);
   const std::size_t fixed = (d + 2) * sizeof(double);
   const std::size_t minimum = fixed + m * sizeof(double);
