@@ -290,6 +290,25 @@ TEST_CASE("scalar factors are folded and hoisted out of sums and products") {
   for (std::size_t i = 0; i < n; ++i) CHECK(nkv[i] == doctest::Approx(-kv[i] / 4.0).epsilon(1e-13));
 }
 
+TEST_CASE("explain names what was written: the same points twice, a vector, one tile") {
+  const std::size_t n = 12, m = 9, d = 3;
+  auto x = data(n, d, 31), y = data(m, d, 32), v = data(n, 1, 33), M = data(n, 2, 34);
+  auto X = ms::points(x.data(), n, d);
+  auto Y = ms::points(y.data(), m, d);
+  const std::string kv = ms::explain(ms::rbf(X, X, 1.0, 1.0) * ms::vec(v.data(), n));
+  CHECK(kv.find("as written:   rbf(X[12×3], X[12×3]) * v[12]\n") != std::string::npos);
+  const std::string km = ms::explain(ms::rbf(X, X, 1.0, 1.0) * ms::matrix(M.data(), n, 2));
+  CHECK(km.find("as written:   rbf(X[12×3], X[12×3]) * M[12×2]\n") != std::string::npos);
+  // other points, or the same memory read with another layout, are a second operand
+  CHECK(ms::explain(ms::argmin(ms::sqdist(X, Y))).find("sqdist(X[12×3], Y[9×3])") != std::string::npos);
+  auto Xhead = ms::points(x.data(), n - 1, d);
+  CHECK(ms::explain(ms::argmin(ms::sqdist(X, Xhead))).find("sqdist(X[12×3], Y[11×3])") != std::string::npos);
+  CHECK(ms::explain(ms::argmin(ms::sqdist(X, Y))).find("(1 tile: 1 row block x 1 column block)") != std::string::npos);
+  const std::size_t least = ms::plan_for(ms::argmin(ms::sqdist(X, Y))).min_bytes;
+  CHECK(ms::explain(ms::argmin(ms::sqdist(X, Y)), ms::options{.budget = least, .threads = 1})
+            .find(" row blocks x ") != std::string::npos);
+}
+
 TEST_CASE("matrix chains take the cheapest order and never form K K^T") {
   auto a = data(40, 20, 16), b = data(20, 30, 17), c = data(30, 10, 18), e = data(10, 30, 19);
   auto A = ms::matrix(a.data(), 40, 20);

@@ -42,7 +42,12 @@ struct pairwise : lazy_tag {
   std::size_t rows() const { return x.rows(); }
   std::size_t cols() const { return y.rows(); }
   std::size_t dim() const { return x.cols(); }
-  MEMSAFE_COLD std::string str() const { return std::string(F::name) + "(X[" + x.shape() + "], Y[" + y.shape() + "])"; }
+  /// "rbf(X[n×d], Y[m×d])"; "rbf(X[n×d], X[n×d])" when Y is X (the same memory and layout).
+  MEMSAFE_COLD std::string str() const {
+    const bool same = x.data() == y.data() && x.rows() == y.rows() && x.cols() == y.cols() &&
+                      x.row_stride() == y.row_stride() && x.col_stride() == y.col_stride();
+    return std::string(F::name) + "(X[" + x.shape() + "], " + (same ? "X[" : "Y[") + y.shape() + "])";
+  }
 };
 }  // namespace detail
 

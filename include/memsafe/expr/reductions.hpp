@@ -70,7 +70,9 @@ struct matmul_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return transpose_out ? rhs.cols() : e.rows(); }
   std::size_t cols() const { return transpose_out ? e.rows() : rhs.cols(); }
-  MEMSAFE_COLD std::string str() const { return e.str() + " * M[" + rhs.shape() + "]"; }
+  MEMSAFE_COLD std::string str() const {
+    return e.str() + (vector_out ? " * v[" + std::to_string(rhs.rows()) + "]" : " * M[" + rhs.shape() + "]");
+  }
 };
 
 /// out_i = Σ_j softmax_j(s_ij) V_j  (V: m×dv).

@@ -84,9 +84,12 @@ struct tile_plan {
     if (tile_rows) {
       o += "tile:         " + to_string(tile_rows) + " x " + to_string(tile_cols);
       if (inner) o += " x " + to_string(tile_inner);
-      o += " (" + to_string(num_tiles) + " tiles: " + to_string(row_blocks) + " row blocks x " + to_string(col_blocks) +
-           " column blocks";
-      if (inner) o += " x " + to_string(inner_blocks) + " inner blocks";
+      const auto count = [](std::size_t k, const char* what) {
+        return to_string(k) + " " + what + (k == 1 ? "" : "s");
+      };
+      o += " (" + count(num_tiles, "tile") + ": " + count(row_blocks, "row block") + " x " +
+           count(col_blocks, "column block");
+      if (inner) o += " x " + count(inner_blocks, "inner block");
       o += ")\nthreads:      " + to_string(threads) +
            (split_columns ? " (splitting columns, partials merged)" : " (over row blocks)") + "\n";
     }
