@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,55 @@ TEST_CASE("threads: when the system refuses a thread the work still completes on
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   INFO("child status " << status);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("eval refuses a budget that is too small before it allocates the result") {
+  // The result is not a temporary and may be far larger than the budget: a 2 GiB result with a
+  // 1-byte budget must be a budget_error, not a 2 GiB allocation first (before, eval sized its
+  // result and then planned). In a child whose address space has 256 MiB to spare, an allocation of
+  // the result fails (std::bad_alloc), which the last check shows does happen once the plan fits.
+  if (address_space_now() == 0 || asan) {
+    MESSAGE("skipped: needs /proc/self/statm and a build without AddressSanitizer");
+    return;
+  }
+  const std::size_t n = std::size_t{1} << 14;  // n × n doubles: 2 GiB
+  std::vector<double> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = double(i % 977);
+  const auto X = memsafe::points(x.data(), n, 1);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::size_t vm = address_space_now();
+    struct rlimit lim{vm + (256u << 20), vm + (256u << 20)};
+    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+    const auto refused = [](auto&& f) {
+      try {
+        f();
+      } catch (const memsafe::budget_error&) {
+        return 0;
+      } catch (const std::bad_alloc&) {
+        return 1;
+      } catch (...) {
+        return 2;
+      }
+      return 3;
+    };
+    int code = 0;
+    const auto tiny = memsafe::budget_bytes(1);
+    if (int r = refused([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), tiny); })) code = 10 + r;
+    if (int r = refused([&] { (void)memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, X), n / 2), tiny); }))
+      code = 20 + r;
+    // the same evaluation with a budget that fits: the 2 GiB result cannot be allocated here
+    if (refused([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), memsafe::budget_bytes(1 << 20)); }) != 1)
+      code = 30;
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("child status " << status << " (11: the result was allocated first; 30: the limit did not bite)");
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }

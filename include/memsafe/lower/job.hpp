@@ -204,6 +204,27 @@ inline constexpr bool is_chain_expr<chain_expr<Fs...>> = true;
 template <class X>
 inline constexpr bool is_rows_node = requires(const X& x, rewrite::rule_log& log) { rows_lowering<X>::make(x, log); };
 
+/// Points a lowered job at the outputs it writes: row and batch jobs carry their output layout
+/// (the others take the outputs when they run). lower binds the pointers it is given; eval lowers
+/// with none, plans, allocates its result and binds it here (backend/host/eval.hpp).
+template <class J, class T, class X>
+void bind_outputs(bound_rows<J, T>& job, const X& x, T* values, index_t* indices) {
+  job.out = rows_lowering<X>::out(x, values, indices);
+}
+template <class J, class T, class X>
+void bind_outputs(batch_job<J, T>& job, const X& x, T* values, index_t* indices) {
+  using S = decltype(x.slice_expr(0));
+  job.outs.clear();
+  job.outs.reserve(job.slices.size());
+  for (std::size_t b = 0; b < job.slices.size(); ++b) {
+    const auto sx = x.slice_expr(b);
+    const std::size_t off = b * sx.rows() * sx.cols();
+    job.outs.push_back(rows_lowering<S>::out(sx, values ? values + off : nullptr, indices ? indices + off : nullptr));
+  }
+}
+template <class Job, class X, class T>
+void bind_outputs(Job&, const X&, T*, index_t*) {}
+
 /// The job for x: the rewritten expression(s) with every rule applied, `log` filled once.
 /// Output pointers are bound here (row and batch jobs carry their output layout).
 template <class X, class T = typename X::value_type>
@@ -225,12 +246,8 @@ auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
     const std::size_t B = x.s.batch();
     job.slices.reserve(B);
     job.outs.reserve(B);
-    for (std::size_t b = 0; b < B; ++b) {
-      const auto sx = x.slice_expr(b);
-      const std::size_t off = b * sx.rows() * sx.cols();
-      job.slices.push_back(rows_lowering<S>::make(sx, log));
-      job.outs.push_back(rows_lowering<S>::out(sx, values ? values + off : nullptr, indices ? indices + off : nullptr));
-    }
+    for (std::size_t b = 0; b < B; ++b) job.slices.push_back(rows_lowering<S>::make(x.slice_expr(b), log));
+    bind_outputs(job, x, values, indices);
     return job;
   } else {
     static_assert(is_rows_node<X>, "memsafe: this node has no lowering (chains lower in lower/chain.hpp)");

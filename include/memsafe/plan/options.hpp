@@ -83,7 +83,8 @@ void check_outputs(const X& x, const typename X::value_type* values, const index
   check_no_overlap(x, contiguous_block(values, count), "values", where);
   if constexpr (X::has_indices) check_no_overlap(x, contiguous_block(indices, count), "indices", where);
 }
-/// A result sized for x, filled by run(values, indices) -> eval_stats.
+/// A result sized for x, filled by run(outputs) -> eval_stats: outputs() allocates the result and
+/// returns its (values, indices) pointers; run calls it once, after planning.
 template <class X, class Run>
 result<typename X::value_type> into_result(const X& x, Run&& run) {
   result<typename X::value_type> r;
@@ -93,9 +94,13 @@ result<typename X::value_type> into_result(const X& x, Run&& run) {
   if (count > static_cast<std::size_t>(PTRDIFF_MAX) / (sizeof(typename X::value_type) + sizeof(index_t)))
     throw argument_error("memsafe: eval: the result of " + shape_str(r.rows, r.cols) +
                          " entries is more than can be addressed");
-  r.values.resize(count);
-  if constexpr (X::has_indices) r.indices.resize(count);
-  r.stats = run(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
+  // run calls this once its plan fits: a budget that is too small is refused before the result
+  // (which may be far larger than the budget) is allocated
+  r.stats = run([&r, count] {
+    r.values.resize(count);
+    if constexpr (X::has_indices) r.indices.resize(count);
+    return std::pair<typename X::value_type*, index_t*>(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
+  });
   return r;
 }
 

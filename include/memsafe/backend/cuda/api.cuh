@@ -132,7 +132,10 @@ template <evaluable X>
 result<typename X::value_type> eval(const X& x, const options& o = {}) {
   options oo = o;
   oo.synchronize = true;
-  return memsafe::detail::into_result(x, [&](auto* v, index_t* ix) { return detail::run(x, v, ix, oo); });
+  return memsafe::detail::into_result(x, [&](auto outputs) {
+    const auto [v, ix] = outputs();  // the device plan depends on where the outputs live: allocated first
+    return detail::run(x, v, ix, oo);
+  });
 }
 /// Compile-time budget: memsafe::cuda::eval<memsafe::budget<1_GiB>>(expr).
 template <class Budget, evaluable X>

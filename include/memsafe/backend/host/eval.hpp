@@ -44,37 +44,51 @@ inline double monotonic_seconds() {
 #endif
 }
 
-/// lower + plan + run; the budget_error of a plan that does not fit comes before any allocation.
-template <class X, class T = typename X::value_type>
-tile_plan plan_and_run(const X& x, T* values, index_t* indices, std::size_t budget, std::size_t threads,
-                       accountant& acc, rewrite::rule_log& log) {
-  auto job = jobs::lower(x, values, indices, log);
+/// lower → plan → outputs() → run. Every planning error (budget_error with the minimum, a shape or
+/// argument error found while planning) comes before outputs() is called: eval allocates its
+/// result only for a plan that fits. outputs() returns the (values, indices) pointers to write.
+template <class X, class Outputs>
+tile_plan plan_and_run(const X& x, Outputs&& outputs, std::size_t budget, std::size_t threads, accountant& acc,
+                       rewrite::rule_log& log) {
+  using T = typename X::value_type;
+  auto job = jobs::lower(x, static_cast<T*>(nullptr), nullptr, log);
   if constexpr (jobs::is_chain_expr<X>) {
     const auto cp = plan_chain(job, budget, threads, log);
-    run_chain(job, cp, values, threads, acc, log);
+    run_chain(job, cp, outputs().first, threads, acc, log);
     return cp.shown;
   } else if constexpr (jobs::is_batched_node<X>) {
     const auto ps = plan_slices(job, budget, threads, x.str());
     tile_plan p = batch_plan(job, ps);
+    const auto [values, indices] = outputs();
+    jobs::bind_outputs(job, x, values, indices);
     run_job(job, ps, acc);
     return p;
   } else {
     tile_plan p = plan_job(job, budget, threads, x.str());
+    const auto [values, indices] = outputs();
+    jobs::bind_outputs(job, x, values, indices);
     run_job(job, p, values, indices, acc);
     return p;
   }
 }
 
-template <class X, class T = typename X::value_type>
-eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
+/// Evaluates x into the outputs that outputs() returns, called once the plan fits (see plan_and_run).
+template <class X, class Outputs>
+eval_stats run_into(const X& x, Outputs&& outputs, const options& o) {
   const std::size_t budget = resolve_budget(o.budget);
   const std::size_t threads = plan::resolve_threads(o.threads);
   const double t0 = monotonic_seconds();
   accountant acc(budget);
   rewrite::rule_log log;
-  tile_plan p = plan_and_run(x, values, indices, budget, threads, acc, log);
+  tile_plan p = plan_and_run(x, outputs, budget, threads, acc, log);
   p.rules = log.fired;
   return detail::make_stats(std::move(p), acc, budget, monotonic_seconds() - t0);
+}
+
+/// Evaluates x into caller-owned outputs.
+template <class X, class T = typename X::value_type>
+eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
+  return run_into(x, [&] { return std::pair<T*, index_t*>(values, indices); }, o);
 }
 
 /// Lower x once and return planner(budget, threads) → tile_plan over that lowering (a chain's
