@@ -245,7 +245,6 @@ auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
     batch_job<J, T> job;
     const std::size_t B = x.s.batch();
     job.slices.reserve(B);
-    job.outs.reserve(B);
     for (std::size_t b = 0; b < B; ++b) job.slices.push_back(rows_lowering<S>::make(x.slice_expr(b), log));
     bind_outputs(job, x, values, indices);
     return job;
