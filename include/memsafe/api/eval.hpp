@@ -33,7 +33,7 @@ eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indice
 /// Evaluate with run-time options (budget, threads).
 template <evaluable X>
 result<typename X::value_type> eval(const X& x, const options& o) {
-  return detail::into_result(x, [&](auto outputs) { return host::run_into(x, outputs, o); });
+  return detail::into_result(x, [&](auto& target) { return host::run(x, target, o); });
 }
 
 /// Evaluate with a compile-time budget (`eval<budget<64_MiB>>(e)`), or with MEMSAFE_BUDGET /

@@ -99,8 +99,8 @@ inline constexpr bool precompiled_linked = false;
 /// The declaration (`extern template`) or definition (`template`) of host::run for X_.
 /// (The expression type is the variadic part: its template arguments hold commas.)
 #define MEMSAFE_PRECOMPILED_RUN_(T_, ...)                                                                  \
-  template ::memsafe::eval_stats memsafe::host::run<__VA_ARGS__, T_>(const __VA_ARGS__&, T_*, ::memsafe::index_t*, \
-                                                                     const ::memsafe::options&);
+  template ::memsafe::eval_stats memsafe::host::run<__VA_ARGS__, T_>(                                       \
+      const __VA_ARGS__&, ::memsafe::detail::output_target<T_>, const ::memsafe::options&);
 #define MEMSAFE_PRECOMPILED_EXTERN_(T_, ...) extern MEMSAFE_PRECOMPILED_RUN_(T_, __VA_ARGS__)
 #define MEMSAFE_PRECOMPILED_DECLARE_(F_)                                                        \
   MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, float, MEMSAFE_PRECOMPILED_EXTERN_) \

@@ -53,6 +53,35 @@ struct result {
 
 namespace detail {
 
+/// Where an evaluation writes: the caller's buffers (eval_into), or a result that is sized only
+/// when the evaluation asks for it, once its plan fits (eval), so that a budget that is too small
+/// is refused before a result of any size is allocated. Calling it returns (values, indices). One
+/// type for both, so that memsafe::precompiled holds one host::run per expression for both.
+template <class T>
+class output_target {
+ public:
+  output_target(T* values, index_t* indices) : values_(values), indices_(indices) {}
+  output_target(result<T>& r, std::size_t count, bool with_indices)
+      : result_(&r), count_(count), with_indices_(with_indices) {}
+  std::pair<T*, index_t*> operator()() {
+    if (result_) {
+      result_->values.resize(count_);
+      if (with_indices_) result_->indices.resize(count_);
+      values_ = result_->values.data();
+      indices_ = with_indices_ ? result_->indices.data() : nullptr;
+      result_ = nullptr;
+    }
+    return {values_, indices_};
+  }
+
+ private:
+  T* values_ = nullptr;
+  index_t* indices_ = nullptr;
+  result<T>* result_ = nullptr;
+  std::size_t count_ = 0;
+  bool with_indices_ = false;
+};
+
 /// The stats of an evaluation that followed plan p under an accountant (host or device).
 template <class Accountant>
 MEMSAFE_COLD eval_stats make_stats(tile_plan p, const Accountant& acc, std::size_t budget, double seconds) {
@@ -83,8 +112,8 @@ void check_outputs(const X& x, const typename X::value_type* values, const index
   check_no_overlap(x, contiguous_block(values, count), "values", where);
   if constexpr (X::has_indices) check_no_overlap(x, contiguous_block(indices, count), "indices", where);
 }
-/// A result sized for x, filled by run(outputs) -> eval_stats: outputs() allocates the result and
-/// returns its (values, indices) pointers; run calls it once, after planning.
+/// A result for x, filled by run(output_target<T>&) -> eval_stats: the target sizes the result
+/// when run calls it, after planning.
 template <class X, class Run>
 result<typename X::value_type> into_result(const X& x, Run&& run) {
   result<typename X::value_type> r;
@@ -94,13 +123,8 @@ result<typename X::value_type> into_result(const X& x, Run&& run) {
   if (count > static_cast<std::size_t>(PTRDIFF_MAX) / (sizeof(typename X::value_type) + sizeof(index_t)))
     throw argument_error("memsafe: eval: the result of " + shape_str(r.rows, r.cols) +
                          " entries is more than can be addressed");
-  // run calls this once its plan fits: a budget that is too small is refused before the result
-  // (which may be far larger than the budget) is allocated
-  r.stats = run([&r, count] {
-    r.values.resize(count);
-    if constexpr (X::has_indices) r.indices.resize(count);
-    return std::pair<typename X::value_type*, index_t*>(r.values.data(), X::has_indices ? r.indices.data() : nullptr);
-  });
+  output_target<typename X::value_type> target(r, count, X::has_indices);
+  r.stats = run(target);
   return r;
 }
 

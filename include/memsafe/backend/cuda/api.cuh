@@ -132,8 +132,8 @@ template <evaluable X>
 result<typename X::value_type> eval(const X& x, const options& o = {}) {
   options oo = o;
   oo.synchronize = true;
-  return memsafe::detail::into_result(x, [&](auto outputs) {
-    const auto [v, ix] = outputs();  // the device plan depends on where the outputs live: allocated first
+  return memsafe::detail::into_result(x, [&](auto& target) {
+    const auto [v, ix] = target();  // the device plan depends on where the outputs live: allocated first
     return detail::run(x, v, ix, oo);
   });
 }

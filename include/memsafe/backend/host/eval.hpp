@@ -47,10 +47,9 @@ inline double monotonic_seconds() {
 /// lower → plan → outputs() → run. Every planning error (budget_error with the minimum, a shape or
 /// argument error found while planning) comes before outputs() is called: eval allocates its
 /// result only for a plan that fits. outputs() returns the (values, indices) pointers to write.
-template <class X, class Outputs>
-tile_plan plan_and_run(const X& x, Outputs&& outputs, std::size_t budget, std::size_t threads, accountant& acc,
-                       rewrite::rule_log& log) {
-  using T = typename X::value_type;
+template <class X, class T = typename X::value_type>
+tile_plan plan_and_run(const X& x, detail::output_target<T>& outputs, std::size_t budget, std::size_t threads,
+                       accountant& acc, rewrite::rule_log& log) {
   auto job = jobs::lower(x, static_cast<T*>(nullptr), nullptr, log);
   if constexpr (jobs::is_chain_expr<X>) {
     const auto cp = plan_chain(job, budget, threads, log);
@@ -72,15 +71,16 @@ tile_plan plan_and_run(const X& x, Outputs&& outputs, std::size_t budget, std::s
   }
 }
 
-/// Evaluates x into the outputs that outputs() returns, called once the plan fits (see plan_and_run).
-template <class X, class Outputs>
-eval_stats run_into(const X& x, Outputs&& outputs, const options& o) {
+/// Evaluates x into `out` (the caller's buffers, or eval's result, sized once the plan fits; see
+/// plan_and_run). The function memsafe::precompiled instantiates (api/precompiled.hpp).
+template <class X, class T = typename X::value_type>
+eval_stats run(const X& x, detail::output_target<T> out, const options& o) {
   const std::size_t budget = resolve_budget(o.budget);
   const std::size_t threads = plan::resolve_threads(o.threads);
   const double t0 = monotonic_seconds();
   accountant acc(budget);
   rewrite::rule_log log;
-  tile_plan p = plan_and_run(x, outputs, budget, threads, acc, log);
+  tile_plan p = plan_and_run(x, out, budget, threads, acc, log);
   p.rules = log.fired;
   return detail::make_stats(std::move(p), acc, budget, monotonic_seconds() - t0);
 }
@@ -88,7 +88,7 @@ eval_stats run_into(const X& x, Outputs&& outputs, const options& o) {
 /// Evaluates x into caller-owned outputs.
 template <class X, class T = typename X::value_type>
 eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
-  return run_into(x, [&] { return std::pair<T*, index_t*>(values, indices); }, o);
+  return run(x, detail::output_target<T>(values, indices), o);
 }
 
 /// Lower x once and return planner(budget, threads) → tile_plan over that lowering (a chain's
