@@ -44,9 +44,7 @@ struct pairwise : lazy_tag {
   std::size_t dim() const { return x.cols(); }
   /// "rbf(X[n×d], Y[m×d])"; "rbf(X[n×d], X[n×d])" when Y is X (the same memory and layout).
   MEMSAFE_COLD std::string str() const {
-    const bool same = x.data() == y.data() && x.rows() == y.rows() && x.cols() == y.cols() &&
-                      x.row_stride() == y.row_stride() && x.col_stride() == y.col_stride();
-    return std::string(F::name) + "(X[" + x.shape() + "], " + (same ? "X[" : "Y[") + y.shape() + "])";
+    return std::string(F::name) + "(X[" + x.shape() + "], " + (same_view(x, y) ? "X[" : "Y[") + y.shape() + "])";
   }
 };
 }  // namespace detail

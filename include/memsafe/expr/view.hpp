@@ -244,6 +244,15 @@ template <class>
 struct is_vector_view : std::false_type {};
 template <class T, std::size_t N>
 struct is_vector_view<vector_view<T, N>> : std::true_type {};
+
+/// Whether two views are the same memory with the same layout: the "same points" fact that the
+/// guards of stationary_diagonal and symmetric_product check at run time (rewrite::same_view), and
+/// that a pairwise node's label shows (X twice).
+template <class U, class V>
+bool same_view(const U& u, const V& v) {
+  return u.data() == v.data() && u.rows() == v.rows() && u.cols() == v.cols() && u.row_stride() == v.row_stride() &&
+         u.col_stride() == v.col_stride();
+}
 }  // namespace detail
 
 }  // namespace memsafe

@@ -32,13 +32,8 @@ struct rule_log {
   }
 };
 
-/// Whether two views are the same memory with the same layout: the "same points" fact that the
-/// guards of stationary_diagonal and symmetric_product check at run time.
-template <class U, class V>
-bool same_view(const U& u, const V& v) {
-  return u.data() == v.data() && u.rows() == v.rows() && u.cols() == v.cols() && u.row_stride() == v.row_stride() &&
-         u.col_stride() == v.col_stride();
-}
+/// Whether two views are the same memory with the same layout (expr/view.hpp).
+using memsafe::detail::same_view;
 
 }  // namespace memsafe::rewrite
 
