@@ -152,7 +152,7 @@ TEST_CASE("broadcast distance forms equal the pairwise distance and never alloca
   check(ms::sum<2>(ms::square(Xb + Yb)), plus, "square(X+Y)");
   auto ex = ms::explain(ms::argkmin(ms::sum<2>(ms::square(Xb - Yb)), 7));
   CHECK(ex.find("as written:") != std::string::npos);
-  CHECK(ex.find("as rewritten: sqdist") != std::string::npos);
+  CHECK(ex.find("as rewritten: argkmin(sqdist(X[") != std::string::npos);
   CHECK(ex.find("broadcast_sqdist: sum<2>") != std::string::npos);
   // The transposed naive form reduces over i.
   auto tr = ms::eval(ms::argmin(ms::sum<2>(ms::square(Xb - Yb)), ms::over_i));
@@ -307,6 +307,39 @@ TEST_CASE("explain names what was written: the same points twice, a vector, one 
   const std::size_t least = ms::plan_for(ms::argmin(ms::sqdist(X, Y))).min_bytes;
   CHECK(ms::explain(ms::argmin(ms::sqdist(X, Y)), ms::options{.budget = least, .threads = 1})
             .find(" row blocks x ") != std::string::npos);
+}
+
+TEST_CASE("explain's as-rewritten line keeps the reduction and the terms the rules split off") {
+  const std::size_t n = 12, m = 9, d = 3;
+  auto x = data(n, d, 35), y = data(m, d, 36), v = data(n, 1, 37), M = data(m, 2, 38), V = data(m, 4, 39);
+  auto X = ms::points(x.data(), n, d);
+  auto Y = ms::points(y.data(), m, d);
+  const auto rewritten = [](const std::string& shown) {
+    const auto at = shown.find("as rewritten: ");
+    REQUIRE(at != std::string::npos);
+    return shown.substr(at + 14, shown.find('\n', at) - at - 14);
+  };
+  const std::string K = "rbf(X[12×3], X[12×3])";
+  CHECK(rewritten(ms::explain((2.0 * ms::rbf(X, X, 1.0, 1.0) + 0.5 * ms::identity(n)) * ms::vec(v.data(), n))) ==
+        "2.000000 * (" + K + " * v[12]) + 0.500000·I[12] * v[12]");
+  CHECK(rewritten(ms::explain(ms::sum(ms::rbf(X, X, 1.0, 1.0) + ms::diag(ms::vec(v.data(), n))))) ==
+        "sum(" + K + ") + sum(diag(v[12]))");
+  CHECK(rewritten(ms::explain(ms::argkmin(ms::sum<2>(ms::square(ms::unsqueeze<1>(X) - ms::unsqueeze<0>(Y))), 3))) ==
+        "argkmin(sqdist(X[12×3], Y[9×3]), k=3)");
+  CHECK(rewritten(ms::explain(ms::min(ms::sqdist(X, Y), ms::over_i))) == "min(sqdist(X[9×3], Y[12×3]))");
+  CHECK(rewritten(ms::explain(ms::rbf(X, Y, 1.0, 1.0) * ms::matrix(M.data(), m, 2))) ==
+        "rbf(X[12×3], Y[9×3]) * M[9×2]");
+  CHECK(rewritten(ms::explain(ms::softmax_sum(ms::dot(X, Y), ms::matrix(V.data(), m, 4)))) ==
+        "softmax_sum(dot(X[12×3], Y[9×3]), V[9×4])");
+  CHECK(rewritten(ms::explain(ms::dense(ms::sqdist(X, Y)))) == "dense(sqdist(X[12×3], Y[9×3]))");
+  // a dense factor on the left is shown as written, and its product as evaluated: (Kᵀ Mᵀ)ᵀ
+  auto L = data(2, n, 40);
+  const std::string mk = ms::explain(ms::matrix(L.data(), 2, n) * ms::rbf(X, Y, 1.0, 1.0));
+  CHECK(mk.find("as written:   M[2×12] * rbf(X[12×3], Y[9×3])\n") != std::string::npos);
+  CHECK(rewritten(mk) == "(rbf(X[9×3], Y[12×3]) * M[12×2])ᵀ");
+  const std::string vk = ms::explain(ms::vec(v.data(), n) * ms::rbf(X, Y, 1.0, 1.0));
+  CHECK(vk.find("as written:   v[12] * rbf(X[12×3], Y[9×3])\n") != std::string::npos);
+  CHECK(rewritten(vk) == "rbf(X[9×3], Y[12×3]) * v[12]");
 }
 
 TEST_CASE("matrix chains take the cheapest order and never form K K^T") {

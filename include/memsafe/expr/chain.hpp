@@ -89,11 +89,6 @@ detail::pinned<X> pin(const detail::pinned<X>& p) {
 }
 
 namespace detail {
-template <class E>
-inline constexpr bool is_transpose_node = false;
-template <class E>
-inline constexpr bool is_transpose_node<transpose_expr<E>> = true;
-
 template <class T, std::size_t R, std::size_t C>
 auto factors(const matrix_view<T, R, C>& m) {
   return std::tuple<dense_factor<std::remove_cv_t<T>, R, C>>{{matrix_view<const std::remove_cv_t<T>>(m)}};

@@ -144,6 +144,10 @@ struct transpose_expr : lazy_tag {
   std::size_t cols() const { return e.rows(); }
   MEMSAFE_COLD std::string str() const { return "transpose(" + e.str() + ")"; }
 };
+template <class E>
+inline constexpr bool is_transpose_node = false;
+template <class E>
+inline constexpr bool is_transpose_node<transpose_expr<E>> = true;
 
 // ---- building pairwise expressions ------------------------------------------------------------
 

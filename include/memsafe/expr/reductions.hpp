@@ -71,6 +71,13 @@ struct matmul_expr : evaluable_tag {
   std::size_t rows() const { return transpose_out ? rhs.cols() : e.rows(); }
   std::size_t cols() const { return transpose_out ? e.rows() : rhs.cols(); }
   MEMSAFE_COLD std::string str() const {
+    if constexpr (FromLeft) {  // written M·K or vᵀ·K (captured as Kᵀ·Mᵀ): shown as written
+      std::string k;
+      if constexpr (is_transpose_node<E>) k = e.e.str();
+      else k = "transpose(" + e.str() + ")";
+      return (vector_out ? "v[" + std::to_string(rhs.rows()) + "]" : "M[" + shape_str(rhs.cols(), rhs.rows()) + "]") +
+             " * " + k;
+    }
     return e.str() + (vector_out ? " * v[" + std::to_string(rhs.rows()) + "]" : " * M[" + rhs.shape() + "]");
   }
 };

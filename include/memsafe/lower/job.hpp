@@ -36,11 +36,12 @@
 namespace memsafe {
 
 namespace red {  // the reduction tags of the nodes that are not reduce_expr (expr/reductions.hpp has the rest)
-/// K·M: the dense factor M (m × c).
+/// K·M: the dense factor M (m × c); `transposed`: the result is written transposed (M·K as (Kᵀ·Mᵀ)ᵀ).
 template <class T>
 struct matmul {
   static constexpr const char* name = "matmul";
   matrix_view<const T> rhs;
+  bool transposed = false;
 };
 /// softmax_j(S)·V: the values V (m × c).
 template <class T>
@@ -88,6 +89,36 @@ struct rows_job {
   linear_post<T> post;
   matrix_view<const T> rhs{nullptr, 0, 0};
 };
+/// A row job as rewritten, for explain's "as rewritten" line: the reduction around the rewritten
+/// lazy matrix, and what split_linear took off it, written as the rules that fired write it
+/// ("c * (E * v[m]) + 0.1·I[n] * v[m]", "sum(E) + sum(0.1·I[n])").
+template <class E, class R, class T>
+MEMSAFE_COLD std::string shown(const rows_job<E, R, T>& j) {
+  const auto operand = [](const matrix_view<const T>& m, const char* name) {
+    return m.cols() == 1 ? std::string("v[") + std::to_string(m.rows()) + "]" : std::string(name) + "[" + m.shape() + "]";
+  };
+  std::string s, times;  // times: how a stripped diagonal term is applied (empty: summed)
+  if constexpr (requires { j.red.rhs; }) {
+    times = " * " + operand(j.red.rhs, "M");
+    s = j.e.str() + times;
+  } else if constexpr (requires { j.red.values; }) {
+    s = "softmax_sum(" + j.e.str() + ", V[" + j.red.values.shape() + "])";
+  } else {
+    s = std::string(R::name) + "(" + j.e.str();
+    if constexpr (requires { j.red.k; }) s += ", k=" + std::to_string(j.red.k);
+    s += ")";
+  }
+  if (j.post.scale != 1) s = std::to_string(j.post.scale) + " * (" + s + ")";
+  const std::size_t n = j.e.rows();
+  for (const auto& [coef, dg] : j.post.diags) {
+    std::string d = dg.vector ? dg.vector->str(n) : dg.constant.str(n);
+    if (coef != 1) d = std::to_string(coef) + " * " + d;
+    s += " + " + (times.empty() ? std::string(R::name) + "(" + d + ")" : d + times);
+  }
+  if constexpr (requires { j.red.transposed; })
+    if (j.red.transposed) s = "(" + s + ")ᵀ";
+  return s;
+}
 /// A rows_job with its output layout.
 template <class J, class T>
 struct bound_rows {
@@ -120,7 +151,7 @@ struct rows_lowering<matmul_expr<E, L>> {
   static auto make(const matmul_expr<E, L>& x, rewrite::rule_log& log) {
     linear_post<T> post;
     auto in = rewrite::split_linear_guarded<true>(rewrite::normalize(x.e, log), post, x.rhs, log, "product");
-    return rows_job<decltype(in), red::matmul<T>, T>{in, red::matmul<T>{x.rhs}, std::move(post), x.rhs};
+    return rows_job<decltype(in), red::matmul<T>, T>{in, red::matmul<T>{x.rhs, x.transpose_out}, std::move(post), x.rhs};
   }
   static out_spec<T> out(const matmul_expr<E, L>& x, T* v, index_t*) {
     if (x.transpose_out)  // the computed (n×c) block is the transpose of the c×n result

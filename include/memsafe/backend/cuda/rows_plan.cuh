@@ -274,8 +274,7 @@ void check_shape(const job_shape& s, const matrix_view<const T>& operand) {
 template <class E, class R, class T>
 tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const layout& L, std::size_t budget) {
   tile_plan p;
-  p.expression = job.e.str();
-  if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
+  p.expression = jobs::shown(job);
   p.reduction = std::string(R::name) + " on the GPU: " + path_name(s.path) +
                 (s.screen ? " (cuBLAS X·Yᵀ screen, exact re-evaluation)" : s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "") +
                 (s.symmetric ? "; symmetric: K = k(X, X), each pair once, folded into its row and its column, in bands of " +

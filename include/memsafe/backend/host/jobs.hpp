@@ -141,9 +141,7 @@ MEMSAFE_COLD tile_plan plan_rows(const jobs::rows_job<E, R, T>& job, std::size_t
               return q;
             });
       });
-  p.expression = job.e.str();
-  if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * [" + p.expression + "]";
-  for (std::size_t k = 0; k < job.post.diags.size(); ++k) p.expression += " + D" + std::to_string(k) + "·M";
+  p.expression = jobs::shown(job);
   return p;
 }
 template <class J, class T>
