@@ -8,7 +8,9 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
+#include <algorithm>
 
 #include <memsafe/memsafe.hpp>
 
@@ -228,6 +230,42 @@ TEST_CASE("budget: a call budget overrides MEMSAFE_BUDGET") {
   std::vector<double> out(20);
   CHECK(memsafe::eval_into(e, out.data(), nullptr, memsafe::options{.budget = 2_MiB}).budget_bytes == 2_MiB);
   CHECK(memsafe::eval_into(e, out.data(), nullptr).budget_bytes == 3_MiB);
+}
+
+// budget_bytes converts to options (and to every options aggregate with an optional budget), not to
+// a number: a call that takes options takes budget_bytes(n), with every other field at its default.
+static_assert(std::is_convertible_v<memsafe::budget_bytes, memsafe::options>);
+static_assert(!std::is_convertible_v<memsafe::budget_bytes, std::size_t>);
+static_assert(!std::is_convertible_v<std::size_t, memsafe::budget_bytes>);
+
+TEST_CASE("budget: eval_into, plan_for and explain take the budget as options, budget_bytes or a template parameter") {
+  const std::size_t n = 40, m = 70;
+  const auto x = random_points(n, 3, 10), y = random_points(m, 3, 11);
+  const auto e = memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, 3), memsafe::points(y.data(), m, 3)), 3);
+  budget_env env("3MiB");
+  const memsafe::options converted = memsafe::budget_bytes(5_MiB);
+  CHECK(converted.budget == 5_MiB);
+  CHECK(converted.threads == memsafe::options{}.threads);
+  const auto want = memsafe::eval(e, memsafe::budget_bytes(5_MiB));
+  std::vector<double> v(n * 3);
+  std::vector<memsafe::index_t> ix(n * 3);
+  CHECK(memsafe::eval_into(e, v.data(), ix.data(), memsafe::budget_bytes(5_MiB)).budget_bytes == 5_MiB);
+  CHECK(v == want.values);
+  CHECK(ix == want.indices);
+  std::fill(ix.begin(), ix.end(), -1);
+  CHECK(memsafe::eval_into<memsafe::budget<7_MiB>>(e, v.data(), ix.data()).budget_bytes == 7_MiB);
+  CHECK(ix == want.indices);
+  CHECK(memsafe::plan_for<memsafe::budget<9_MiB>>(e).budget == 9_MiB);
+  CHECK(memsafe::plan_for(e, memsafe::budget_bytes(11_MiB)).budget == 11_MiB);
+  // explain says the same whichever way the budget came, and names that budget, not MEMSAFE_BUDGET's.
+  const std::string shown = memsafe::explain(e, memsafe::options{.budget = 1_MiB});
+  CHECK(shown.find("budget 1 MiB") != std::string::npos);
+  CHECK(memsafe::explain(e, memsafe::budget_bytes(1_MiB)) == shown);
+  CHECK(memsafe::explain<memsafe::budget<1_MiB>>(e) == shown);
+  CHECK(memsafe::explain(e).find("budget 3 MiB") != std::string::npos);
+  // Too small, the template form is refused as the others are.
+  CHECK_THROWS_AS((void)memsafe::plan_for<memsafe::budget<64>>(e), memsafe::budget_error);
+  CHECK(memsafe::explain<memsafe::budget<64>>(e).find("does not fit") != std::string::npos);
 }
 
 TEST_CASE("budget: malformed MEMSAFE_BUDGET is an argument_error at eval") {

@@ -28,7 +28,7 @@ void check_heads(const heads_view<U>& x, std::size_t B, std::size_t H, std::size
 /// needs it). A row whose every key is masked has O = 0 and lse = −inf. Temporaries stay within
 /// the budget (o.budget, MEMSAFE_BUDGET, or the default); budget_error before any work when even
 /// one worker at one query row does not fit.
-template <class T>
+template <real T>
 eval_stats eval_into(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<T>> O, std::type_identity_t<T*> lse,
                      const options& o = {}) {
   detail::check_heads<T>(O, a.batch(), a.heads(), a.queries(), a.value_dim(), "O", "eval_into(attention)");
@@ -102,7 +102,7 @@ eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_iden
 /// expression, the kernels, and the plans of the forward and of the backward (and, for a bias
 /// broadcast over B or H, of the backward with its gradient, whose work items are the bias's
 /// slices) — or, for a budget too small, that it does not fit and the minimum that would.
-template <class T>
+template <real T>
 std::string explain(const detail::attention_expr<T>& a, const options& o = {}) {
   namespace at = detail::attn;
   const std::size_t budget = detail::resolve_budget(o.budget), threads = plan::resolve_threads(o.threads);

@@ -29,6 +29,16 @@ eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indice
   detail::check_outputs(x, values, indices, "memsafe: eval_into");
   return host::run(x, values, indices, o);
 }
+/// With a compile-time budget: `eval_into<budget<64_MiB>>(expr, values, indices)`.
+template <class Budget, evaluable X>
+eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices) {
+  return eval_into(x, values, indices, detail::static_options<Budget>());
+}
+
+// Every entry point takes its budget one of three ways: options (`options{.budget = n, .threads = 2}`),
+// budget_bytes(n) in their place (core/budget.hpp), or a template parameter
+// (`eval<budget<64_MiB>>(expr)`, likewise eval_into, plan_for, explain); without one,
+// MEMSAFE_BUDGET, then the default.
 
 /// Evaluate with run-time options (budget, threads).
 template <evaluable X>
@@ -61,9 +71,9 @@ tile_plan plan_for(const X& x, const options& o = {}) {
   p.rules = log.fired;
   return p;
 }
-template <evaluable X>
-tile_plan plan_for(const X& x, budget_bytes b) {
-  return plan_for(x, options{b.bytes, 0});
+template <class Budget, evaluable X>
+tile_plan plan_for(const X& x) {
+  return plan_for(x, detail::static_options<Budget>());
 }
 
 /// A human-readable account of an evaluation: the expression as written, as rewritten, the rules
@@ -88,6 +98,10 @@ std::string explain(const X& x, const options& o = {}) {
     s += p.describe_rewrite() + "plan:         does not fit: " + e.what() + "\n";
   }
   return s;
+}
+template <class Budget, evaluable X>
+std::string explain(const X& x) {
+  return explain(x, detail::static_options<Budget>());
 }
 
 }  // namespace memsafe

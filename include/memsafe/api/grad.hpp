@@ -195,7 +195,7 @@ gradients<typename X::value_type> grad(const X& x, const U& upstream, const wrt_
 }
 
 /// The backward plan grad would follow (nothing allocated or computed); budget_error like grad.
-template <class X>
+template <evaluable X>
 grad_plan plan_for(const backward_expr<X>& b, const options& o = {}) {
   rewrite::rule_log log;
   const auto j = jobs::lower_grad(b, log);
@@ -204,14 +204,14 @@ grad_plan plan_for(const backward_expr<X>& b, const options& o = {}) {
   hp.shown.expression = b.str();
   return hp.shown;
 }
-template <class X>
-grad_plan plan_for(const backward_expr<X>& b, budget_bytes bb) {
-  return plan_for(b, options{bb.bytes, 0});
+template <class Budget, class X>
+grad_plan plan_for(const backward_expr<X>& b) {
+  return plan_for(b, detail::static_options<Budget>());
 }
 
 /// The backward as written, as rewritten, its weights, mode, passes and bytes (or why no plan
 /// fits and the minimum budget that would).
-template <class X>
+template <evaluable X>
 std::string explain(const backward_expr<X>& b, const options& o = {}) {
   std::string s = "as written:   " + b.str() + "\n";
   const std::size_t budget = detail::resolve_budget(o.budget);
@@ -229,6 +229,10 @@ std::string explain(const backward_expr<X>& b, const options& o = {}) {
          "\nplan:         does not fit: " + e.what() + "\n";
   }
   return s;
+}
+template <class Budget, class X>
+std::string explain(const backward_expr<X>& b) {
+  return explain(b, detail::static_options<Budget>());
 }
 
 }  // namespace memsafe

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "config.hpp"
 #include "env.hpp"
@@ -36,10 +37,20 @@ struct budget {
   static constexpr std::size_t bytes = Bytes;
 };
 
-/// Run-time budget: `memsafe::eval(expr, memsafe::budget_bytes(32 << 20))`.
+/// Run-time budget: `memsafe::eval(expr, memsafe::budget_bytes(32 << 20))`. Every call that takes
+/// options (memsafe::options, memsafe::cuda::options, gp::sgpr_options, gp::exact_options: an
+/// aggregate with a `std::optional<std::size_t> budget`) takes budget_bytes(n) in their place:
+/// those options with this budget and every other field at its default.
 struct budget_bytes {
   std::size_t bytes;
   constexpr explicit budget_bytes(std::size_t b) : bytes(b) {}
+  template <class Options>
+    requires std::is_aggregate_v<Options> && std::is_same_v<decltype(Options::budget), std::optional<std::size_t>>
+  constexpr operator Options() const {
+    Options o{};
+    o.budget = bytes;
+    return o;
+  }
 };
 
 namespace detail {
