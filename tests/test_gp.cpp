@@ -189,6 +189,21 @@ TEST_CASE("sgpr bound matches a dense f64 implementation for every kernel and bo
   }
 }
 
+TEST_CASE("sgpr and the exact GP take budget_bytes(n) for their options") {
+  // budget_bytes converts to the GP options too: that budget, every other field at its default.
+  problem p(41, 7, 3, gp::kernel::matern32);
+  const std::size_t budget = gp::sgpr_minimum_bytes(p.m, p.d, false) + 1000;
+  const auto a = gp::sgpr(p.data(), p.ind(), p.h, memsafe::budget_bytes(budget));
+  const auto b = gp::sgpr(p.data(), p.ind(), p.h, {.budget = budget});
+  CHECK(a.stats.budget_bytes == budget);
+  CHECK(a.bound == b.bound);
+  CHECK(a.stats.peak_temp_bytes == b.stats.peak_temp_bytes);
+  const gp::exact_options e = memsafe::budget_bytes(budget);
+  CHECK(e.budget == budget);
+  CHECK(e.tolerance == gp::exact_options{}.tolerance);
+  CHECK(e.preconditioner_rank == gp::exact_options{}.preconditioner_rank);
+}
+
 TEST_CASE("sgpr gradient matches central finite differences at several budgets") {
   for (auto k : all_kernels) {
     problem p(29, 5, 2, k, 7);
