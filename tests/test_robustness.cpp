@@ -137,6 +137,59 @@ std::size_t address_space_now() {
   std::fclose(f);
   return got == 1 ? pages * std::size_t(::sysconf(_SC_PAGESIZE)) : 0;
 }
+
+/// Whether a child's address space can be limited to what it maps plus a margin here; says why not.
+bool address_space_limits_work() {
+  if (address_space_now() == 0) {
+    MESSAGE("skipped: /proc/self/statm is not readable here");
+    return false;
+  }
+  if (asan) {  // scripts/sanitize.sh address: ASan's own mappings and fake stacks need far more
+    MESSAGE("skipped: built with AddressSanitizer, whose mappings do not fit a limited address space");
+    return false;
+  }
+  return true;
+}
+
+/// body() in a forked child whose address space may grow by `spare` bytes beyond what it maps when
+/// it starts; the child's exit code: body's value, 3 when the limit could not be set, 125 when body
+/// threw. REQUIREs that the child exited (did not crash).
+template <class Body>
+int exit_code_in_child(std::size_t spare, Body body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::size_t vm = address_space_now();
+    struct rlimit lim{vm + spare, vm + spare};
+    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+    int code = 125;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE_MESSAGE(WIFEXITED(status), "the child did not exit: wait status " << status);
+  return WEXITSTATUS(status);
+}
+
+/// 0 when f() throws E, 1 for another std::bad_alloc, 2 for anything else, 3 when it returns.
+template <class E, class F>
+int thrown(F&& f) {
+  try {
+    f();
+  } catch (const E&) {
+    return 0;
+  } catch (const std::exception& e) {
+    return dynamic_cast<const std::bad_alloc*>(&e) ? 1 : 2;
+  } catch (...) {
+    return 2;
+  }
+  return 3;
+}
 }  // namespace
 
 TEST_CASE("threads: when the system refuses a thread the work still completes on fewer") {
@@ -146,95 +199,88 @@ TEST_CASE("threads: when the system refuses a thread the work still completes on
   const std::size_t n = 300, m = 200, d = 3;
   const auto x = grid(n, d), y = grid(m, d, 0.13);
   const auto e = memsafe::sum(memsafe::sqdist(memsafe::points(x.data(), n, d), memsafe::points(y.data(), m, d)));
+  // also the allocator's warm-up: the child starts with what this evaluation left mapped
   const auto want = memsafe::eval(e, memsafe::options{.budget = 1u << 20, .threads = 1});
-  if (address_space_now() == 0) {
-    MESSAGE("skipped: /proc/self/statm is not readable here");
-    return;
-  }
-  if (asan) {  // scripts/sanitize.sh address: ASan's own mappings need more than 3 MiB
-    MESSAGE("skipped: built with AddressSanitizer, whose fake stacks do not fit a limited address "
-            "space");
-    return;
-  }
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    // Warm up the allocator with a one-thread evaluation, then leave 3 MiB of address space:
-    // enough for the 1 MiB budget and the result, not for one more thread stack.
-    (void)memsafe::eval(e, memsafe::options{.budget = 1u << 20, .threads = 1});
-    const std::size_t vm = address_space_now();
-    struct rlimit lim{vm + (3u << 20), vm + (3u << 20)};
-    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
-    int code = 0;
-    try {
-      std::atomic<std::size_t> ran{0};
-      memsafe::host::parallel(8, [&](std::size_t) { ran.fetch_add(1); });
-      if (ran.load() != 8) code = 4;
-      auto got = memsafe::eval(e, memsafe::options{.budget = 1u << 20, .threads = 8});
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::abs(got[i] - want[i]) > 1e-9 * std::abs(want[i])) code = 5;
-    } catch (const std::exception& ex) {
-      code = 6;
-    } catch (...) {
-      code = 7;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  INFO("child status " << status);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  if (!address_space_limits_work()) return;
+  // 3 MiB to spare: enough for the 1 MiB budget and the result, not for one more thread stack
+  const int code = exit_code_in_child(3u << 20, [&] {
+    std::atomic<std::size_t> ran{0};
+    memsafe::host::parallel(8, [&](std::size_t) { ran.fetch_add(1); });
+    if (ran.load() != 8) return 4;
+    auto got = memsafe::eval(e, memsafe::options{.budget = 1u << 20, .threads = 8});
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::abs(got[i] - want[i]) > 1e-9 * std::abs(want[i])) return 5;
+    return 0;
+  });
+  CHECK(code == 0);
 }
 
 TEST_CASE("eval refuses a budget that is too small before it allocates the result") {
   // The result is not a temporary and may be far larger than the budget: a 2 GiB result with a
   // 1-byte budget must be a budget_error, not a 2 GiB allocation first (before, eval sized its
   // result and then planned). In a child whose address space has 256 MiB to spare, an allocation of
-  // the result fails (std::bad_alloc), which the last check shows does happen once the plan fits.
-  if (address_space_now() == 0 || asan) {
-    MESSAGE("skipped: needs /proc/self/statm and a build without AddressSanitizer");
-    return;
-  }
+  // the result fails, which the last check shows does happen once the plan fits.
+  if (!address_space_limits_work()) return;
   const std::size_t n = std::size_t{1} << 14;  // n × n doubles: 2 GiB
   std::vector<double> x(n);
   for (std::size_t i = 0; i < n; ++i) x[i] = double(i % 977);
   const auto X = memsafe::points(x.data(), n, 1);
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const std::size_t vm = address_space_now();
-    struct rlimit lim{vm + (256u << 20), vm + (256u << 20)};
-    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
-    const auto refused = [](auto&& f) {
-      try {
-        f();
-      } catch (const memsafe::budget_error&) {
-        return 0;
-      } catch (const std::bad_alloc&) {
-        return 1;
-      } catch (...) {
-        return 2;
-      }
-      return 3;
-    };
-    int code = 0;
+  const int code = exit_code_in_child(256u << 20, [&] {
     const auto tiny = memsafe::budget_bytes(1);
-    if (int r = refused([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), tiny); })) code = 10 + r;
-    if (int r = refused([&] { (void)memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, X), n / 2), tiny); }))
-      code = 20 + r;
+    if (int r = thrown<memsafe::budget_error>([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), tiny); }))
+      return 10 + r;
+    if (int r = thrown<memsafe::budget_error>(
+            [&] { (void)memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, X), n / 2), tiny); }))
+      return 20 + r;
     // the same evaluation with a budget that fits: the 2 GiB result cannot be allocated here
-    if (refused([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), memsafe::budget_bytes(1 << 20)); }) != 1)
-      code = 30;
-    ::_exit(code);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  INFO("child status " << status << " (11: the result was allocated first; 30: the limit did not bite)");
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+    if (thrown<std::bad_alloc>([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), memsafe::budget_bytes(1 << 20)); }))
+      return 30;
+    return 0;
+  });
+  INFO("11: the result was allocated first; 30: the limit did not bite");
+  CHECK(code == 0);
+}
+
+TEST_CASE("memory the system refuses is an out_of_memory that says what was asked for") {
+  // A result too large for the machine, with a budget that fits: out_of_memory, still a
+  // std::bad_alloc, naming the result's shape and bytes and that the budget does not bound it. A
+  // temporary within a budget larger than the machine can give (the accountant every temporary is
+  // allocated through): out_of_memory naming the budget, and nothing left counted.
+  if (!address_space_limits_work()) return;
+  const std::size_t n = std::size_t{1} << 14;  // n × n doubles: 2 GiB
+  std::vector<double> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = double(i % 977);
+  const auto X = memsafe::points(x.data(), n, 1);
+  const std::size_t gib = std::size_t{1} << 30;
+  const int code = exit_code_in_child(256u << 20, [&] {
+    try {
+      (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X)), memsafe::budget_bytes(1 << 20));
+      return 10;
+    } catch (const memsafe::out_of_memory& e) {
+      const std::string w = e.what();
+      if (e.bytes != 2 * gib) return 11;
+      if (!contains(w, "the result of 16384×16384 values needs 2 GiB") || !contains(w, "the budget does not bound it"))
+        return 12;
+    }
+    memsafe::detail::accountant acc(4 * gib);
+    void* held = acc.allocate(1 << 20);
+    try {
+      (void)acc.allocate(gib);
+      return 20;
+    } catch (const memsafe::out_of_memory& e) {
+      const std::string w = e.what();
+      if (e.bytes != gib) return 21;
+      if (!contains(w, "a temporary of 1 GiB") || !contains(w, "within the budget of 4 GiB") ||
+          !contains(w, "with 1 MiB (1048576 B) of temporaries already held") || !contains(w, "choose a smaller budget"))
+        return 22;
+    }
+    if (acc.current() != (1u << 20)) return 23;  // the refused bytes are not left counted
+    acc.deallocate(held, 1 << 20);
+    // both are std::bad_alloc to a caller that catches that
+    return thrown<std::bad_alloc>([&] { (void)memsafe::eval(memsafe::dense(memsafe::sqdist(X, X))); }) ? 30 : 0;
+  });
+  INFO("10/20: nothing thrown; 11/21: the bytes; 12/22: the message; 23: still counted; 125: another exception");
+  CHECK(code == 0);
 }
 
 // ---- 3. Matérn kernels at an infinite distance ---------------------------------------------------

@@ -47,9 +47,9 @@ class accountant {
     reserve(bytes);
     try {
       return ::operator new(bytes, std::align_val_t{64});
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
       release(bytes);
-      throw;
+      refused(bytes);
     }
   }
 
@@ -57,6 +57,16 @@ class accountant {
     if (!p) return;
     ::operator delete(p, std::align_val_t{64});
     release(bytes);
+  }
+
+  /// The system refused a temporary the budget allows: out_of_memory naming both.
+  [[noreturn]] MEMSAFE_COLD void refused(std::size_t bytes) const {
+    throw out_of_memory("memsafe: a temporary of " + format_bytes(bytes) +
+                            (limit_ == unlimited ? std::string(" (no budget)") : " within the budget of " + format_bytes(limit_)) +
+                            " could not be allocated, with " + format_bytes(current()) +
+                            " of temporaries already held: this machine has less memory to give than the budget "
+                            "allows; choose a smaller budget",
+                        bytes);
   }
 
   std::size_t limit() const { return limit_; }

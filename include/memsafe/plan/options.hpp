@@ -65,8 +65,12 @@ class output_target {
       : result_(&r), count_(count), with_indices_(with_indices) {}
   std::pair<T*, index_t*> operator()() {
     if (result_) {
-      result_->values.resize(count_);
-      if (with_indices_) result_->indices.resize(count_);
+      try {
+        result_->values.resize(count_);
+        if (with_indices_) result_->indices.resize(count_);
+      } catch (const std::bad_alloc&) {
+        refused();
+      }
       values_ = result_->values.data();
       indices_ = with_indices_ ? result_->indices.data() : nullptr;
       result_ = nullptr;
@@ -75,6 +79,17 @@ class output_target {
   }
 
  private:
+  /// The system refused the result: out_of_memory saying that the budget does not bound it.
+  [[noreturn]] MEMSAFE_COLD void refused() const {
+    const std::size_t bytes = count_ * (sizeof(T) + (with_indices_ ? sizeof(index_t) : 0));
+    throw out_of_memory("memsafe: eval: the result of " + shape_str(result_->rows, result_->cols) + " values" +
+                            (with_indices_ ? " and as many indices" : "") + " needs " + format_bytes(bytes) +
+                            " and could not be allocated. It is the caller's memory, not a temporary: the budget "
+                            "does not bound it. Reduce the expression (sum, min, argkmin, a product with a "
+                            "vector, ...), or evaluate it in parts with eval_into into buffers of your own",
+                        bytes);
+  }
+
   T* values_ = nullptr;
   index_t* indices_ = nullptr;
   result<T>* result_ = nullptr;
