@@ -20,6 +20,11 @@
 
 namespace memsafe {
 
+// Every entry point takes its budget one of three ways: options (`options{.budget = n, .threads = 2}`),
+// budget_bytes(n) in their place (core/budget.hpp), or a template parameter
+// (`eval<budget<64_MiB>>(expr)`, likewise eval_into, plan_for, explain); without one,
+// MEMSAFE_BUDGET, then the default.
+
 /// Evaluate into caller-owned, contiguous row-major outputs of shape rows × cols
 /// (`expr.rows()`, `expr.cols()`); `indices` is required for argmin/argmax/argkmin/argkmax
 /// and ignored otherwise. Returns the evaluation's stats. argument_error when an output shares
@@ -34,11 +39,6 @@ template <class Budget, evaluable X>
 eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices) {
   return eval_into(x, values, indices, detail::static_options<Budget>());
 }
-
-// Every entry point takes its budget one of three ways: options (`options{.budget = n, .threads = 2}`),
-// budget_bytes(n) in their place (core/budget.hpp), or a template parameter
-// (`eval<budget<64_MiB>>(expr)`, likewise eval_into, plan_for, explain); without one,
-// MEMSAFE_BUDGET, then the default.
 
 /// Evaluate with run-time options (budget, threads).
 template <evaluable X>
