@@ -89,35 +89,39 @@ struct rows_job {
   linear_post<T> post;
   matrix_view<const T> rhs{nullptr, 0, 0};
 };
+/// What split_linear took off a row job, around its shown reduction `s` (the rules' notation:
+/// "c * (s) + D * v[m]" for a product, "s + sum(D)" for a sum); one per value type, not per job.
+template <class T>
+MEMSAFE_COLD std::string shown_post(std::string s, const linear_post<T>& post, std::size_t n, const char* reduction,
+                                    const std::string& times, bool transposed) {
+  if (post.scale != 1) s = std::to_string(post.scale) + " * (" + s + ")";
+  for (const auto& [coef, dg] : post.diags) {
+    std::string d = dg.vector ? dg.vector->str(n) : dg.constant.str(n);
+    if (coef != 1) d = std::to_string(coef) + " * " + d;
+    s += " + " + (times.empty() ? std::string(reduction) + "(" + d + ")" : d + times);
+  }
+  return transposed ? "(" + s + ")ᵀ" : s;
+}
 /// A row job as rewritten, for explain's "as rewritten" line: the reduction around the rewritten
 /// lazy matrix, and what split_linear took off it, written as the rules that fired write it
 /// ("c * (E * v[m]) + 0.1·I[n] * v[m]", "sum(E) + sum(0.1·I[n])").
 template <class E, class R, class T>
 MEMSAFE_COLD std::string shown(const rows_job<E, R, T>& j) {
-  const auto operand = [](const matrix_view<const T>& m, const char* name) {
-    return m.cols() == 1 ? std::string("v[") + std::to_string(m.rows()) + "]" : std::string(name) + "[" + m.shape() + "]";
-  };
-  std::string s, times;  // times: how a stripped diagonal term is applied (empty: summed)
+  std::string s = j.e.str(), times;  // times: how a stripped diagonal term is applied (empty: summed)
+  bool transposed = false;
   if constexpr (requires { j.red.rhs; }) {
-    times = " * " + operand(j.red.rhs, "M");
-    s = j.e.str() + times;
+    const auto& M = j.red.rhs;
+    times = M.cols() == 1 ? " * v[" + std::to_string(M.rows()) + "]" : " * M[" + M.shape() + "]";
+    s += times;
+    transposed = j.red.transposed;
   } else if constexpr (requires { j.red.values; }) {
-    s = "softmax_sum(" + j.e.str() + ", V[" + j.red.values.shape() + "])";
+    s = "softmax_sum(" + s + ", V[" + j.red.values.shape() + "])";
   } else {
-    s = std::string(R::name) + "(" + j.e.str();
+    s = std::string(R::name) + "(" + s;
     if constexpr (requires { j.red.k; }) s += ", k=" + std::to_string(j.red.k);
     s += ")";
   }
-  if (j.post.scale != 1) s = std::to_string(j.post.scale) + " * (" + s + ")";
-  const std::size_t n = j.e.rows();
-  for (const auto& [coef, dg] : j.post.diags) {
-    std::string d = dg.vector ? dg.vector->str(n) : dg.constant.str(n);
-    if (coef != 1) d = std::to_string(coef) + " * " + d;
-    s += " + " + (times.empty() ? std::string(R::name) + "(" + d + ")" : d + times);
-  }
-  if constexpr (requires { j.red.transposed; })
-    if (j.red.transposed) s = "(" + s + ")ᵀ";
-  return s;
+  return shown_post(std::move(s), j.post, j.e.rows(), R::name, times, transposed);
 }
 /// A rows_job with its output layout.
 template <class J, class T>
