@@ -619,6 +619,14 @@ TEST_CASE("plan_for plans with the device's resources, as eval does; a given dev
   const auto small = mc::plan_for(e, o, mc::device_resources{1, std::size_t(1) << 30});
   CHECK(small.threads <= planned.threads);
   CHECK(small.min_bytes == planned.min_bytes);
+  // The budget given the other two ways: a template parameter, budget_bytes in place of options.
+  constexpr std::size_t b = std::size_t(64) << 20;
+  CHECK(mc::plan_for<memsafe::budget<b>>(e).tile_cols == planned.tile_cols);
+  CHECK(mc::plan_for(e, memsafe::budget_bytes(b)).tile_cols == planned.tile_cols);
+  std::vector<float> v(n * 3);
+  std::vector<memsafe::index_t> ix(n * 3);
+  CHECK(mc::eval_into<memsafe::budget<b>>(e, v.data(), ix.data()).budget_bytes == b);
+  CHECK(mc::eval_into(e, v.data(), ix.data(), memsafe::budget_bytes(b)).budget_bytes == b);
 }
 
 TEST_CASE("NaN ranks last and ties go to the lower index on the device, as on the host") {

@@ -126,6 +126,12 @@ eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indice
   memsafe::detail::check_outputs(x, values, indices, "memsafe::cuda::eval_into");
   return detail::run(x, values, indices, o);
 }
+/// Compile-time budget: memsafe::cuda::eval_into<memsafe::budget<1_GiB>>(expr, values, indices[, stream]).
+template <class Budget, evaluable X>
+  requires memsafe::detail::is_budget<Budget>::value
+eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, cudaStream_t s = nullptr) {
+  return eval_into(x, values, indices, options{Budget::bytes, s});
+}
 
 /// Evaluate on the GPU; results in host vectors, as memsafe::eval returns them.
 template <evaluable X>
@@ -171,6 +177,12 @@ template <evaluable X>
 tile_plan plan_for(const X& x, const options& o = {}) {
   detail::check_node<X>();
   return plan_for(x, o, device_resources::current());
+}
+/// Compile-time budget: memsafe::cuda::plan_for<memsafe::budget<1_GiB>>(expr).
+template <class Budget, evaluable X>
+  requires memsafe::detail::is_budget<Budget>::value
+tile_plan plan_for(const X& x) {
+  return plan_for(x, options{Budget::bytes});
 }
 
 }  // namespace memsafe::cuda
