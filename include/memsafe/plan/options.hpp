@@ -146,20 +146,19 @@ result<typename X::value_type> into_result(const X& x, Run&& run) {
 template <class B>
 inline constexpr bool valid_budget_param = is_budget<B>::value || std::is_same_v<B, no_budget>;
 
+template <class B>
+std::optional<std::size_t> static_budget() {
+  if constexpr (is_budget<B>::value) return B::bytes;
+  else return std::nullopt;
+}
+
 /// The options of a call whose budget is its template parameter (`plan_for<budget<N>>(expr)`).
 template <class Budget>
 options static_options() {
   static_assert(is_budget<Budget>::value,
                 "memsafe: in eval_into<B>, plan_for<B> and explain<B>, B must be memsafe::budget<Bytes> "
                 "(e.g. budget<64_MiB>)");
-  if constexpr (is_budget<Budget>::value) return options{Budget::bytes, 0};
-  else return options{};  // not reached: the assertion above stops the build (and is its one error)
-}
-
-template <class B>
-std::optional<std::size_t> static_budget() {
-  if constexpr (is_budget<B>::value) return B::bytes;
-  else return std::nullopt;
+  return options{static_budget<Budget>(), 0};
 }
 
 }  // namespace detail
