@@ -5,6 +5,8 @@
 // into the same executable with MEMSAFE_TEST_DEVICE: the same sweeps, on device memory.
 #include <memsafe/cuda.cuh>
 
+#include <sys/resource.h>
+
 #include <array>
 #include <numeric>
 #include <random>
@@ -37,6 +39,13 @@ std::vector<double> repeated(const std::vector<double>& base, std::size_t distin
   for (std::size_t j = 0; j < m; ++j)
     for (std::size_t c = 0; c < d; ++c) y[j * d + c] = base[(j % distinct) * d + c];
   return y;
+}
+
+/// The process's peak resident set, KiB.
+long peak_rss_kib() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
 }
 
 std::size_t used_device_bytes() {
@@ -598,6 +607,21 @@ TEST_CASE("too small a budget is a budget_error before any device allocation, na
     CHECK(std::string(err.what()).find(std::to_string(mn)) != std::string::npos);
   }
   CHECK(mc::eval(e, mc::options{mn}).stats.peak_temp_bytes <= mn);
+
+  // eval's result is the caller's memory, not a temporary, and may be far larger than the budget:
+  // eval plans for host outputs first and allocates the result only for a plan that fits. A 4 GiB
+  // result (dense 2^15 x 2^15 floats) under a 1-byte budget is a budget_error that leaves the
+  // process's peak RSS where it was (before, the result was allocated and zeroed, then refused).
+  const std::size_t big = std::size_t(1) << 15;
+  std::vector<float> xb(big);
+  for (std::size_t i = 0; i < big; ++i) xb[i] = float(i % 977);
+  dvec<float> XB(xb);
+  const auto P = memsafe::points(XB.p, big, 1);
+  const long peak0 = peak_rss_kib();
+  CHECK_THROWS_AS((void)mc::eval(memsafe::dense(memsafe::sqdist(P, P)), memsafe::budget_bytes(1)), memsafe::budget_error);
+  CHECK_THROWS_AS((void)mc::eval(memsafe::argkmin(memsafe::sqdist(P, P), 2048), memsafe::budget_bytes(1)),
+                  memsafe::budget_error);
+  CHECK(peak_rss_kib() - peak0 < (1L << 20));  // KiB: less than 1 GiB more
 }
 
 TEST_CASE("plan_for plans with the device's resources, as eval does; a given device needs no GPU") {

@@ -59,11 +59,10 @@ struct cuda_backend {
     namespace cd = memsafe::cuda::detail;
     cd::check_node<X>();
     if constexpr (cd::device_node<X>) {
-      typename X::value_type v[1] = {};
-      index_t ix[1] = {};
       rewrite::rule_log log;
-      const auto job = cd::lower(x, v, ix, log);
-      return cd::plan_job(job, b, memsafe::cuda::device_resources::current(), cd::residency::queried, x.str()).plan;
+      const auto job = cd::lower(x, log);
+      return cd::plan_job(job, b, memsafe::cuda::device_resources::current(), cd::residency::host_outputs, x.str())
+          .plan;
     } else {
       return {};
     }

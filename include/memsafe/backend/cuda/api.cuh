@@ -75,33 +75,51 @@ X without_operand_values(const X& x, std::vector<typename X::value_type>& zeros)
   return y;
 }
 
-/// The job of x with its outputs bound: every rule fired once, into `log`.
+/// The job of x, its outputs not yet bound: every rule fired once, into `log`.
 template <class X, class T = typename X::value_type>
-auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
-  auto job = jobs::lower(x, values, indices, log);
-  if constexpr (jobs::is_lazy_product<X>) return bind_output(std::move(job), values);
+auto lower(const X& x, rewrite::rule_log& log) {
+  auto job = jobs::lower(x, static_cast<T*>(nullptr), nullptr, log);
+  if constexpr (jobs::is_lazy_product<X>) return bind_output(std::move(job), static_cast<T*>(nullptr));
   else return job;
 }
+/// Point a lowered job at its outputs (after planning: eval allocates its result only for a plan
+/// that fits).
+template <class Job, class X, class T>
+void bind_job_outputs(Job& job, const X& x, T* values, index_t* indices) {
+  if constexpr (requires { job.out; }) jobs::bind_outputs(job, x, values, indices);
+  else job.values = values;  // bound_product
+}
 
+/// lower → plan → outputs() → run. Every planning error (budget_error with the minimum, a shape or
+/// argument error) comes before outputs() is called, so eval allocates its result only for a plan
+/// that fits. `where`: residency::queried for eval_into's caller pointers (device or host memory),
+/// residency::host_outputs for eval's result vectors (host memory, not yet allocated when planning).
 template <class X, class T = typename X::value_type>
-eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
+eval_stats run(const X& x, memsafe::detail::output_target<T>& outputs, residency where, const options& o) {
   check_node<X>();
   if constexpr (device_node<X>) {
     check_no_pending_error("memsafe::cuda::eval");
     const std::size_t budget = resolve_budget(o.budget);
     const device_resources dev = device_resources::current();  // the same numbers plan_for uses
     const auto t0 = std::chrono::steady_clock::now();
+    check_diag_operand(x);
+    rewrite::rule_log log;
+    auto job = lower(x, log);
+    if (where == residency::queried) {  // eval_into: where the caller's outputs live decides the plan
+      const auto [v, ix] = outputs();
+      bind_job_outputs(job, x, v, ix);
+    }
+    // Planned before the stream, the accountant and the outputs: argument_error or budget_error
+    // before any allocation or launch.
+    auto plan = plan_job(job, budget, dev, where, x.str());
+    const auto [values, indices] = outputs();
+    bind_job_outputs(job, x, values, indices);
     std::unique_ptr<stream> own;
     if (!o.stream) {
       own = std::make_unique<stream>();
       after_default_streams(own->get());
     }
     const cudaStream_t st = o.stream ? o.stream : own->get();
-    check_diag_operand(x);
-    rewrite::rule_log log;
-    const auto job = lower(x, values, indices, log);
-    // Planned before the accountant exists: argument_error or budget_error before any allocation or launch.
-    auto plan = plan_job(job, budget, dev, residency::queried, x.str());
     eval_stats stats;
     {
       device_accountant acc(budget, st);
@@ -124,7 +142,8 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
 template <evaluable X>
 eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, const options& o = {}) {
   memsafe::detail::check_outputs(x, values, indices, "memsafe::cuda::eval_into");
-  return detail::run(x, values, indices, o);
+  memsafe::detail::output_target<typename X::value_type> out(values, indices);
+  return detail::run(x, out, detail::residency::queried, o);
 }
 /// Compile-time budget: memsafe::cuda::eval_into<memsafe::budget<1_GiB>>(expr, values, indices[, stream]).
 template <class Budget, evaluable X>
@@ -138,10 +157,8 @@ template <evaluable X>
 result<typename X::value_type> eval(const X& x, const options& o = {}) {
   options oo = o;
   oo.synchronize = true;
-  return memsafe::detail::into_result(x, [&](auto& target) {
-    const auto [v, ix] = target();  // the device plan depends on where the outputs live: allocated first
-    return detail::run(x, v, ix, oo);
-  });
+  return memsafe::detail::into_result(
+      x, [&](auto& target) { return detail::run(x, target, detail::residency::host_outputs, oo); });
 }
 /// Compile-time budget: memsafe::cuda::eval<memsafe::budget<1_GiB>>(expr).
 template <class Budget, evaluable X>
@@ -163,8 +180,7 @@ tile_plan plan_for(const X& x, const options& o, const device_resources& dev) {
   if constexpr (detail::device_node<X>) {
     rewrite::rule_log log;
     std::vector<typename X::value_type> zeros;
-    const auto job = detail::lower(detail::without_operand_values(x, zeros),
-                                   static_cast<typename X::value_type*>(nullptr), nullptr, log);
+    const auto job = detail::lower(detail::without_operand_values(x, zeros), log);
     tile_plan p = detail::plan_job(job, detail::resolve_budget(o.budget), dev, detail::residency::assumed, x.str()).plan;
     p.rules = log.fired;
     return p;

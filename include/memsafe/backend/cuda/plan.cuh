@@ -89,15 +89,16 @@ inline const char* path_name(kernel_path p) {
 
 /// Where planning takes a job's data (points, dense operand, outputs) to live.
 enum class residency {
-  queried,  ///< each pointer's memory space as the runtime reports it (eval: a device is present)
-  assumed,  ///< outputs in host memory, inputs on the device, nothing asked (plan_for: no device needed)
+  queried,       ///< each pointer's memory space as the runtime reports it (eval_into: a device is present)
+  host_outputs,  ///< outputs in host memory (eval's result, allocated once the plan fits), inputs queried
+  assumed,       ///< outputs in host memory, inputs on the device, nothing asked (plan_for: no device needed)
 };
 /// Whether a pointer of the job is host memory: an output, or an input (points, dense operand).
 inline bool output_on_host(const void* p, residency where) {
-  return where == residency::assumed || space_of(p) == memory_space::host;
+  return where != residency::queried || space_of(p) == memory_space::host;
 }
 inline bool input_on_host(const void* p, residency where) {
-  return where == residency::queried && p && space_of(p) == memory_space::host;
+  return where != residency::assumed && p && space_of(p) == memory_space::host;
 }
 
 inline constexpr int fused_tj = 128;                ///< points of Y per shared-memory tile (= threads)

@@ -315,7 +315,7 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
                          ": a product or sum with diagonal terms (K + D) needs host outputs on the GPU backend");
   // The diagonal terms are applied on the host, reading diag(d)'s d there (the dense factor M of
   // (K + D)·M is checked before the lowering reads it: api.cuh, check_diag_operand).
-  if (where == residency::queried)
+  if (where != residency::assumed)
     for (const auto& [coef, dg] : b.job.post.diags)
       if (dg.vector && dg.vector->d.data() && space_of(dg.vector->d.data()) != memory_space::host)
         throw argument_error("memsafe::cuda: " + what +
