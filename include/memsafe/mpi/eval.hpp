@@ -129,6 +129,19 @@ struct plan {
 namespace detail {
 using namespace memsafe::detail;
 
+/// The comm_stats a plan fixes before any message: ranks, extents, chunks and buffers.
+inline comm_stats planned_comm(const mpi::plan& p) {
+  comm_stats cs;
+  cs.ranks = p.ranks;
+  cs.rank = p.rank;
+  cs.global_extent = p.global_extent;
+  cs.offset = p.offset;
+  cs.chunk_rows = p.chunk_rows;
+  cs.chunks = p.chunks;
+  cs.buffer_bytes = p.buffer_bytes;
+  return cs;
+}
+
 /// One rank's planning outcome, exchanged by the agreement.
 struct rank_info {
   std::uint64_t rows, cols, extent, need, budget, chunk_rows;
@@ -401,14 +414,8 @@ mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const B& be) {
   out.stats.peak_temp_bytes = std::max(loc.stats.peak_temp_bytes, lse.stats.peak_temp_bytes);
 
   const auto t1 = std::chrono::steady_clock::now();
+  out.comm = planned_comm(p);
   comm_stats& cs = out.comm;
-  cs.ranks = p.ranks;
-  cs.rank = p.rank;
-  cs.global_extent = p.global_extent;
-  cs.offset = p.offset;
-  cs.chunk_rows = p.chunk_rows;
-  cs.chunks = p.chunks;
-  cs.buffer_bytes = p.buffer_bytes;
   {
     accountant acc(d.budget);
     temp_buffer<std::byte> mine(acc, p.chunk_rows * p.record_bytes), theirs(acc, p.chunk_rows * p.record_bytes);

@@ -388,14 +388,8 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
   out.cols = x.cols();
   out.values.assign(out.rows * out.cols, T(0));
   if constexpr (X::has_indices) out.indices.assign(out.rows * out.cols, -1);
+  out.comm = planned_comm(p);
   comm_stats& cs = out.comm;
-  cs.ranks = p.ranks;
-  cs.rank = p.rank;
-  cs.global_extent = p.global_extent;
-  cs.offset = p.offset;
-  cs.chunk_rows = p.chunk_rows;
-  cs.chunks = p.chunks;
-  cs.buffer_bytes = p.buffer_bytes;
 
   const std::size_t rec = g.rule.row_bytes(), C = g.chunk, d = g.d, c = g.c;
   const int P = p.ranks, r = p.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
