@@ -26,16 +26,28 @@ namespace memsafe::detail {
 
 /// A strided block of memory: rank axes of ext[k] elements, byte strides st[k], elements of sz
 /// bytes from base. Axes of extent 1 and of stride 0 (broadcast) are dropped, the rest sorted by
-/// stride, largest first; empty: no element.
+/// stride, largest first; empty: no element. A block with more than max_axes such axes (a tensor
+/// of rank 9 or more, every axis strided) is kept as the whole byte range it spans, one axis of
+/// bytes: an overlap is never missed, and a disjoint interleaving of it may be refused.
 struct mem_block {
+  static constexpr std::size_t max_axes = 8;
   std::uintptr_t base = 0;
   std::size_t sz = 0, rank = 0;
-  std::size_t ext[8] = {}, st[8] = {};
+  std::size_t ext[max_axes] = {}, st[max_axes] = {};
   bool empty = true;  ///< no element (a default block: an absent input or output)
 
   mem_block() = default;
   mem_block(const void* p, std::size_t elem, std::size_t r, const std::size_t* e, const std::size_t* s)
-      : base(reinterpret_cast<std::uintptr_t>(p)), sz(elem), empty(false) {  // r ≤ 8
+      : base(reinterpret_cast<std::uintptr_t>(p)), sz(elem), empty(false) {
+    std::size_t axes = 0, bytes = elem;  // (the views' constructors checked that the span is addressable)
+    for (std::size_t k = 0; k < r; ++k)
+      if (e[k] > 1 && s[k] != 0) ++axes, bytes += (e[k] - 1) * s[k] * elem;
+    if (axes > max_axes) {
+      for (std::size_t k = 0; k < r; ++k) empty = empty || e[k] == 0;
+      sz = 1, rank = 1, ext[0] = bytes, st[0] = 1;
+      empty = empty || !p || elem == 0;
+      return;
+    }
     for (std::size_t k = 0; k < r; ++k) {
       if (e[k] == 0) empty = true;
       if (e[k] <= 1 || s[k] == 0) continue;
@@ -149,8 +161,7 @@ void for_each_input(const N& n, F&& f) {
     f(block_of(n.y));
     if (n.params.per_dim) f(contiguous_block(n.params.per_dim, n.x.cols()));
   } else if constexpr (requires { n.data; n.src_shape; n.src_strides; }) {  // a tensor leaf
-    if constexpr (std::tuple_size_v<decltype(n.src_shape)> <= 8)  // (more axes than any use: not checked)
-      f(mem_block(n.data, sizeof(*n.data), n.src_shape.size(), n.src_shape.data(), n.src_strides.data()));
+    f(mem_block(n.data, sizeof(*n.data), n.src_shape.size(), n.src_shape.data(), n.src_strides.data()));
   } else if constexpr (requires { n.f; std::tuple_size<decltype(n.f)>::value; }) {  // a chain
     std::apply([&](const auto&... g) { (for_each_input(g, f), ...); }, n.f);
   } else if constexpr (std::is_class_v<V>) {
