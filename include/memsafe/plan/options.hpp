@@ -125,7 +125,11 @@ void check_outputs(const X& x, const typename X::value_type* values, const index
     if (!indices && count != 0)
       throw argument_error(std::string(where) + ": " + x.str() + " returns indices: pass an index output");
   check_no_overlap(x, contiguous_block(values, count), "values", where);
-  if constexpr (X::has_indices) check_no_overlap(x, contiguous_block(indices, count), "indices", where);
+  if constexpr (X::has_indices) {
+    check_no_overlap(x, contiguous_block(indices, count), "indices", where);
+    if (blocks_overlap(contiguous_block(values, count), contiguous_block(indices, count)))
+      throw argument_error(std::string(where) + ": the values and indices outputs share memory; give each its own buffer");
+  }
 }
 /// A result for x, filled by run(output_target<T>&) -> eval_stats: the target sizes the result
 /// when run calls it, after planning.
