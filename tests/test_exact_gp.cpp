@@ -363,6 +363,22 @@ TEST_CASE("exact_solve: bad inputs") {
   CHECK_THROWS_AS(gp::exact_predict_mean(p.data(), r.alpha.data(), 1, p.h, {Xn.data(), 3, 3}, mean.data()),
                   memsafe::argument_error);
   CHECK_THROWS_AS(gp::exact_predict_variance(p.data(), p.h, {Xs.data(), 3, 2}, mean.data()), memsafe::shape_error);
+  // Outputs over an input: the means over the test points, the training points or alpha; the
+  // variances over the test points (each is written while they are still read).
+  vec T3(p.Xs.begin(), p.Xs.begin() + 3 * p.d), a = r.alpha, X2 = p.X;
+  const auto over = [&](auto&& f) { return ref::message_of<memsafe::argument_error>(f); };
+  CHECK(ref::contains(over([&] { gp::exact_predict_mean(p.data(), a.data(), 1, p.h, {T3.data(), 3, p.d}, T3.data() + 1); }),
+                      "memsafe::gp::exact_predict_mean: the output mean shares memory with the input test points"));
+  CHECK(ref::contains(over([&] {
+                        gp::exact_predict_mean({X2.data(), p.B.data(), p.n, p.d}, a.data(), 1, p.h, p.tests(), X2.data());
+                      }),
+                      "the input training points"));
+  CHECK(ref::contains(over([&] { gp::exact_predict_mean(p.data(), a.data(), 1, p.h, p.tests(), a.data() + 2); }),
+                      "the input alpha"));
+  CHECK(ref::contains(over([&] { gp::exact_predict_variance(p.data(), p.h, {T3.data(), 3, p.d}, T3.data() + 3); }),
+                      "memsafe::gp::exact_predict_variance: the output var shares memory with the input test points"));
+  vec m3(3);
+  CHECK_NOTHROW(gp::exact_predict_mean(p.data(), a.data(), 1, p.h, {T3.data(), 3, p.d}, m3.data()));
 }
 
 TEST_CASE("exact GP with a point whose squared distance overflows: Matérn kernels give 0 there, not NaN") {

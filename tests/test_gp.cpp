@@ -17,6 +17,7 @@
 
 #include "gp_problem.hpp"
 #include "gp_reference.hpp"
+#include "reference.hpp"
 
 namespace {
 
@@ -647,6 +648,30 @@ TEST_CASE("predict refuses a posterior whose parts do not fit together") {
   bad([](gp::sgpr_posterior& P) { P.variance = std::nan(""); });
   bad([](gp::sgpr_posterior& P) { P.Z[1] = HUGE_VAL; });
   CHECK_NOTHROW(gp::predict(r.posterior, p.Xs.data(), 2, mean.data(), var.data(), 1 << 20));
+}
+
+TEST_CASE("predict refuses outputs that share memory with the test points or with each other") {
+  // The means and variances are written chunk by chunk while later test points are still read: an
+  // output over Xs, or var over mean, would give wrong numbers silently.
+  problem p(30, 4, 3, gp::kernel::matern32);
+  const auto r = gp::sgpr(p.data(), p.ind(), p.h);
+  const std::size_t ns = 6, d = p.d;
+  vec Xs(p.Xs.begin(), p.Xs.begin() + ns * d), mean(ns), var(ns), both(2 * ns);
+  const std::size_t tiny = (d + 2 + 2 * p.m) * sizeof(double);  // 2 test points per chunk
+  REQUIRE_NOTHROW(gp::predict(r.posterior, Xs.data(), ns, mean.data(), var.data(), tiny));
+  const std::string over_x = ref::message_of<memsafe::argument_error>([&] {
+    vec x = Xs, v(ns);
+    gp::predict(r.posterior, x.data(), ns, x.data() + 2 * d, v.data(), tiny);
+  });
+  CHECK(ref::contains(over_x, "memsafe::gp::predict: the output mean shares memory with the input Xs"));
+  CHECK(ref::contains(ref::message_of<memsafe::argument_error>([&] {
+                        gp::predict(r.posterior, Xs.data(), ns, both.data(), both.data() + ns - 1, tiny);
+                      }),
+                      "the outputs mean and var share memory"));
+  // side by side in one buffer: the same numbers as apart
+  REQUIRE_NOTHROW(gp::predict(r.posterior, Xs.data(), ns, both.data(), both.data() + ns, tiny));
+  CHECK(vec(both.begin(), both.begin() + ns) == mean);
+  CHECK(vec(both.begin() + ns, both.end()) == var);
 }
 
 TEST_CASE("softplus transforms") {

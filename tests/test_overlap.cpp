@@ -157,6 +157,19 @@ TEST_CASE("overlap: eval_into refuses an output that is one of its inputs") {
                         (void)memsafe::eval_into(memsafe::argkmin(memsafe::sqdist(X, X), 2), out.data(), xi, o);
                       }),
                       "indices"));
+  // the values and the indices in one buffer: refused where they meet, evaluated side by side
+  std::vector<double> both(n * 2 * 2 + 1);
+  const auto at = [&](std::size_t off) { return reinterpret_cast<memsafe::index_t*>(both.data() + off); };
+  const auto top2 = memsafe::argkmin(memsafe::sqdist(X, X), 2);
+  CHECK(ref::contains(ref::message_of<memsafe::argument_error>([&] {
+                        (void)memsafe::eval_into(top2, both.data(), at(n * 2 - 1), o);
+                      }),
+                      "values and indices outputs share memory"));
+  CHECK_THROWS_AS(memsafe::eval_into(top2, both.data() + 1, at(0), o), memsafe::argument_error);
+  REQUIRE_NOTHROW(memsafe::eval_into(top2, both.data(), at(n * 2), o));
+  const auto apart = memsafe::eval(top2, o);
+  CHECK(std::vector<memsafe::index_t>(at(n * 2), at(n * 2) + n * 2) == apart.indices);
+  CHECK(std::vector<double>(both.data(), both.data() + n * 2) == apart.values);
   // ARD lengthscales, a diagonal term, the right-hand side of K·M and the values of softmax_sum
   std::vector<double> ls(d + n, 1.5);
   const auto Ka = memsafe::rbf(X, X, memsafe::ard(ls.data(), d), 1.0);

@@ -185,18 +185,20 @@ struct named_block {
   mem_block b;
 };
 /// argument_error when an output shares memory with an input or with another output (each
-/// evaluation that writes several outputs: attention's forward and backward).
+/// evaluation that writes several outputs: attention's forward and backward, the GP predictions).
+/// Messages start with prefix + where ("memsafe: eval_into(attention)", "memsafe::gp::predict").
 template <std::size_t NO, std::size_t NI>
-void check_apart(const named_block (&outs)[NO], const named_block (&ins)[NI], const char* where) {
+void check_apart(const named_block (&outs)[NO], const named_block (&ins)[NI], const char* where,
+                 const char* prefix = "memsafe: ") {
   for (std::size_t o = 0; o < NO; ++o) {
     for (std::size_t i = 0; i < NI; ++i)
       if (blocks_overlap(outs[o].b, ins[i].b))
-        throw argument_error(std::string("memsafe: ") + where + ": the output " + outs[o].name +
+        throw argument_error(std::string(prefix) + where + ": the output " + outs[o].name +
                              " shares memory with the input " + ins[i].name +
                              ": outputs are written while the inputs are still being read; use separate buffers");
     for (std::size_t p = 0; p < o; ++p)
       if (blocks_overlap(outs[o].b, outs[p].b))
-        throw argument_error(std::string("memsafe: ") + where + ": the outputs " + outs[p].name + " and " +
+        throw argument_error(std::string(prefix) + where + ": the outputs " + outs[p].name + " and " +
                              outs[o].name + " share memory");
   }
 }

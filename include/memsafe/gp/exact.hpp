@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../api/eval.hpp"
+#include "../expr/overlap.hpp"
 #include "../core/accounting.hpp"
 #include "../core/budget.hpp"
 #include "../core/error.hpp"
@@ -182,7 +183,10 @@ inline void validate_options(const exact_options& o, const std::string& f) {
 
 /// What both predictions check first: the training data and hyperparameters, the test points'
 /// dimension and the output; sets st's budget. False (nothing to do) when there are no test points.
+/// The output (out_count values, named out_name) must not share memory with the test points, the
+/// training points or `alpha` (alpha_count values): it is written while they are still being read.
 inline bool start_predict(const data_view& D, const hyperparameters& h, const points_view& T, const double* out,
+                          std::size_t out_count, const char* out_name, const double* alpha, std::size_t alpha_count,
                           const exact_options& opts, const std::string& f, exact_predict_stats& st) {
   validate_exact(D, h, f);
   st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
@@ -191,6 +195,13 @@ inline bool start_predict(const data_view& D, const hyperparameters& h, const po
     throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
                       std::to_string(D.d));
   if (!out) throw argument_error(f + "null output");
+  using memsafe::detail::contiguous_block;
+  const memsafe::detail::named_block outs[1] = {{out_name, contiguous_block(out, out_count)}};
+  const memsafe::detail::named_block ins[3] = {
+      {"test points", contiguous_block(T.X, memsafe::detail::checked_mul(T.n, T.d, f + "test points"))},
+      {"training points", contiguous_block(D.X, memsafe::detail::checked_mul(D.n, D.d, f + "training points"))},
+      {"alpha", contiguous_block(alpha, alpha_count)}};
+  memsafe::detail::check_apart(outs, ins, f.substr(0, f.size() - 2).c_str(), "");
   return true;
 }
 
@@ -681,7 +692,9 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_predict_mean: ";
   exact_predict_stats st;
-  if (!dg::start_predict(D, h, T, mean, opts, f, st)) return st;
+  if (!dg::start_predict(D, h, T, mean, memsafe::detail::checked_mul(T.n, rhs, f + "the means"), "mean", alpha,
+                         memsafe::detail::checked_mul(D.n, rhs, f + "alpha"), opts, f, st))
+    return st;
   if (rhs == 0) throw shape_error(f + "no weights (rhs = 0)");
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   dg::validate_values(alpha, D.n * rhs, f, "alpha");
@@ -711,7 +724,7 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
   const std::string f = "memsafe::gp::exact_predict_variance: ";
   dg::validate_options(opts, f);
   exact_predict_stats st;
-  if (!dg::start_predict(D, h, T, var, opts, f, st)) return st;
+  if (!dg::start_predict(D, h, T, var, T.n, "var", nullptr, 0, opts, f, st)) return st;
   if (batch == 0) throw argument_error(f + "batch must be >= 1");
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   const std::size_t n = D.n, d = D.d, cb = std::min(batch, T.n);

@@ -43,6 +43,7 @@
 #include "../core/budget.hpp"
 #include "../core/error.hpp"
 #include "../expr/lazy.hpp"
+#include "../expr/overlap.hpp"
 #include "../expr/view.hpp"
 #include "../linalg/dense.hpp"
 #include "../backend/host/tile_isa.hpp"
@@ -842,6 +843,12 @@ inline predict_stats predict(const sgpr_posterior& P, const double* Xs, std::siz
   if (ns == 0) return st;
   if (!Xs || !mean || !var) throw argument_error("memsafe::gp::predict: null pointer (Xs, mean or var)");
   const std::size_t m = P.m, d = P.d;
+  {  // the outputs are written chunk by chunk while later chunks of Xs are still to be read
+    using memsafe::detail::contiguous_block;
+    const memsafe::detail::named_block outs[2] = {{"mean", contiguous_block(mean, ns)}, {"var", contiguous_block(var, ns)}};
+    const memsafe::detail::named_block ins[1] = {{"Xs", contiguous_block(Xs, memsafe::detail::checked_mul(ns, d, "memsafe::gp::predict: Xs"))}};
+    memsafe::detail::check_apart(outs, ins, "predict", "memsafe::gp::");
+  }
   if (m == 0 || d == 0 || P.L.size() != m * m || P.LB.size() != m * m || P.w.size() != m || P.Z.size() != m * d ||
       P.lengthscales.size() != d)
     throw argument_error("memsafe::gp::predict: the posterior is empty or inconsistent: m = " + std::to_string(m) +
