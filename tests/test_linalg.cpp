@@ -293,6 +293,43 @@ TEST_CASE_TEMPLATE("linalg errors: not positive definite and shape mismatches", 
   CHECK_THROWS_AS(memsafe::linalg::cholesky(strided), memsafe::argument_error);
 }
 
+TEST_CASE_TEMPLATE("linalg refuses an output that shares memory with an operand", T, float, double) {
+  // BLAS and LAPACK read the operands while they write the output: aliased, the answer is wrong.
+  const std::size_t n = 6;
+  auto L = as<T>(naive_cholesky(spd(n, 33), n));
+  std::vector<T> M(3 * n * n, T(0.5));  // room for operands and outputs side by side
+  const auto Lv = memsafe::matrix(L.data(), n, n);
+  const auto said = [](auto&& f) {
+    try {
+      f();
+    } catch (const memsafe::argument_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  using memsafe::linalg::gemm;
+  const auto A = memsafe::matrix(static_cast<const T*>(M.data()), n, n);
+  CHECK(said([&] { gemm(T(1), A, false, Lv, false, T(0), memsafe::matrix(M.data() + n, n, n)); })
+            .find("memsafe::linalg::gemm: C shares memory with A") != std::string::npos);
+  CHECK(said([&] { gemm(T(1), Lv, true, A, false, T(0), memsafe::matrix(M.data(), n, n)); })
+            .find("C shares memory with B") != std::string::npos);
+  CHECK_NOTHROW(gemm(T(1), A, false, Lv, false, T(0), memsafe::matrix(M.data() + n * n, n, n)));  // just after A
+  CHECK(said([&] { memsafe::linalg::syrk(T(1), A, false, T(0), memsafe::matrix(M.data() + 1, n, n)); })
+            .find("memsafe::linalg::syrk: C shares memory with A") != std::string::npos);
+  CHECK(said([&] { memsafe::linalg::solve_lower(Lv, memsafe::matrix(L.data() + n, n, 1)); })
+            .find("memsafe::linalg::solve_lower: B shares memory with L") != std::string::npos);
+  CHECK(said([&] { memsafe::linalg::solve_lower(Lv, memsafe::vec(L.data() + n * n - n, n)); })
+            .find("b shares memory with L") != std::string::npos);
+  // interleaved without a common element: the columns of one buffer (col-major n×n at stride 2n)
+  std::vector<T> W(2 * n * n, T(0));
+  for (std::size_t i = 0; i < n; ++i) W[i * 2 * n + i] = T(1);  // identity in the even columns
+  const auto Lin = memsafe::matrix_view<T>(W.data(), n, n, 2 * n, 1);
+  auto Bs = memsafe::matrix_view<T>(W.data() + n, n, 1, 2 * n, 1);
+  for (std::size_t i = 0; i < n; ++i) Bs(i, 0) = T(i + 1);
+  CHECK_NOTHROW(memsafe::linalg::solve_lower(Lin, Bs));
+  for (std::size_t i = 0; i < n; ++i) CHECK(Bs(i, 0) == T(i + 1));  // L = I: B unchanged
+}
+
 TEST_CASE("linalg lazy times lazy in double through DGEMM matches a naive product") {
   // Large enough that the tiled product calls DGEMM on many tiles, with 2 threads and a tight budget.
   const std::size_t mu = 70, n = 2500, d = 5;
