@@ -35,13 +35,27 @@ std::vector<bool> bytes_of(std::size_t base, std::size_t elem, const std::vector
   return hit;
 }
 
+/// Two strided blocks at offsets base[t] from a fake, aligned origin (no memory is touched): their
+/// mem_blocks, and whether they share a byte by enumerating every element's bytes.
+struct block_pair {
+  mem_block a, b;
+  bool share;
+};
+block_pair blocks_at(const std::size_t (&base)[2], std::size_t elem, const std::vector<std::size_t> (&e)[2],
+                     const std::vector<std::size_t> (&s)[2], std::size_t space) {
+  const std::uintptr_t origin = 1 << 20;
+  const auto x = bytes_of(base[0], elem, e[0], s[0], space), y = bytes_of(base[1], elem, e[1], s[1], space);
+  bool share = false;
+  for (std::size_t i = 0; i < space && !share; ++i) share = x[i] && y[i];
+  return {mem_block(reinterpret_cast<const void*>(origin + base[0]), elem, e[0].size(), e[0].data(), s[0].data()),
+          mem_block(reinterpret_cast<const void*>(origin + base[1]), elem, e[1].size(), e[1].data(), s[1].data()), share};
+}
+
 }  // namespace
 
 TEST_CASE("overlap: the exact test agrees with an enumeration of the bytes of random strided blocks") {
   std::mt19937 g(7);
   std::uniform_int_distribution<std::size_t> R(1, 4), E(0, 5), S(0, 9), B(0, 200), Z(1, 8);
-  // a fake address space: offsets from an aligned base (no memory is touched)
-  const std::uintptr_t origin = 1 << 20;
   int overlaps = 0, disjoint = 0, dense_pairs = 0, interleaved = 0;
   for (int trial = 0; trial < 10000; ++trial) {
     const std::size_t elem = Z(g) <= 4 ? 4 : 8;
@@ -59,12 +73,7 @@ TEST_CASE("overlap: the exact test agrees with an enumeration of the bytes of ra
       }
       base[t] = B(g) * (trial % 3 == 0 ? 1 : elem);  // sometimes misaligned by a byte count
     }
-    const std::size_t space = 200 * 8 + 6 * 6 * 10 * 10 * 8 + 64;
-    const auto a = bytes_of(base[0], elem, e[0], s[0], space), b = bytes_of(base[1], elem, e[1], s[1], space);
-    bool want = false;
-    for (std::size_t i = 0; i < space && !want; ++i) want = a[i] && b[i];
-    const mem_block A(reinterpret_cast<const void*>(origin + base[0]), elem, e[0].size(), e[0].data(), s[0].data());
-    const mem_block Bk(reinterpret_cast<const void*>(origin + base[1]), elem, e[1].size(), e[1].data(), s[1].data());
+    const auto [A, Bk, want] = blocks_at(base, elem, e, s, 200 * 8 + 6 * 6 * 10 * 10 * 8 + 64);
     CAPTURE(trial);
     CHECK(memsafe::detail::blocks_overlap(A, Bk) == want);
     CHECK(memsafe::detail::blocks_overlap(Bk, A) == want);
@@ -83,7 +92,6 @@ TEST_CASE("overlap: blocks of 9 and 10 axes - exact up to 8 strided axes, never 
   // is taken as the byte range it spans (an interleaving may be refused, an overlap never missed).
   std::mt19937 g(11);
   std::uniform_int_distribution<std::size_t> R(9, 10), E(1, 6), S(0, 9), B(0, 200), Z(1, 8);
-  const std::uintptr_t origin = 1 << 20;
   int exact = 0, coarse = 0, overlaps = 0;
   for (int trial = 0; trial < 3000; ++trial) {
     const std::size_t elem = Z(g) <= 4 ? 4 : 8;
@@ -99,12 +107,7 @@ TEST_CASE("overlap: blocks of 9 and 10 axes - exact up to 8 strided axes, never 
       }
       base[t] = B(g) * elem;
     }
-    const std::size_t space = 200 * 8 + 10 * 9 * 8 + 64;
-    const auto a = bytes_of(base[0], elem, e[0], s[0], space), b = bytes_of(base[1], elem, e[1], s[1], space);
-    bool want = false;
-    for (std::size_t i = 0; i < space && !want; ++i) want = a[i] && b[i];
-    const mem_block A(reinterpret_cast<const void*>(origin + base[0]), elem, e[0].size(), e[0].data(), s[0].data());
-    const mem_block Bk(reinterpret_cast<const void*>(origin + base[1]), elem, e[1].size(), e[1].data(), s[1].data());
+    const auto [A, Bk, want] = blocks_at(base, elem, e, s, 200 * 8 + 10 * 9 * 8 + 64);
     CAPTURE(trial);
     const bool got = memsafe::detail::blocks_overlap(A, Bk);
     CHECK(got == memsafe::detail::blocks_overlap(Bk, A));

@@ -37,11 +37,11 @@
 #include <vector>
 
 #include "../api/eval.hpp"
-#include "../expr/overlap.hpp"
 #include "../core/accounting.hpp"
 #include "../core/budget.hpp"
 #include "../core/error.hpp"
 #include "../expr/lazy.hpp"
+#include "../expr/overlap.hpp"
 #include "../expr/view.hpp"
 #include "../linalg/dense.hpp"
 #include "../plan/plan.hpp"

@@ -845,8 +845,10 @@ inline predict_stats predict(const sgpr_posterior& P, const double* Xs, std::siz
   const std::size_t m = P.m, d = P.d;
   {  // the outputs are written chunk by chunk while later chunks of Xs are still to be read
     using memsafe::detail::contiguous_block;
-    const memsafe::detail::named_block outs[2] = {{"mean", contiguous_block(mean, ns)}, {"var", contiguous_block(var, ns)}};
-    const memsafe::detail::named_block ins[1] = {{"Xs", contiguous_block(Xs, memsafe::detail::checked_mul(ns, d, "memsafe::gp::predict: Xs"))}};
+    const std::size_t xs_count = memsafe::detail::checked_mul(ns, d, "memsafe::gp::predict: Xs");
+    const memsafe::detail::named_block outs[2] = {{"mean", contiguous_block(mean, ns)},
+                                                  {"var", contiguous_block(var, ns)}};
+    const memsafe::detail::named_block ins[1] = {{"Xs", contiguous_block(Xs, xs_count)}};
     memsafe::detail::check_apart(outs, ins, "predict", "memsafe::gp::");
   }
   if (m == 0 || d == 0 || P.L.size() != m * m || P.LB.size() != m * m || P.w.size() != m || P.Z.size() != m * d ||
