@@ -1384,7 +1384,8 @@ def goals(rows, peak_gflops) -> str:
     if ok(ms) and peak_gflops:
         g = 2.0 * ms["n"] * ms["m"] * ms["d"] / ms["median_s"] / 1e9
         frac = g / peak_gflops
-        b16 = " — bfloat16 screen: the FP32-equivalent rate" if ms.get("screen") == "bf16" else ""
+        b16 = {"bf16": " — bfloat16 screen: the FP32-equivalent rate",
+               "amx": " — bfloat16 screen on AMX tiles: the FP32-equivalent rate"}.get(ms.get("screen"), "")
         out.append(["kNN L2 n=10⁶ d=100: share of the FP32 FMA peak (2·n·m·d flops per search)", "≥ 50%",
                     f"{frac * 100:.1f}% ({g:.1f} of {peak_gflops:.1f} GFLOP/s{b16})", verdict(frac, 0.5)])
     else:

@@ -742,9 +742,9 @@ def suite_isa(R: Runner) -> None:
     -march=native (--bin) against memsafe_bench_default (--bin-default: plain -O2, no -march, as a
     consumer builds it), each with the kernels chosen at run time and with every instruction set this
     CPU runs forced (MEMSAFE_ISA=portable, avx2, avx512), and at d = 100 the native build with each
-    screen of the fused selection forced (MEMSAFE_SCREEN=fp32, and bf16 where the CPU has AVX512-BF16:
-    the dispatched default there; and the AVX2 kernels with MEMSAFE_SCREEN=fp32 beside their default,
-    the int16 screen). FAISS (IndexFlatL2, with --impls faiss) runs in the same rounds, and
+    screen of the fused selection forced (MEMSAFE_SCREEN=fp32; bf16 where the CPU has AVX512-BF16,
+    amx where it has AMX-BF16 — the dispatched default there, else bf16 on AMD's CPUs, fp32 on
+    Intel's; and the AVX2 kernels with MEMSAFE_SCREEN=fp32 beside their default, the int16 screen). FAISS (IndexFlatL2, with --impls faiss) runs in the same rounds, and
     on an AVX-512 CPU a second time with OPENBLAS_CORETYPE=Haswell — OpenBLAS's AVX2 kernels, what FAISS
     runs on an AVX2-only CPU — beside memsafe's forced AVX2 kernels. One process per variant and round, the
     variants alternating in every round (--reps rounds, one timed call each after the warm-up), so
@@ -779,6 +779,8 @@ def suite_isa(R: Runner) -> None:
             variants.append(("native", a.bin, None, "fp32", "memsafe", None))
             if "avx512_bf16" in flags:
                 variants.append(("native", a.bin, None, "bf16", "memsafe", None))
+            if {"avx512_bf16", "amx_bf16", "amx_tile"} <= flags:
+                variants.append(("native", a.bin, None, "amx", "memsafe", None))
         if is_knn and d >= 32 and "avx2" in forced:  # the AVX2 kernels' FP32 screen beside their int16 one
             variants.append(("native", a.bin, "avx2", "fp32", "memsafe", None))
         if is_knn and R.wants("faiss"):

@@ -171,10 +171,16 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
-  // By default: float sqdist at d >= 8 in bfloat16 on AVX-512 with AVX512-BF16, at d >= 16 in int16
-  // on an AVX2-only CPU; the rest keeps the FP32 screen.
+  // By default: float sqdist at d >= 16 on AMX tiles where the CPU and OS offer them, else at d >= 8
+  // in bfloat16 on AVX-512 with AVX512-BF16 where VDPBF16PS pays (AMD), at d >= 16 in int16 on an
+  // AVX2-only CPU; the rest keeps the FP32 screen.
   const bool avx2 = available() & host::isa_bit(host::isa::avx2);
-  const std::string want = bf16 ? "bf16" : avx512 ? "fp32" : avx2 ? "i16" : "";
+  const bool amx = bf16 && host::cpu_has_amx_bf16();
+  const std::string want = amx                                 ? "amx"
+                           : bf16 && host::cpu_dpbf16_pays()   ? "bf16"
+                           : avx512                            ? "fp32"
+                           : avx2                              ? "i16"
+                                                               : "";
   CHECK(memsafe::plan_for(wide).screen == want);
   if (available() != host::isa_bit(host::isa::portable)) {
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
@@ -203,11 +209,29 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
     const std::string e = argument_error_of([&] { (void)memsafe::eval(wide); });
     CHECK_MESSAGE(contains(e, "MEMSAFE_SCREEN=bf16: this CPU has no AVX512-BF16"), e);
   }
+  if (amx) {  // the AMX screen, forced: at every d, float sqdist only, with the AVX-512 kernels only
+    scoped_env force("MEMSAFE_SCREEN", "amx");
+    CHECK(memsafe::plan_for(narrow).screen == "amx");
+    CHECK(memsafe::plan_for(dbl).screen == "fp64");
+    CHECK(memsafe::plan_for(l1).screen == "fp32");
+    const auto r = memsafe::eval(wide, memsafe::options{memsafe::unlimited, 2});
+    CHECK(contains(r.stats.plan.reduction, "AMX tiles"));
+    scoped_env avx2("MEMSAFE_ISA", "avx2");
+    if (available() & host::isa_bit(host::isa::avx2)) {
+      const std::string e = argument_error_of([&] { (void)memsafe::plan_for(wide); });
+      CHECK_MESSAGE(contains(e, "MEMSAFE_SCREEN=amx: the AMX screen runs with the AVX-512 kernels, not avx2"), e);
+    }
+  } else if (available() != host::isa_bit(host::isa::portable)) {
+    MESSAGE("the AMX screen is not available here: only its error is checked");
+    scoped_env force("MEMSAFE_SCREEN", "amx");
+    const std::string e = argument_error_of([&] { (void)memsafe::eval(wide); });
+    CHECK_MESSAGE(contains(e, "MEMSAFE_SCREEN=amx: "), e);
+  }
   for (const char* bad : {"BF16", "fp16", "auto", "bfloat16"}) {
     scoped_env force("MEMSAFE_SCREEN", bad);
     if (available() == host::isa_bit(host::isa::portable)) break;  // no fused selection: nothing reads it
     const std::string e = argument_error_of([&] { (void)memsafe::plan_for(wide); });
-    CHECK_MESSAGE(contains(e, std::string("MEMSAFE_SCREEN must be fp32, bf16 or i16, got \"") + bad + "\""), e);
+    CHECK_MESSAGE(contains(e, std::string("MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"") + bad + "\""), e);
   }
 }
 

@@ -5,7 +5,9 @@
 // both precisions, and on every instruction set of the kernels this CPU runs (forced with
 // MEMSAFE_ISA; the others are skipped with a message, tests/test_isa.cpp) — with the FP32 screen
 // and, on AVX-512 where the CPU has AVX512-BF16, with the bfloat16 screen forced at every d
-// (MEMSAFE_SCREEN=bf16), on AVX2 with the int16 screen forced at every d (MEMSAFE_SCREEN=i16) —
+// (MEMSAFE_SCREEN=bf16) and where it has AMX-BF16 with the AMX screen (MEMSAFE_SCREEN=amx; a case
+// of its own has the ≥ 32 query rows its blocks need), on AVX2 with the int16 screen forced at
+// every d (MEMSAFE_SCREEN=i16) —
 // both for float sqdist; the other formulas and double keep the FP32 screen.
 #include <doctest/doctest.h>
 
@@ -50,10 +52,12 @@ std::vector<host::isa> fused_isas() {
   return v;
 }
 
-/// The screens to force on instruction set i: fp32, bf16 where this CPU runs it (AVX-512), i16 on AVX2.
+/// The screens to force on instruction set i: fp32, bf16 and amx where this CPU runs them
+/// (AVX-512), i16 on AVX2.
 std::vector<const char*> screens(host::isa i) {
   std::vector<const char*> v{"fp32"};
   if (i == host::isa::avx512 && host::cpu_has_avx512bf16()) v.push_back("bf16");
+  if (i == host::isa::avx512 && host::cpu_has_amx_bf16()) v.push_back("amx");
   if (i == host::isa::avx2) v.push_back("i16");
   return v;
 }
@@ -78,7 +82,7 @@ void same_as_reference(const X& x, const std::string& what) {
     for (const char* s : screens(i)) {
       INFO("MEMSAFE_SCREEN=" << std::string(s));
       scoped_env screen("MEMSAFE_SCREEN", s);
-      // bf16 and i16 apply to float sqdist only
+      // bf16, amx and i16 apply to float sqdist only
       const bool paired = std::string(s) != "fp32" && std::is_same_v<typename X::value_type, float> &&
                           what.find("sqdist") != std::string::npos;
       const std::size_t fmin = fused_min_budget(x);
@@ -157,6 +161,7 @@ void report_skipped() {
 TEST_CASE("select: fused k-nearest equals the reference path, every formula, both precisions") {
   report_skipped();
   if (!host::cpu_has_avx512bf16()) MESSAGE("skipped: the bfloat16 screen (this CPU has no AVX512-BF16)");
+  if (!host::cpu_has_amx_bf16()) MESSAGE("skipped: the AMX screen (this CPU or OS offers no AMX-BF16 tiles)");
   for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{32}, std::size_t{100}}) {
     all_formulas<float>(29, 517, d, 10, false, false);
     all_formulas<double>(29, 517, d, 10, false, false);
@@ -187,8 +192,8 @@ TEST_CASE("select: NaN, inf, overflowing squares and zero vectors take the same 
 /// the last bits while the screening form's rounding (≈ u·(‖x‖² + ‖y‖²)) is larger than the distances
 /// themselves, so only the proven margin — not luck — keeps every true neighbour from being screened out.
 template <class T>
-void near_ties(std::size_t d) {
-  const std::size_t n = 9, m = 400;
+void near_ties(std::size_t d, std::size_t n = 9) {
+  const std::size_t m = 400;
   const double c = 1000;
   auto dirs = data(m, d, 97), noise = data(n, d, 98);
   std::vector<T> x(n * d), y(m * d);
@@ -230,6 +235,52 @@ TEST_CASE("select: values at extreme scales take the same answers (the int16 scr
   }
 }
 
+/// float sqdist only (the AMX screen's one formula): argkmin, argmin and min.
+void sqdist_only(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
+                 double offset = 0, double scale = 1) {
+  auto x = cast<float>(data(n, d, 3 + unsigned(d), integer)), y = cast<float>(data(m, d, 5 + unsigned(d), integer));
+  for (float& v : x) v = float((v + offset) * scale);
+  for (float& v : y) v = float((v + offset) * scale);
+  if (special) {
+    spoil(x, d, 1);
+    spoil(y, d, 2);
+  }
+  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
+  const std::string tag = "f32 n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
+                          " k=" + std::to_string(k) + (integer ? " integer" : "") + (special ? " special" : "") +
+                          " offset=" + std::to_string(offset) + " scale=" + std::to_string(scale);
+  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + tag);
+  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin sqdist " + tag);
+  same_as_reference(memsafe::min(memsafe::sqdist(X, Y)), "min sqdist " + tag);
+}
+
+TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random, special, ties, far, tiny, huge)") {
+  if (!host::cpu_has_amx_bf16()) {
+    MESSAGE("skipped: the AMX screen (this CPU or its OS offers no AMX-BF16 tiles)");
+    return;
+  }
+  {  // the tiles run: 32-row blocks fit (the other cases have fewer than 32 query rows)
+    scoped_env isa("MEMSAFE_ISA", "avx512");
+    scoped_env screen("MEMSAFE_SCREEN", "amx");
+    std::vector<float> x(75 * 33, 0.5f), y(300 * 33, 0.25f);
+    const auto p = memsafe::plan_for(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), 75, 33),
+                                                                      memsafe::points(y.data(), 300, 33)), 3));
+    CHECK(p.screen == "amx");
+    CHECK(p.tile_rows >= 32);
+  }
+  // 75 rows: two blocks of 32 on the tiles, the rest one at a time. d = 32, 64: whole steps of 16
+  // pairs; 3, 17, 33, 100: a last partial step of its own shape.
+  for (std::size_t d : {std::size_t{3}, std::size_t{17}, std::size_t{32}, std::size_t{33}, std::size_t{64},
+                        std::size_t{100}})
+    sqdist_only(75, 300, d, 10, false, false);
+  sqdist_only(75, 300, 20, 5, false, true);         // NaN, inf, overflowing squares, zero vectors
+  sqdist_only(70, 300, 12, 40, true, false);        // ties, large k
+  sqdist_only(70, 300, 40, 5, false, false, 1000);  // far from the origin
+  sqdist_only(70, 300, 40, 5, false, false, 0, 1e-30);  // squares below float's normal range
+  sqdist_only(70, 300, 40, 5, false, false, 0, 1e30);   // squares beyond float's range
+  near_ties<float>(101, 70);
+}
+
 TEST_CASE("select: near ties far from the origin are exact (the margin at work)") {
   for (std::size_t d : {std::size_t{2}, std::size_t{16}, std::size_t{101}}) {
     near_ties<float>(d);
@@ -258,11 +309,13 @@ bool first_block_centred(const std::vector<T>& x, const std::vector<T>& y, std::
   using E = std::remove_cvref_t<decltype(e)>;
   using Mon = host::topk_monoid<T, false>;
   const host::isa i = host::best_isa(host::isa_compiled & host::cpu_isas());
-  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, sm != host::screen_mode::native) + 64);
+  std::vector<std::byte> ws(host::select_bytes(e, Mon{k}, n, m, sm) + 64);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 63) & ~std::uintptr_t{63});
   std::vector<T> v(n * k);
   const auto out = memsafe::jobs::row_major_out<T>(v.data(), nullptr, k);
-  const host::isa wi = sm == host::screen_mode::bf16 ? host::isa::avx512 : sm == host::screen_mode::i16 ? host::isa::avx2 : i;
+  const host::isa wi = sm == host::screen_mode::bf16 || sm == host::screen_mode::amx ? host::isa::avx512
+                       : sm == host::screen_mode::i16                                ? host::isa::avx2
+                                                                                     : i;
   host::select_worker<E, Mon> w(e, k, base, n, m, out, wi, sm);
   w.start(0, n);
   return w.centred;

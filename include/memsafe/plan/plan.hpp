@@ -58,8 +58,8 @@ struct tile_plan {
   /// where no such choice is made (other jobs, the CUDA backend).
   std::string isa;
   /// The fused selection's screening precision on the host: "fp32" or "fp64" (the value type's),
-  /// "bf16" (AVX512-BF16 dot products) or "i16" (int16 dot products on the AVX2 kernels;
-  /// backend/host/select.hpp); empty for other jobs.
+  /// "bf16" (AVX512-BF16 dot products), "amx" (the same on AMX tiles) or "i16" (int16 dot products
+  /// on the AVX2 kernels; backend/host/select.hpp); empty for other jobs.
   std::string screen;
   std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
 

@@ -109,6 +109,51 @@ inline bool cpu_has_avx512bf16() {
   return has;
 }
 
+/// Whether VDPBF16PS outruns the FP32 fused multiply-add on this CPU, so that the bfloat16 screen pays
+/// (select_driver.hpp's default): AMD's cores (Zen 4, Zen 5) issue it as often as an FMA, for twice
+/// the products — measured 1.6× faster at d = 100 —, Intel's (Sapphire Rapids and later) at half
+/// the rate of their two FMA pipes — measured 0.54×, slower at every d; they have AMX instead.
+/// Decided by the vendor, asked once per process.
+inline bool cpu_dpbf16_pays() {
+  static const bool pays = [] {
+#if defined(MEMSAFE_X86_CPUID)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+#else
+    return false;
+#endif
+  }();
+  return pays;
+}
+
+/// Whether this process may run AMX-BF16 (TDPBF16PS on tiles, the tile form of the bfloat16
+/// screen, amx_kernel.inc): the CPU has AMX-TILE and AMX-BF16 (and AVX512-BF16, whose kernels the
+/// tile screen shares), the OS saves the tile state (XCR0 bits 17 and 18), and Linux granted this
+/// process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, Linux ≥ 5.16; the grant holds for every
+/// thread of the process). Asked once per process; false elsewhere (the screen then runs on
+/// VDPBF16PS, with the same answers).
+inline bool cpu_has_amx_bf16() {
+  static const bool has = [] {
+#if defined(MEMSAFE_X86_CPUID) && defined(__linux__)
+    if (!cpu_has_avx512bf16()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;  // AMX-BF16, AMX-TILE
+    unsigned xlo = 0, xhi = 0;
+    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(xlo), "=d"(xhi) : "c"(0u));  // XGETBV(0): XCR0
+    if (((xlo >> 17) & 3u) != 3u) return false;  // XTILECFG and XTILEDATA state
+    // arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), syscall 158 on x86-64
+    long r = 0;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return r == 0;
+#else
+    return false;
+#endif
+  }();
+  return has;
+}
+
 /// The best instruction set in `set`.
 inline isa best_isa(unsigned set) {
   for (isa i : isa_all)

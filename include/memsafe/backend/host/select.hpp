@@ -152,8 +152,10 @@ namespace memsafe::host {
 enum class select_kind { sqdist, l1, cosine, dot_max };
 
 /// The precision a fused selection screens in: T's own (the FP32/FP64 chain), bfloat16 pairs
-/// (AVX-512 with AVX512-BF16) or int16 pairs (AVX2), the last two for float sqdist only.
-enum class screen_mode { native, bf16, i16 };
+/// (AVX-512 with AVX512-BF16), the same bfloat16 pairs on AMX tiles (amx_kernel.inc: the
+/// bfloat16 screen's values and margin, many more products per instruction) or int16 pairs (AVX2),
+/// the last three for float sqdist only.
+enum class screen_mode { native, bf16, i16, amx };
 
 /// δ of the table above for T and feature dimension d.
 template <class T>
@@ -235,30 +237,41 @@ inline bool worth_centring(double centred_sum, double raw_sum) {
   return std::isfinite(raw_sum) && std::isfinite(centred_sum) && 2 * centred_sum < raw_sum;
 }
 
-/// The bfloat16 screen's panels from packed float panels already less the row block's centre c
-/// (center_panels: the bfloat16 screen always runs about c): np panels of W points and dp = ⌈d/2⌉
-/// feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16 with ỹ_k = bf16(fl(y_k − c_k)) (0 past
-/// d), each lane's pair one 32-bit element as VDPBF16PS reads it.
-inline void pack_bf16_panels(const float* cpack, std::size_t d, std::size_t np, std::size_t W, std::uint32_t* pack2) {
+/// The 32-bit pairs per query row and per point of the bfloat16 screen's packing: ⌈d/2⌉, rounded
+/// up to whole AMX steps of 16 for the AMX screen (the extra pairs are zeros, which add nothing:
+/// fl(s + (−0)·0) = s).
+inline std::size_t bf16_pairs(std::size_t d, screen_mode m) {
   const std::size_t dp = (d + 1) / 2;
+  return m == screen_mode::amx ? (dp + 15) / 16 * 16 : dp;
+}
+
+/// The bfloat16 screen's panels from packed float panels already less the row block's centre c
+/// (center_panels: the bfloat16 screen always runs about c): np panels of W points and dp
+/// (bf16_pairs) feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16 with ỹ_k =
+/// bf16(fl(y_k − c_k)) (0 past d), each lane's pair one 32-bit element as VDPBF16PS reads it.
+inline void pack_bf16_panels(const float* cpack, std::size_t d, std::size_t np, std::size_t W, std::size_t dp,
+                             std::uint32_t* pack2) {
   for (std::size_t p = 0; p < np; ++p)
     for (std::size_t q = 0; q < dp; ++q) {
       const float* lo = cpack + p * d * W + 2 * q * W;
       std::uint32_t* dst = pack2 + (p * dp + q) * W;
       if (2 * q + 1 < d) {
         for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]) | (bf16_bits(lo[W + w]) << 16);
-      } else {
+      } else if (2 * q < d) {
         for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]);
+      } else {
+        for (std::size_t w = 0; w < W; ++w) dst[w] = 0;
       }
     }
 }
 
 /// A query row for the bfloat16 screen from the row less the block's centre, xc = fl(x − c)
 /// (center_row): the pairs of bf16(xc) with both signs flipped (the kernel adds −x̃·ỹ, exactly the
-/// negated products).
-inline void pack_bf16_row(const float* xc, std::size_t d, std::uint32_t* x2) {
-  for (std::size_t q = 0; q < (d + 1) / 2; ++q)
-    x2[q] = (bf16_bits(xc[2 * q]) | (2 * q + 1 < d ? bf16_bits(xc[2 * q + 1]) << 16 : 0u)) ^ 0x80008000u;
+/// negated products), dp (bf16_pairs) of them, zeros past d.
+inline void pack_bf16_row(const float* xc, std::size_t d, std::size_t dp, std::uint32_t* x2) {
+  for (std::size_t q = 0; q < dp; ++q)
+    x2[q] = 2 * q < d ? (bf16_bits(xc[2 * q]) | (2 * q + 1 < d ? bf16_bits(xc[2 * q + 1]) << 16 : 0u)) ^ 0x80008000u
+                      : 0u;
 }
 
 /// The int16 screen's largest quantised magnitude at d features: d·(q + 1)² ≤ 2³¹ − 1, so that no
@@ -424,10 +437,12 @@ struct screen_args {
   const T* thr = nullptr;   ///< the R rows' thresholds
   std::size_t np = 0;
   bool clean = false;       ///< every screening input finite (screen_kernel.inc)
-  const std::uint32_t* xs2 = nullptr;    ///< bfloat16 / int16 screen: the R rows' pairs, R × ⌈d/2⌉
-  const std::uint32_t* pack2 = nullptr;  ///< bfloat16 / int16 screen: np panels of ⌈d/2⌉ × P pairs
+  std::size_t dp = 0;                    ///< bfloat16 / int16 screen: pairs per row and point (bf16_pairs; int16: ⌈d/2⌉)
+  const std::uint32_t* xs2 = nullptr;    ///< bfloat16 / int16 screen: the R rows' pairs, R × dp
+  const std::uint32_t* pack2 = nullptr;  ///< bfloat16 / int16 screen: np panels of dp × P pairs
   const T* qscale = nullptr;             ///< int16 screen: the R rows' 2^(e_x + e_y), the products of the scales
   const std::int32_t* acc0 = nullptr;    ///< int16 screen: the points' accumulator starts, np·P (pack_i16_panels)
+  int skip = 0;  ///< AMX screen: the block's first rows, screened already, whose lanes are not reported
   void (*hit)(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) = nullptr;
   void* ctx = nullptr;
 };

@@ -15,8 +15,9 @@
 //   merge scratch (threads splitting one row block's columns) k·(T + index)
 //   sqdist: the tile and the block's rows less the centre      panels(tj)·W·d·T + ti·d·T + d·(T + 8)
 //     (the FP32/FP64 screen about the row block's centre, select.hpp)
-//   the bfloat16 or int16 screen: their pairs, and the int16
-//     screen's per-row scales and margins, per-point starts    (panels(tj)·W + ti)·⌈d/2⌉·4 + ti·16 + panels(tj)·W·4
+//   the bfloat16, AMX or int16 screen: their pairs (⌈d/2⌉, AMX:
+//     rounded up to 16, bf16_pairs), and the int16 screen's
+//     per-row scales and margins, per-point starts             (panels(tj)·W + ti)·pairs·4 + ti·16 + panels(tj)·W·4
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -183,12 +184,13 @@ struct select_worker {
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
   /// sqdist: room to screen a row block about its centre (the panels and rows less c, the centre);
-  /// `paired` (float sqdist only: the bfloat16 or int16 screen): their panels and query pairs too
-  /// (⌈d/2⌉ 32-bit pairs per point and row), packed from those, and the int16 screen's scale and
-  /// margin per row and accumulator start per point.
-  static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, bool paired) {
+  /// a paired screen `sm` (float sqdist only: bfloat16, AMX or int16): their panels and query pairs
+  /// too (bf16_pairs 32-bit pairs per point and row), packed from those, and the int16 screen's
+  /// scale and margin per row and accumulator start per point.
+  static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, host::screen_mode sm) {
     using host::align64;
-    const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = (d + 1) / 2;
+    const bool paired = sm != host::screen_mode::native;
+    const std::size_t d = e.dim(), np = host::panels<T>(tj), dp = host::bf16_pairs(d, sm);
     const std::size_t centre = align64(d * sizeof(T)) + align64(d * 8);
     return align64(np * W * d * sizeof(T)) + align64(np * W * sizeof(T)) + align64(np * W * sizeof(double)) +
            (cos ? align64(np * W * sizeof(T)) : 0) +
@@ -201,8 +203,10 @@ struct select_worker {
   }
 
   const E& e;
-  std::size_t k, d;
-  bool b16, q16;  // the bfloat16 or the int16 screen (select.hpp)
+  std::size_t k, d, dp;  // dp: pairs per row and point of a paired screen (bf16_pairs)
+  // the bfloat16 screen (on VDPBF16PS or AMX tiles), the int16 screen (select.hpp), the AMX screen
+  // (amx_kernel.inc)
+  bool b16, q16, amx;
   double delta;
   T *pack, *init, *yinv = nullptr, *xs, *xinv, *thr;
   double* sqn;  // the column tile's squared norms (screening_init's input)
@@ -234,7 +238,9 @@ struct select_worker {
 
   select_worker(const E& e_, std::size_t k_, std::byte* ws, std::size_t ti, std::size_t tj_, const out_spec<T>& o,
                 isa i, host::screen_mode sm)
-      : e(e_), k(k_), d(e_.dim()), b16(sm == host::screen_mode::bf16), q16(sm == host::screen_mode::i16),
+      : e(e_), k(k_), d(e_.dim()), dp(host::bf16_pairs(d, sm)),
+        b16(sm == host::screen_mode::bf16 || sm == host::screen_mode::amx),
+        q16(sm == host::screen_mode::i16), amx(sm == host::screen_mode::amx),
         delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)),
         tj(tj_), m(e_.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i, sm)),
         native(q16 ? host::screen_kernels_for<T, K>(i) : host::screen_kernels<T>{}) {
@@ -261,8 +267,8 @@ struct select_worker {
       center_sum = carve<double>(cur, d);
     }
     if (b16 || q16) {
-      pack2 = carve<std::uint32_t>(cur, np * W * ((d + 1) / 2));
-      xs2 = carve<std::uint32_t>(cur, ti * ((d + 1) / 2));
+      pack2 = carve<std::uint32_t>(cur, np * W * dp);
+      xs2 = carve<std::uint32_t>(cur, ti * dp);
       row_q = carve<double>(cur, ti);
       row_e = carve<int>(cur, ti);
       qs = carve<T>(cur, ti);
@@ -326,7 +332,7 @@ struct select_worker {
         }
       if constexpr (std::is_same_v<T, float>) {
         if (b16)
-          for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(cxs + r * d, d, xs2 + r * ((d + 1) / 2));
+          for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(cxs + r * d, d, dp, xs2 + r * dp);
         if (q16) {  // each row's own scale: 2^e ≥ its largest |x| (|x − c|, centred) / qmax
           const T* sx = centred ? cxs : xs;
           const std::int32_t qmax = host::i16_qmax(d);
@@ -339,7 +345,7 @@ struct select_worker {
           if (e_lo > e_hi) e_lo = e_hi = 0;  // no row with a nonzero finite value
           for (std::size_t r = 0; r < ni; ++r) {
             if (row_e[r] == std::numeric_limits<int>::min()) row_e[r] = e_hi;  // zeros (or not finite): any scale
-            row_q[r] = host::pack_i16_row(sx + r * d, d, row_e[r], rs[r].finite, xs2 + r * ((d + 1) / 2));
+            row_q[r] = host::pack_i16_row(sx + r * d, d, row_e[r], rs[r].finite, xs2 + r * dp);
           }
         }
       }
@@ -377,7 +383,7 @@ struct select_worker {
     bool clean = tile_clean;
     for (std::size_t q = 0; q < rows; ++q) clean = clean && rs[r + q].finite;
     a.xs = (centred ? cxs : xs) + r * d;
-    if (b16 || q16) a.xs2 = xs2 + r * ((d + 1) / 2);
+    if (b16 || q16) a.xs2 = xs2 + r * dp;
     if (q16) a.qscale = qs + r;
     a.thr = thr + r;
     a.clean = clean;
@@ -394,7 +400,7 @@ struct select_worker {
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
       if (centred) host::center_panels(pack, d, np, W, center, cpack);
       if constexpr (std::is_same_v<T, float>)
-        if (b16) host::pack_bf16_panels(cpack, d, np, W, pack2);  // about the row block's centre
+        if (b16) host::pack_bf16_panels(cpack, d, np, W, dp, pack2);  // about the row block's centre
       // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
       // the exact values (hit) always read pack.
       kernels.sqnorms(centred ? cpack : pack, d, np, sqn);
@@ -426,11 +432,18 @@ struct select_worker {
       a.yinv = yinv;
       a.np = np;
       a.pack2 = pack2;
+      a.dp = dp;
       a.acc0 = acc0;
       a.hit = &select_worker::hit;
       a.ctx = this;
       std::size_t r = 0;
       for (; r + R <= ni; r += R) group(a, ks, r, R, clean);
+      if (amx && r < ni && ni >= R) {  // the last rows on the tiles too: a block ending at ni, its first rows skipped
+        a.skip = static_cast<int>(R - (ni - r));
+        group(a, ks, ni - R, R, clean);
+        a.skip = 0;
+        r = ni;
+      }
       for (; r < ni; ++r) group(a, ks, r, 1, clean);
     }
     for (std::size_t r = 0; r < ni; ++r) std::sort_heap(heap + r * k, heap + r * k + count[r], cmp);
@@ -462,31 +475,37 @@ struct select_worker {
   }
 };
 
-/// Bytes per thread of the fused selection on ti × tj tiles (`paired`: with the bfloat16 or int16 screen).
+/// Bytes per thread of the fused selection on ti × tj tiles with screen `sm`.
 template <class E, class Mon>
-std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj, bool paired) {
-  return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj, paired);
+std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t tj, screen_mode sm) {
+  return select_worker<E, Mon>::bytes(e, select_monoid<Mon>::k(mon), ti, tj, sm);
 }
 
 /// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share of
 /// the work is small and its wider margin lets more lanes through (select.hpp).
 inline constexpr std::size_t paired_screen_min_d = 8;
+/// The smallest d at which the AMX tile screen (amx_kernel.inc) is chosen by default where the
+/// process may use the tiles (cpu_has_amx_bf16): a step is 32 features, so below 16 most of the
+/// tiles' work is padding (Intel Xeon, family 6 model 207, n = 4·10⁵, m = 1000 against the FP32
+/// screen: d = 8 0.95×, d = 16 1.49×, d = 32 2.21×; docs/design.md).
+inline constexpr std::size_t amx_screen_min_d = 16;
 /// The smallest d at which the int16 screen is chosen by default: below it packing the int16 panels
 /// (per point and row block) costs what the faster products save (this Zen 5, AVX2 kernels,
 /// n = 2·10⁵, m = 1000: d = 8 a tie, d = 16 1.05×, d = 32 1.23×, d = 100 1.35×; docs/design.md).
 inline constexpr std::size_t i16_screen_min_d = 16;
 
 /// The screen of the fused selection of (T, K) at dimension d with instruction set i. MEMSAFE_SCREEN
-/// (core/env.hpp) — fp32: T's own; bf16 or i16: that screen where it applies (float sqdist), an
-/// argument_error where this CPU or instruction set lacks it (bf16: AVX-512 with AVX512-BF16; i16:
-/// the AVX2 kernels); unset: where it applies, bf16 on AVX-512 with AVX512-BF16 at d ≥
-/// paired_screen_min_d, i16 on AVX2 at d ≥ i16_screen_min_d (VPMADDWD does 16 products per
-/// instruction against an FMA's 8).
+/// (core/env.hpp) — fp32: T's own; bf16, amx or i16: that screen where it applies (float sqdist),
+/// an argument_error where this CPU or instruction set lacks it (bf16: AVX-512 with AVX512-BF16;
+/// amx: that and AMX-BF16 tiles granted by the OS; i16: the AVX2 kernels); unset: where it
+/// applies, on the AVX-512 kernels amx at d ≥ amx_screen_min_d where the tiles are there, else
+/// bf16 at d ≥ paired_screen_min_d where VDPBF16PS pays (cpu_dpbf16_pays), else fp32; on AVX2 i16
+/// at d ≥ i16_screen_min_d (VPMADDWD does 16 products per instruction against an FMA's 8).
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
-  if (e && *e != "fp32" && *e != "bf16" && *e != "i16")
-    throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32, bf16 or i16, got \"" + std::string(*e) + "\"");
+  if (e && *e != "fp32" && *e != "bf16" && *e != "i16" && *e != "amx")
+    throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"" + std::string(*e) + "\"");
   constexpr bool applies = std::is_same_v<T, float> && K == select_kind::sqdist;
   if (!applies || (e && *e == "fp32")) return screen_mode::native;
   const bool bf16 = i == isa::avx512 && cpu_has_avx512bf16();
@@ -497,23 +516,40 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
                                                  : std::string("this CPU has no AVX512-BF16 (or AVX-512F)")));
     return screen_mode::bf16;
   }
+  const bool amx = bf16 && cpu_has_amx_bf16();
+  if (e && *e == "amx") {
+    if (!amx)
+      throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=amx: ") +
+                           (cpu_has_amx_bf16() ? "the AMX screen runs with the AVX-512 kernels, not " + std::string(isa_name(i))
+                                               : std::string("this CPU (or its operating system) offers no AMX-BF16 tiles")));
+    return screen_mode::amx;
+  }
   if (e) {  // i16, forced
     if (i != isa::avx2)
       throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not ") +
                            isa_name(i) + " (MEMSAFE_ISA=avx2 selects them)");
     return screen_mode::i16;
   }
-  if (bf16) return d >= paired_screen_min_d ? screen_mode::bf16 : screen_mode::native;
+  if (amx && d >= amx_screen_min_d) return screen_mode::amx;
+  if (bf16 && cpu_dpbf16_pays()) return d >= paired_screen_min_d ? screen_mode::bf16 : screen_mode::native;
+  if (bf16) return screen_mode::native;
   return i == isa::avx2 && d >= i16_screen_min_d ? screen_mode::i16 : screen_mode::native;
 }
 
 /// The plan's name of a screen (tile_plan::screen) and back.
 template <class T>
 const char* screen_name(screen_mode m) {
-  return m == screen_mode::bf16 ? "bf16" : m == screen_mode::i16 ? "i16" : sizeof(T) == 8 ? "fp64" : "fp32";
+  return m == screen_mode::bf16 ? "bf16"
+         : m == screen_mode::amx ? "amx"
+         : m == screen_mode::i16 ? "i16"
+         : sizeof(T) == 8        ? "fp64"
+                                 : "fp32";
 }
 inline screen_mode parse_screen(const std::string& s) {
-  return s == "bf16" ? screen_mode::bf16 : s == "i16" ? screen_mode::i16 : screen_mode::native;
+  return s == "bf16"  ? screen_mode::bf16
+         : s == "amx" ? screen_mode::amx
+         : s == "i16" ? screen_mode::i16
+                      : screen_mode::native;
 }
 
 /// Preferred column tiles: a packed tile of about 24 KiB (L1) for small d; at least 64 points.
@@ -526,35 +562,49 @@ std::vector<std::size_t> select_tile_cols(std::size_t d) {
   return v;
 }
 
+/// The AMX screen's preferred column tiles: its panels' pairs (bf16_pairs × 4 bytes a point) about
+/// 256 KiB, in L2 — each block of 32 query rows streams the whole tile through the tiles while its
+/// own pairs stay in L1; tiles as small as select_tile_cols' L1-sized ones reload the rows' pairs
+/// from L2 every few panels (1.3× slower at d = 100 here; docs/design.md).
+inline std::vector<std::size_t> amx_tile_cols(std::size_t d) {
+  const std::size_t target = std::max<std::size_t>(64, (std::size_t{256} << 10) / (bf16_pairs(d, screen_mode::amx) * 4));
+  std::vector<std::size_t> v;
+  for (std::size_t c = 8192; c >= 1; c /= 2)
+    if (c <= target) v.push_back(c);
+  return v;
+}
+
 template <class E, class Mon>
 MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budget, std::size_t threads, const std::string& what) {
   using T = typename E::value_type;
   // Tall row blocks: the packed column tile (and its screening offsets) is reused by every row.
   const auto tis = plan::candidates(e.rows(), {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
-  std::vector<std::size_t> tjs;
-  for (std::size_t c : select_tile_cols<T>(e.dim()))
-    if (std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end()) tjs.push_back(std::min(c, e.cols()));
   constexpr host::select_kind K = select_kind_of<typename E::formula_type, select_monoid<Mon>::max>::kind;
   const isa i = choose_isa(isa_compiled);
   const screen_mode sm = choose_screen<T, K>(i, e.dim());
-  const bool paired = sm != screen_mode::native;
+  std::vector<std::size_t> tjs;
+  for (std::size_t c : sm == screen_mode::amx ? amx_tile_cols(e.dim()) : select_tile_cols<T>(e.dim()))
+    if (std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end()) tjs.push_back(std::min(c, e.cols()));
   auto p = plan::tiles_2d(
       e.rows(), e.cols(), budget, threads,
-      [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj, paired); }, what, tis, tjs);
-  // Even out the row blocks (a multiple of the threads, 8-row aligned); smaller tiles still fit.
+      [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj, sm); }, what, tis, tjs);
+  // Even out the row blocks (a multiple of the threads, 8-row aligned, 32 for the AMX screen's
+  // blocks); smaller tiles still fit.
   if (p.row_blocks > 1 && p.threads > 1 && !p.split_columns) {
     const std::size_t nb = (p.row_blocks + p.threads - 1) / p.threads * p.threads;
-    const std::size_t ti = std::min(p.tile_rows, ((e.rows() + nb - 1) / nb + 7) / 8 * 8);
+    const std::size_t al = sm == screen_mode::amx ? 32 : 8;
+    const std::size_t ti = std::min(p.tile_rows, ((e.rows() + nb - 1) / nb + al - 1) / al * al);
     p.tile_rows = ti;
     p.row_blocks = (e.rows() + ti - 1) / ti;
     p.num_tiles = p.row_blocks * p.col_blocks;
-    p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols, paired);
+    p.per_thread_bytes = select_bytes(e, mon, ti, p.tile_cols, sm);
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
   p.isa = isa_name(i);
   p.screen = screen_name<T>(sm);  // the screen runs in T unless in bfloat16 or int16
   p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa +
                 (sm == screen_mode::bf16  ? ", bfloat16 dot products with a proven margin"
+                 : sm == screen_mode::amx ? ", bfloat16 dot products on AMX tiles with a proven margin"
                  : sm == screen_mode::i16 ? ", int16 dot products with a proven margin"
                                           : "") +
                 "), " +

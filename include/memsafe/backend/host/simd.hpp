@@ -138,6 +138,7 @@ struct simd<double> : simd_ops<double, vec::f64x8, vec::i64x8> {
 
 #include "screen_kernel.inc"
 #include "sum_kernel.inc"
+#include "amx_kernel.inc"
 
 }  // namespace memsafe::host::avx512
 #if defined(__clang__)
@@ -273,6 +274,10 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] sc
       if (m == screen_mode::bf16 && i == isa::avx512)
         s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows, screen_mode::bf16>,
              &avx512::screen_rows<T, K, 1, screen_mode::bf16>};
+      else if (m == screen_mode::amx && i == isa::avx512)
+        // 32 rows on the tiles; a block's last rows one at a time by VDPBF16PS (the same packed
+        // pairs, values and margin).
+        s = {avx512::amx_block_rows, &avx512::amx_screen_rows, &avx512::screen_rows<T, K, 1, screen_mode::bf16>};
       else if (m == screen_mode::i16 && i == isa::avx2)
         // A block's last rows, one at a time, by T's own screen (one kernel fewer to compile): the
         // offsets and thresholds it reads then carry the int16 margin too, which only loosens them.
