@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memsafe/memsafe.hpp>
 #include <optional>
@@ -504,6 +505,27 @@ TEST_CASE("select: the column tiles' vector preparation equals its scalar defini
           same = same && acc0[p * P + w] == std::int32_t(std::ceil(0.5 * double(l1) * (1.0 + 0x1p-20)));
         }
       CHECK(same);
+      // the bfloat16 panels about a centre, with the float panels less the centre, bit for bit: ⌈d/2⌉
+      // pairs and the AMX screen's padding to whole steps of 16
+      std::vector<float> c(d);
+      for (std::size_t k = 0; k < d; ++k) c[k] = variant == 1 && k == 0 ? std::numeric_limits<float>::infinity() : normal();
+      for (const host::screen_mode sm : {host::screen_mode::bf16, host::screen_mode::amx}) {
+        const std::size_t bp = host::bf16_pairs(d, sm);
+        std::vector<float> cpack(n, -1.0f), cref(n);
+        std::vector<std::uint32_t> b2(np * bp * P, 0xdeadbeefu);
+        host::avx2::center_bf16_panels(y.data(), d, np, c.data(), cpack.data(), bp, b2.data());
+        host::center_panels(y.data(), d, np, P, c.data(), cref.data());
+        CHECK(std::memcmp(cpack.data(), cref.data(), n * sizeof(float)) == 0);
+        bool same2 = true;
+        for (std::size_t p = 0; p < np; ++p)
+          for (std::size_t q = 0; q < bp; ++q)
+            for (std::size_t w = 0; w < P; ++w) {
+              const std::uint32_t lo = 2 * q < d ? host::bf16_bits(cref[(p * d + 2 * q) * P + w]) : 0u;
+              const std::uint32_t hi = 2 * q + 1 < d ? host::bf16_bits(cref[(p * d + 2 * q + 1) * P + w]) : 0u;
+              same2 = same2 && b2[(p * bp + q) * P + w] == (lo | hi << 16);
+            }
+        CHECK(same2);
+      }
     }
     // double panels (8 points each): the same squared norms
     std::vector<double> yd(np * 8 * d), sq(np * 8);

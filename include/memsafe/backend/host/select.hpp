@@ -245,25 +245,11 @@ inline std::size_t bf16_pairs(std::size_t d, screen_mode m) {
   return m == screen_mode::amx ? (dp + 15) / 16 * 16 : dp;
 }
 
-/// The bfloat16 screen's panels from packed float panels already less the row block's centre c
-/// (center_panels: the bfloat16 screen always runs about c): np panels of W points and dp
-/// (bf16_pairs) feature pairs, pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16 with ỹ_k =
-/// bf16(fl(y_k − c_k)) (0 past d), each lane's pair one 32-bit element as VDPBF16PS reads it.
-inline void pack_bf16_panels(const float* cpack, std::size_t d, std::size_t np, std::size_t W, std::size_t dp,
-                             std::uint32_t* pack2) {
-  for (std::size_t p = 0; p < np; ++p)
-    for (std::size_t q = 0; q < dp; ++q) {
-      const float* lo = cpack + p * d * W + 2 * q * W;
-      std::uint32_t* dst = pack2 + (p * dp + q) * W;
-      if (2 * q + 1 < d) {
-        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]) | (bf16_bits(lo[W + w]) << 16);
-      } else if (2 * q < d) {
-        for (std::size_t w = 0; w < W; ++w) dst[w] = bf16_bits(lo[w]);
-      } else {
-        for (std::size_t w = 0; w < W; ++w) dst[w] = 0;
-      }
-    }
-}
+/// The bfloat16 screen's panels are packed about the row block's centre c (the bfloat16 screen
+/// always runs about c) with the centred float panels in one pass: tile_prep.inc's
+/// center_bf16_panels, np panels of W points and dp (bf16_pairs) feature pairs,
+/// pack2[(p·dp + q)·W + w] = ỹ_2q | ỹ_2q+1 << 16 with ỹ_k = bf16_bits(fl(y_k − c_k)) (0 past d), each
+/// lane's pair one 32-bit element as VDPBF16PS and TDPBF16PS read it.
 
 /// A query row for the bfloat16 screen from the row less the block's centre, xc = fl(x − c)
 /// (center_row): the pairs of bf16(xc) with both signs flipped (the kernel adds −x̃·ỹ, exactly the
@@ -461,6 +447,8 @@ struct screen_kernels {
   double (*max_abs)(const float* v, std::size_t n) = nullptr;
   void (*pack_i16)(const float* ypack, std::size_t d, std::size_t np, int e, std::uint32_t* pack2,
                    std::int32_t* acc0) = nullptr;
+  void (*center_bf16)(const float* pack, std::size_t d, std::size_t np, const float* c, float* cpack, std::size_t dp,
+                      std::uint32_t* pack2) = nullptr;
 };
 
 }  // namespace memsafe::host

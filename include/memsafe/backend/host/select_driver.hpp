@@ -244,7 +244,7 @@ struct select_worker {
         delta(b16 ? host::select_margin_bf16(d) : host::select_margin<T>(d)),
         tj(tj_), m(e_.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i, sm)),
         native(q16 ? host::screen_kernels_for<T, K>(i) : host::screen_kernels<T>{}) {
-    if (!kernels.group || (q16 && !native.group))
+    if (!kernels.group || (q16 && !native.group) || (b16 && !kernels.center_bf16))
       throw error(std::string("memsafe: internal: no ") + isa_name(i) + (b16 ? " bfloat16" : q16 ? " int16" : "") +
                   " selection kernels");
     std::byte* cur = ws;
@@ -398,9 +398,14 @@ struct select_worker {
     for (std::size_t cb = cb0; cb < cb1; ++cb) {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
-      if (centred) host::center_panels(pack, d, np, W, center, cpack);
-      if constexpr (std::is_same_v<T, float>)
-        if (b16) host::pack_bf16_panels(cpack, d, np, W, dp, pack2);  // about the row block's centre
+      if constexpr (std::is_same_v<T, float>) {
+        if (b16)  // about the row block's centre (always, for this screen), in one pass
+          kernels.center_bf16(pack, d, np, center, cpack, dp, pack2);
+        else if (centred)
+          host::center_panels(pack, d, np, W, center, cpack);
+      } else if (centred) {
+        host::center_panels(pack, d, np, W, center, cpack);
+      }
       // Offsets from what the screen reads: ‖fl(y − c)‖² when it runs about the centre, else ‖y‖²;
       // the exact values (hit) always read pack.
       kernels.sqnorms(centred ? cpack : pack, d, np, sqn);

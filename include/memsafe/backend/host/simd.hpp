@@ -257,6 +257,7 @@ void with_tile_prep(screen_kernels<T>& s) {
   if constexpr (std::is_same_v<T, float>) {
     s.max_abs = &avx2::max_abs_finite;
     s.pack_i16 = &avx2::pack_i16_panels;
+    s.center_bf16 = &avx2::center_bf16_panels;
   }
 }
 #endif
