@@ -138,10 +138,10 @@ inline bool cpu_has_amx_bf16() {
 #if defined(MEMSAFE_X86_CPUID) && defined(__linux__)
     if (!cpu_has_avx512bf16()) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 0, a, b, c, d);
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return false;  // AMX-BF16, AMX-TILE
-    unsigned xlo = 0, xhi = 0;
-    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(xlo), "=d"(xhi) : "c"(0u));  // XGETBV(0): XCR0
+    unsigned xlo = 0;  // XGETBV(0): XCR0's low half (its high half, in edx, holds nothing asked here)
+    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(xlo) : "c"(0u) : "edx");
     if (((xlo >> 17) & 3u) != 3u) return false;  // XTILECFG and XTILEDATA state
     // arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18), syscall 158 on x86-64
     long r = 0;
