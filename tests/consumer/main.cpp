@@ -94,6 +94,23 @@ void same_as_portable(const X& e, const char* what, const std::string& want) {
   }
 }
 
+/// e at the smallest budget (the tile loop, where the fused kernels' smallest plan does not fit) and
+/// unlimited (the fused kernels): the same indices and the same value bits. This unit is built as a
+/// consumer builds it (CMake's default -std=gnu++20, no -march), where GCC contracts a·b + c.
+template <class X>
+void budget_independent(const X& e, const char* what) {
+  const std::size_t mn = memsafe::plan_for(e, memsafe::options{memsafe::unlimited, 1}).min_bytes;
+  const auto a = memsafe::eval(e, memsafe::options{mn, 1});
+  const auto b = memsafe::eval(e, memsafe::options{memsafe::unlimited, 2});
+  const bool same = a.indices == b.indices && a.values.size() == b.values.size() &&
+                    std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(a.values[0])) == 0;
+  if (!same) {
+    std::fprintf(stderr, "memsafe consumer: %s: the answers at %zu bytes (%s) and unlimited (%s) DIFFER\n", what, mn,
+                 a.stats.plan.reduction.c_str(), b.stats.plan.reduction.c_str());
+    failed = true;
+  }
+}
+
 }  // namespace
 
 /// Public names and argument-dependent lookup on the implementation types.
@@ -160,6 +177,11 @@ int isa_checks() {
   auto xd = numbers<double>(23, 3, 3), yd = numbers<double>(300, 3, 4);
   same_as_portable(memsafe::argmin(memsafe::sqdist(memsafe::points(xd.data(), 23, 3), memsafe::points(yd.data(), 300, 3))),
                    "argmin sqdist f64", want);
+  // Every budget the same answers, the tile loop's smallest plan included.
+  budget_independent(memsafe::argkmin(memsafe::sqdist(X, Y), 10), "argkmin sqdist f32 at every budget");
+  auto x3 = numbers<float>(23, 3, 5), y3 = numbers<float>(211, 3, 6);
+  budget_independent(memsafe::min(memsafe::sqdist(memsafe::points(x3.data(), 23, 3), memsafe::points(y3.data(), 211, 3))),
+                     "min sqdist f32 at every budget");
   std::printf("memsafe consumer: fused k-nearest kernels dispatched to %s (this CPU's best)%s%s\n", want.c_str(),
               memsafe::precompiled_linked ? ", run by memsafe::precompiled" : "", failed ? " — FAILED" : "");
   return failed ? 1 : 0;

@@ -35,6 +35,9 @@ inline T madd(T a, T b, T c) {
 #if defined(__FMA__) || defined(__AVX512F__)
   return std::fma(a, b, c);
 #else
+#if defined(__clang__)
+#pragma clang fp contract(off)  // Clang marks a·b + c contractible here, at the source, and the AVX2 copies inline it
+#endif
   return a * b + c;
 #endif
 }

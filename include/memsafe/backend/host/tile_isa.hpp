@@ -12,11 +12,13 @@
 // reference path stays the portable one. Where the target already has AVX2 (-march=native on such a
 // CPU) nothing is compiled twice.
 //
-// The values are the formula's, rounded as the AVX2 code rounds them: with FMA where the compiler
-// contracts (GNU modes contract a·b + c; the fused sums use FMA throughout), so a tile entry may
-// differ from the SSE2 build's in the last bit — within the documented tolerance for sums and
-// values. The fused selections, whose answers must equal the portable path's bit for bit, never go
-// through this kernel (their exact re-evaluation is select.hpp's, compiled for the translation
+// The values are the formula's, rounded as the translation unit's own kernel rounds them: the region
+// turns contraction of a·b + c into FMA off (GCC's GNU modes and Clang contract by default; madd,
+// kernels.hpp, is a·b + c in a target without FMA). Where it was on, a tile entry differed from the
+// SSE2 build's in the last bit, and so did a selection the tile loop serves below the fused
+// kernels' smallest plan: its values, and indices on near ties, then depended on the budget
+// (tests/consumer checks both budgets, built as a consumer builds it). The fused selections never
+// go through this kernel (their exact re-evaluation is select.hpp's, compiled for the translation
 // unit's target).
 #pragma once
 #include <cstddef>
@@ -28,9 +30,20 @@
 #define MEMSAFE_TILE_AVX2 1
 
 #include "avx2_begin.inc"
+// No contraction of a·b + c into one FMA here, whatever the translation unit's mode (GNU modes and
+// Clang contract by default): the copy rounds as the translation unit's own kernel does.
+#if defined(__clang__)
+#pragma float_control(push)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")  // undone by avx2_end.inc's pop_options
+#endif
 namespace memsafe::host::avx2_tile {
 #include "tile_kernel.inc"
 }  // namespace memsafe::host::avx2_tile
+#if defined(__clang__)
+#pragma float_control(pop)
+#endif
 #include "avx2_end.inc"
 
 #endif
