@@ -116,23 +116,35 @@ void spoil(std::vector<T>& v, std::size_t d, unsigned seed) {
   }
 }
 
+/// A data set of the selection tests, n query rows and m points of dimension d, and its name.
 /// `offset`: added to every coordinate (data far from the origin: the sqdist screen runs about each
-/// row block's centre, select.hpp).
+/// row block's centre, select.hpp); `scale`: then multiplied with it.
+template <class T>
+struct data_set {
+  std::vector<T> x, y;
+  std::string tag;
+  data_set(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special, double offset,
+           double scale = 1)
+      : x(cast<T>(data(n, d, 3 + unsigned(d), integer))), y(cast<T>(data(m, d, 5 + unsigned(d), integer))) {
+    for (T& v : x) v = T((v + offset) * scale);
+    for (T& v : y) v = T((v + offset) * scale);
+    if (special) {
+      spoil(x, d, 1);
+      spoil(y, d, 2);
+    }
+    tag = std::string(sizeof(T) == 4 ? "f32" : "f64") + " n=" + std::to_string(n) + " m=" + std::to_string(m) +
+          " d=" + std::to_string(d) + " k=" + std::to_string(k) + (integer ? " integer" : "") +
+          (special ? " special" : "") + (offset != 0 ? " offset=" + std::to_string(offset) : "") +
+          (scale != 1 ? " scale=" + std::to_string(scale) : "");
+  }
+};
+
 template <class T>
 void all_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
                   double offset = 0) {
-  auto x = cast<T>(data(n, d, 3 + unsigned(d), integer)), y = cast<T>(data(m, d, 5 + unsigned(d), integer));
-  for (T& v : x) v = T(v + offset);
-  for (T& v : y) v = T(v + offset);
-  if (special) {
-    spoil(x, d, 1);
-    spoil(y, d, 2);
-  }
-  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
-  const std::string tag = std::string(sizeof(T) == 4 ? "f32" : "f64") + " n=" + std::to_string(n) +
-                          " m=" + std::to_string(m) + " d=" + std::to_string(d) + " k=" + std::to_string(k) +
-                          (integer ? " integer" : "") + (special ? " special" : "") +
-                          (offset != 0 ? " offset=" + std::to_string(offset) : "");
+  const data_set<T> s(n, m, d, k, integer, special, offset);
+  auto X = memsafe::points(s.x.data(), n, d), Y = memsafe::points(s.y.data(), m, d);
+  const std::string& tag = s.tag;
   // Every formula × reduction the fused kernels serve: {argkmin, argmin, min} × {sqdist, l1, cosine},
   // {argkmax, argmax, max} × dot.
   same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + tag);
@@ -239,20 +251,11 @@ TEST_CASE("select: values at extreme scales take the same answers (the int16 scr
 /// float sqdist only (the AMX screen's one formula): argkmin, argmin and min.
 void sqdist_only(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
                  double offset = 0, double scale = 1) {
-  auto x = cast<float>(data(n, d, 3 + unsigned(d), integer)), y = cast<float>(data(m, d, 5 + unsigned(d), integer));
-  for (float& v : x) v = float((v + offset) * scale);
-  for (float& v : y) v = float((v + offset) * scale);
-  if (special) {
-    spoil(x, d, 1);
-    spoil(y, d, 2);
-  }
-  auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
-  const std::string tag = "f32 n=" + std::to_string(n) + " m=" + std::to_string(m) + " d=" + std::to_string(d) +
-                          " k=" + std::to_string(k) + (integer ? " integer" : "") + (special ? " special" : "") +
-                          " offset=" + std::to_string(offset) + " scale=" + std::to_string(scale);
-  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + tag);
-  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin sqdist " + tag);
-  same_as_reference(memsafe::min(memsafe::sqdist(X, Y)), "min sqdist " + tag);
+  const data_set<float> s(n, m, d, k, integer, special, offset, scale);
+  auto X = memsafe::points(s.x.data(), n, d), Y = memsafe::points(s.y.data(), m, d);
+  same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + s.tag);
+  same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin sqdist " + s.tag);
+  same_as_reference(memsafe::min(memsafe::sqdist(X, Y)), "min sqdist " + s.tag);
 }
 
 TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random, special, ties, far, tiny, huge)") {
@@ -269,8 +272,8 @@ TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random,
     CHECK(p.screen == "amx");
     CHECK(p.tile_rows >= 32);
   }
-  // 75 rows: two blocks of 32 on the tiles, the rest one at a time. d = 32, 64: whole steps of 16
-  // pairs; 3, 17, 33, 100: a last partial step of its own shape.
+  // 75 rows in one row block: two blocks of 32 on the tiles, then rows 43–74 as a block that skips the 21 already
+  // screened. d = 32, 64: whole steps of 16 pairs; 3, 17, 33, 100: the last step padded with zeros.
   for (std::size_t d : {std::size_t{3}, std::size_t{17}, std::size_t{32}, std::size_t{33}, std::size_t{64},
                         std::size_t{100}})
     sqdist_only(75, 300, d, 10, false, false);
