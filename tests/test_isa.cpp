@@ -41,7 +41,7 @@ struct knn_data {
 };
 
 /// The selections whose screen the screen tests look at: float sqdist at d = 40 (wide) and 7
-/// (narrow), double sqdist and float l1 at d = 40.
+/// (narrow), double sqdist, float l1, cosine and dot at d = 40.
 struct screen_cases {
   static constexpr std::size_t n = 9, m = 150;
   std::vector<float> x32 = ref::cast<float>(ref::data(n, 40, 11)), y32 = ref::cast<float>(ref::data(m, 40, 12));
@@ -54,6 +54,12 @@ struct screen_cases {
   auto narrow() { return sq(x32, y32, 7); }
   auto dbl() { return sq(x64, y64, 40); }
   auto l1() { return memsafe::argkmin(memsafe::l1(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3); }
+  auto cos() {
+    return memsafe::argkmin(memsafe::cosine(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  }
+  auto dot() {
+    return memsafe::argkmax(memsafe::dot(memsafe::points(x32.data(), n, 40), memsafe::points(y32.data(), m, 40)), 3);
+  }
 };
 
 }  // namespace
@@ -168,6 +174,8 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   const auto wide = c.wide(), narrow = c.narrow();
   const auto dbl = c.dbl();
   const auto l1 = c.l1();
+  const auto cos = c.cos();
+  const auto dot = c.dot();
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
@@ -186,6 +194,8 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
     CHECK(memsafe::plan_for(dbl).screen == "fp64");  // double screens in double
     CHECK(memsafe::plan_for(l1).screen == "fp32");
+    CHECK(memsafe::plan_for(cos).screen == (amx ? "amx" : "fp32"));  // cosine, dot: on AMX tiles only by default
+    CHECK(memsafe::plan_for(dot).screen == (amx ? "amx" : "fp32"));
     CHECK(contains(memsafe::explain(wide), "screen:       " + want + "\n"));
   }
   {
@@ -197,6 +207,8 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
     CHECK(memsafe::plan_for(narrow).screen == "bf16");  // forced at every d
     CHECK(memsafe::plan_for(dbl).screen == "fp64");     // where it applies only
     CHECK(memsafe::plan_for(l1).screen == "fp32");
+    CHECK(memsafe::plan_for(cos).screen == "bf16");
+    CHECK(memsafe::plan_for(dot).screen == "bf16");
     const auto r = memsafe::eval(narrow, memsafe::options{memsafe::unlimited, 2});
     CHECK(contains(r.stats.plan.reduction, "bfloat16"));
     scoped_env avx2("MEMSAFE_ISA", "avx2");
@@ -214,6 +226,8 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
     CHECK(memsafe::plan_for(narrow).screen == "amx");
     CHECK(memsafe::plan_for(dbl).screen == "fp64");
     CHECK(memsafe::plan_for(l1).screen == "fp32");
+    CHECK(memsafe::plan_for(cos).screen == "amx");
+    CHECK(memsafe::plan_for(dot).screen == "amx");
     const auto r = memsafe::eval(wide, memsafe::options{memsafe::unlimited, 2});
     CHECK(contains(r.stats.plan.reduction, "AMX tiles"));
     scoped_env avx2("MEMSAFE_ISA", "avx2");
@@ -246,6 +260,8 @@ TEST_CASE("isa: the int16 screen — chosen on the AVX2 kernels, MEMSAFE_SCREEN=
   const auto wide = c.wide(), narrow = c.narrow();
   const auto dbl = c.dbl();
   const auto l1 = c.l1();
+  const auto cos = c.cos();
+  const auto dot = c.dot();
   {
     scoped_env avx2("MEMSAFE_ISA", "avx2");
     // By default on the AVX2 kernels: float sqdist at d >= 16; the rest keeps the FP32/FP64 screen.
@@ -253,12 +269,16 @@ TEST_CASE("isa: the int16 screen — chosen on the AVX2 kernels, MEMSAFE_SCREEN=
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
     CHECK(memsafe::plan_for(dbl).screen == "fp64");
     CHECK(memsafe::plan_for(l1).screen == "fp32");
+    CHECK(memsafe::plan_for(cos).screen == "fp32");
+    CHECK(memsafe::plan_for(dot).screen == "fp32");
     CHECK(contains(memsafe::explain(wide), "screen:       i16\n"));
     const auto r = memsafe::eval(wide, memsafe::options{memsafe::unlimited, 2});
     CHECK(contains(r.stats.plan.reduction, "int16 dot products with a proven margin"));
     scoped_env force("MEMSAFE_SCREEN", "i16");
     CHECK(memsafe::plan_for(narrow).screen == "i16");  // forced at every d
     CHECK(memsafe::plan_for(dbl).screen == "fp64");    // where it applies only
+    CHECK(memsafe::plan_for(cos).screen == "fp32");    // sqdist only
+    CHECK(memsafe::plan_for(dot).screen == "fp32");
     scoped_env off("MEMSAFE_SCREEN", "fp32");
     CHECK(memsafe::plan_for(wide).screen == "fp32");
   }

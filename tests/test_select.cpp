@@ -83,9 +83,12 @@ void same_as_reference(const X& x, const std::string& what) {
     for (const char* s : screens(i)) {
       INFO("MEMSAFE_SCREEN=" << std::string(s));
       scoped_env screen("MEMSAFE_SCREEN", s);
-      // bf16, amx and i16 apply to float sqdist only
-      const bool paired = std::string(s) != "fp32" && std::is_same_v<typename X::value_type, float> &&
-                          what.find("sqdist") != std::string::npos;
+      // bf16 and amx apply to float sqdist, cosine and dot, i16 to float sqdist only
+      const std::string sn(s);
+      const bool paired = sn != "fp32" && std::is_same_v<typename X::value_type, float> &&
+                          (what.find("sqdist") != std::string::npos ||
+                           (sn != "i16" && (what.find("cosine") != std::string::npos ||
+                                            what.find("dot") != std::string::npos)));
       const std::size_t fmin = fused_min_budget(x);
       CHECK(fmin > 0);
       for (const auto& r : eval_all(x)) {
@@ -248,14 +251,21 @@ TEST_CASE("select: values at extreme scales take the same answers (the int16 scr
   }
 }
 
-/// float sqdist only (the AMX screen's one formula): argkmin, argmin and min.
-void sqdist_only(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
+/// float sqdist, cosine and dot (the AMX screen's formulas): argkmin, argmin and min (argkmax,
+/// argmax and max for dot).
+void amx_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
                  double offset = 0, double scale = 1) {
   const data_set<float> s(n, m, d, k, integer, special, offset, scale);
   auto X = memsafe::points(s.x.data(), n, d), Y = memsafe::points(s.y.data(), m, d);
   same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + s.tag);
   same_as_reference(memsafe::argmin(memsafe::sqdist(X, Y)), "argmin sqdist " + s.tag);
   same_as_reference(memsafe::min(memsafe::sqdist(X, Y)), "min sqdist " + s.tag);
+  same_as_reference(memsafe::argkmin(memsafe::cosine(X, Y), k), "cosine " + s.tag);
+  same_as_reference(memsafe::argmin(memsafe::cosine(X, Y)), "argmin cosine " + s.tag);
+  same_as_reference(memsafe::min(memsafe::cosine(X, Y)), "min cosine " + s.tag);
+  same_as_reference(memsafe::argkmax(memsafe::dot(X, Y), k), "dot " + s.tag);
+  same_as_reference(memsafe::argmax(memsafe::dot(X, Y)), "argmax dot " + s.tag);
+  same_as_reference(memsafe::max(memsafe::dot(X, Y)), "max dot " + s.tag);
 }
 
 TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random, special, ties, far, tiny, huge)") {
@@ -276,13 +286,73 @@ TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random,
   // screened. d = 32, 64: whole steps of 16 pairs; 3, 17, 33, 100: the last step padded with zeros.
   for (std::size_t d : {std::size_t{3}, std::size_t{17}, std::size_t{32}, std::size_t{33}, std::size_t{64},
                         std::size_t{100}})
-    sqdist_only(75, 300, d, 10, false, false);
-  sqdist_only(75, 300, 20, 5, false, true);         // NaN, inf, overflowing squares, zero vectors
-  sqdist_only(70, 300, 12, 40, true, false);        // ties, large k
-  sqdist_only(70, 300, 40, 5, false, false, 1000);  // far from the origin
-  sqdist_only(70, 300, 40, 5, false, false, 0, 1e-30);  // squares below float's normal range
-  sqdist_only(70, 300, 40, 5, false, false, 0, 1e30);   // squares beyond float's range
+    amx_formulas(75, 300, d, 10, false, false);
+  amx_formulas(75, 300, 20, 5, false, true);         // NaN, inf, overflowing squares, zero vectors
+  amx_formulas(70, 300, 12, 40, true, false);        // ties, large k
+  amx_formulas(70, 300, 40, 5, false, false, 1000);  // far from the origin
+  amx_formulas(70, 300, 40, 5, false, false, 0, 1e-30);  // squares below float's normal range
+  amx_formulas(70, 300, 40, 5, false, false, 0, 1e30);   // squares beyond float's range
   near_ties<float>(101, 70);
+  {  // cosine near ties: scaled copies of the queries (distance 0 up to rounding) among random points
+    auto x = cast<float>(data(70, 40, 61)), y = cast<float>(data(300, 40, 62));
+    for (std::size_t j = 0; j < 140; ++j)
+      for (std::size_t k = 0; k < 40; ++k) y[j * 40 + k] = x[(j % 70) * 40 + k] * (j < 70 ? 3.0f : 0.37f);
+    auto X = memsafe::points(x.data(), 70, 40), Y = memsafe::points(y.data(), 300, 40);
+    same_as_reference(memsafe::argkmin(memsafe::cosine(X, Y), 5), "cosine scaled copies d=40");
+  }
+}
+
+/// normalize_panel against normalize, point by point, bit for bit, and the unit length of the result.
+template <class T>
+void normalize_panel_case(std::size_t d, std::size_t nl, unsigned seed) {
+  constexpr std::size_t W = host::lanes<T>;
+  auto src = cast<T>(data(W, d, seed));
+  const T big = std::numeric_limits<T>::max() / T(4), tiny = std::numeric_limits<T>::denorm_min();
+  for (std::size_t k = 0; k < d; ++k) {  // lane by lane: special points
+    src[1 * d + k] = T(0);                                           // zero
+    src[2 * d + k] *= T(1e-38) * T(1e-5);                            // tiny (float: subnormal coordinates)
+    src[3 * d + k] = k == d / 2 ? big : src[3 * d + k];              // one huge coordinate
+    src[5 * d + k] = k == 0 ? tiny : T(0);                           // the smallest subnormal alone
+    if constexpr (std::is_same_v<T, double>) {
+      src[6 * d + k] *= 1e-305;  // beyond unit_scale_max_e: normalize's division
+      src[7 * d + k] *= 1e305;
+    }
+  }
+  src[4 * d + d - 1] = std::numeric_limits<T>::quiet_NaN();
+  if (W > 8) src[9 * d] = -std::numeric_limits<T>::infinity();
+  std::vector<T> panel(W * d), want(W * d);
+  std::vector<T> w(W, T(-7)), want_w(W);
+  for (std::size_t l = 0; l < W; ++l)
+    for (std::size_t k = 0; k < d; ++k) panel[k * W + l] = l < nl ? src[l * d + k] : T(0);
+  want = panel;
+  for (std::size_t l = 0; l < nl; ++l) want_w[l] = host::normalize(want.data() + l, d, W);
+  host::normalize_panel(panel.data(), d, nl, w.data());
+  INFO(sizeof(T) * 8 << "-bit d=" << d << " nl=" << nl);
+  CHECK(std::memcmp(panel.data(), want.data(), panel.size() * sizeof(T)) == 0);
+  for (std::size_t l = 0; l < W; ++l) {
+    if (l >= nl) {
+      CHECK(w[l] == T(-7));  // not written past nl
+      continue;
+    }
+    CHECK(std::memcmp(&w[l], &want_w[l], sizeof(T)) == 0);
+    double n2 = 0;
+    for (std::size_t k = 0; k < d; ++k) n2 += double(panel[k * W + l]) * double(panel[k * W + l]);
+    if (w[l] == T(1)) CHECK(std::fabs(std::sqrt(n2) - 1.0) <= 4.0 * double(std::numeric_limits<T>::epsilon()));
+    else if (w[l] == T(0)) CHECK(n2 == 0.0);
+    else CHECK(std::isnan(double(w[l])));
+  }
+  CHECK(std::isnan(double(w[4])));
+  CHECK(w[1] == T(0));
+  CHECK(w[5] == T(1));
+  CHECK(std::fabs(double(panel[0 * W + 5]) - 1.0) <= double(std::numeric_limits<T>::epsilon()));
+}
+
+TEST_CASE("select: a packed panel's points are made unit vectors as normalize makes each (normalize_panel)") {
+  for (std::size_t d : {std::size_t{1}, std::size_t{3}, std::size_t{40}, std::size_t{101}})
+    for (std::size_t nl : {std::size_t{8}, std::size_t{16}}) {
+      normalize_panel_case<float>(d, nl, unsigned(d + nl));
+      normalize_panel_case<double>(d, std::min<std::size_t>(nl, 8), unsigned(d + nl));
+    }
 }
 
 TEST_CASE("select: near ties far from the origin are exact (the margin at work)") {
@@ -512,13 +582,21 @@ TEST_CASE("select: the column tiles' vector preparation equals its scalar defini
       // pairs and the AMX screen's padding to whole steps of 16
       std::vector<float> c(d);
       for (std::size_t k = 0; k < d; ++k) c[k] = variant == 1 && k == 0 ? std::numeric_limits<float>::infinity() : normal();
+      // And without a centre (cosine): the pairs of the panels themselves, cpack untouched.
+      for (const bool centred : {true, false})
       for (const host::screen_mode sm : {host::screen_mode::bf16, host::screen_mode::amx}) {
         const std::size_t bp = host::bf16_pairs(d, sm);
         std::vector<float> cpack(n, -1.0f), cref(n);
         std::vector<std::uint32_t> b2(np * bp * P, 0xdeadbeefu);
-        host::avx2::center_bf16_panels(y.data(), d, np, c.data(), cpack.data(), bp, b2.data());
-        host::center_panels(y.data(), d, np, P, c.data(), cref.data());
-        CHECK(std::memcmp(cpack.data(), cref.data(), n * sizeof(float)) == 0);
+        host::avx2::center_bf16_panels(y.data(), d, np, centred ? c.data() : nullptr, centred ? cpack.data() : nullptr,
+                                       bp, b2.data());
+        if (centred) {
+          host::center_panels(y.data(), d, np, P, c.data(), cref.data());
+          CHECK(std::memcmp(cpack.data(), cref.data(), n * sizeof(float)) == 0);
+        } else {
+          cref = y;
+          CHECK(std::count(cpack.begin(), cpack.end(), -1.0f) == std::ptrdiff_t(n));
+        }
         bool same2 = true;
         for (std::size_t p = 0; p < np; ++p)
           for (std::size_t q = 0; q < bp; ++q)

@@ -52,8 +52,14 @@ constexpr std::size_t panels(std::size_t nj) {
 
 /// Cosine works on unit vectors. Scale v[0], v[st], …, v[(d−1)·st] to unit length in place and
 /// return its weight: 1 for a nonzero vector, 0 for a zero vector (left as it is), NaN (with NaN
-/// coordinates) when a coordinate is NaN or infinite. The norm never overflows or underflows:
-/// coordinates are divided by the largest magnitude first.
+/// coordinates) when a coordinate is NaN or infinite. The norm never overflows or underflows: the
+/// coordinates are first scaled by 2^−e, 2^e ≤ max|v_k| < 2^(e+1) (exactly: no rounding, and a
+/// product where a division by the largest magnitude would cost a division per coordinate), then
+/// ‖v‖ = √s·2^e with s = Σ(v_k·2^−e)² ≥ 1 summed in double, and v_k ← v_k·(2^−e/√s). Where 2^±e
+/// would leave double's normal range (|e| > unit_scale_max_e: double data beyond ~1e±301) the
+/// coordinates are divided by the largest magnitude instead.
+inline constexpr int unit_scale_max_e = 1000;
+
 template <class T>
 T normalize(T* v, std::size_t d, std::size_t st) {
   double amax = 0;
@@ -68,19 +74,67 @@ T normalize(T* v, std::size_t d, std::size_t st) {
     return std::numeric_limits<T>::quiet_NaN();
   }
   if (amax == 0) return T(0);
-  double s = 0;
+  const int e = std::ilogb(amax);
+  if (e >= -unit_scale_max_e && e <= unit_scale_max_e) {  // normalize_panel's arithmetic, per point
+    const double sc = std::ldexp(1.0, -e);
+    double s = 0;
+    for (std::size_t k = 0; k < d; ++k) {
+      const double u = static_cast<double>(v[k * st]) * sc;
+      s += u * u;
+    }
+    const double inv = sc / std::sqrt(s);
+    for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) * inv);
+    return T(1);
+  }
+  double s = 0;  // double data beyond ~1e±301
   for (std::size_t k = 0; k < d; ++k) {
     const double u = static_cast<double>(v[k * st]) / amax;
     s += u * u;
   }
-  const double inv = 1.0 / (amax * std::sqrt(s));  // amax·‖v/amax‖ = ‖v‖ in double: no overflow for float
+  const double inv = 1.0 / (amax * std::sqrt(s));  // amax·‖v/amax‖ = ‖v‖ in double
   if (std::isfinite(inv) && inv > 0) {
     for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) * inv);
-  } else {  // double data beyond ~1e±308: scale in two steps
+  } else {  // scale in two steps
     const double inv_s = 1.0 / std::sqrt(s);
     for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) / amax * inv_s);
   }
   return T(1);
+}
+
+/// normalize for the nl points of one packed panel (v: d features × lanes<T> points, feature-major)
+/// at once, writing their weights to w[0, nl): the same operations per point in the same order, so
+/// the same bits as normalize(v + l, d, lanes<T>) for each, but as loops over the panel's lanes
+/// (which vectorise) instead of strided loops over one point's features. Points that are not
+/// finite, zero, or beyond unit_scale_max_e take normalize itself.
+template <class T>
+void normalize_panel(T* v, std::size_t d, std::size_t nl, T* w) {
+  constexpr std::size_t W = lanes<T>;
+  // Branch-free loops over the lanes (they vectorise): the largest magnitude in T (exact), nan[l]
+  // NaN where a coordinate is NaN or infinite (a·0), and a lane that normalize takes itself is
+  // multiplied by 1 (its values unchanged).
+  T amax[W] = {}, nan[W] = {};
+  double s[W] = {}, sc[W], inv[W];
+  bool bad[W];
+  for (std::size_t k = 0; k < d; ++k)
+    for (std::size_t l = 0; l < W; ++l) {
+      const T a = std::fabs(v[k * W + l]);
+      nan[l] += a * T(0);
+      amax[l] = a > amax[l] ? a : amax[l];
+    }
+  for (std::size_t l = 0; l < W; ++l) {
+    const int e = amax[l] > 0 ? std::ilogb(static_cast<double>(amax[l])) : 0;
+    bad[l] = nan[l] != nan[l] || !(amax[l] > 0) || e < -unit_scale_max_e || e > unit_scale_max_e;
+    sc[l] = bad[l] ? 0.0 : std::ldexp(1.0, -e);
+  }
+  for (std::size_t k = 0; k < d; ++k)
+    for (std::size_t l = 0; l < W; ++l) {
+      const double u = static_cast<double>(v[k * W + l]) * sc[l];
+      s[l] += u * u;
+    }
+  for (std::size_t l = 0; l < W; ++l) inv[l] = bad[l] ? 1.0 : sc[l] / std::sqrt(s[l]);
+  for (std::size_t k = 0; k < d; ++k)
+    for (std::size_t l = 0; l < W; ++l) v[k * W + l] = static_cast<T>(static_cast<double>(v[k * W + l]) * inv[l]);
+  for (std::size_t l = 0; l < nl; ++l) w[l] = bad[l] ? normalize(v + l, d, W) : T(1);
 }
 
 /// The cosine distance of two unit vectors with dot product `dot` and weights wx, wy (normalize's):
@@ -111,12 +165,12 @@ void pack_panels(const YV& Y, const formula_params<T>& p, std::size_t j0, std::s
           for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = p.scale(k, y[k * cs]);
         if (p.y_sign != T(1))
           for (std::size_t k = 0; k < d; ++k) dst[k * W + w] *= p.y_sign;
-        if (yw) yw[pnl * W + w] = normalize(dst + w, d, W);
       } else {
         for (std::size_t k = 0; k < d; ++k) dst[k * W + w] = T(0);
         if (yw) yw[pnl * W + w] = T(0);
       }
     }
+    if (yw) normalize_panel(dst, d, nj - pnl * W < W ? nj - pnl * W : W, yw + pnl * W);
   }
 }
 

@@ -91,6 +91,28 @@
 //   2u_b' + u_b'² < (2u_b + u_b²)(1 + 2⁻¹⁰): the same δ_b holds; init = ½(1 − δ_b)‖fl(y − c)‖² and
 //   thr's ‖x − c‖² are those of the rounded differences (within γ of the exact ones, covered as
 //   before).
+// * cosine, bfloat16 screen (float data; by default on AMX tiles only, amx_kernel.inc; forced,
+//   MEMSAFE_SCREEN=bf16, on VDPBF16PS). The chain runs on x̃, ỹ, the unit vectors x̂, ŷ rounded to
+//   bfloat16 (never centred: they are unit vectors), from init = 0 (−inf for a non-finite point,
+//   screening_init; the VDPBF16PS kernel starts at 0 and multiplies by w_y, as the FP32 screen).
+//   For w_x = w_y = 1: |x̃_kỹ_k − x̂_kŷ_k| ≤ (2u_b + u_b²)|x̂_kŷ_k| and Σ|x̂_kŷ_k| ≤ ‖x̂‖‖ŷ‖ ≤ 1 + 3u,
+//   the chain adds at most γ_d(1 + 2u_b + u_b²)(1 + 3u), and flushed values < 3d·2⁻¹²⁶, so
+//   ŝ ≤ −x̂·ŷ + E_b with E_b = (2u_b + u_b²)(1 + 3u) + γ_d(1 + 2u_b + u_b²)(1 + 3u) + 3d·2⁻¹²⁶.
+//   As for the FP32 screen, 1 − x̂·ŷ ≤ v̂ + 2.1u + γ_{d+1}(1 + 3u), so
+//   ŝ < w − 1 + E_b + 2.1u + γ_{d+1}(1 + 3u) ≤ w − 1 + δ_b − 7u ≤ thr, thr = (w − 1 + δ_b)·1 with
+//   δ_b of sqdist's bfloat16 screen: its (2u_b + u_b²)(1 + 2⁻¹⁰) exceeds the first term of E_b by
+//   ≈ 128u, and 9(d + 4)u covers γ_d + γ_{d+1} + 9.1u with room (≈ (2d + 10)u). The values are
+//   unit-scale, so the flushed values' absolute error needs no η. w_y = 0 (ŷ = 0): ŝ = 0, which
+//   passes whenever the exact value 1 can enter (w > 1 − δ_b); w_y NaN: init −inf (AMX) or the
+//   product with NaN (VDPBF16PS): the lane passes. Random N(0, 1) data, d = 100, n = 10⁶: the
+//   margin δ_b ≈ 7.9e-3 on cosine distances lets few lanes beyond the k best through.
+// * dot_max, bfloat16 screen (float data; by default on AMX tiles only; forced on VDPBF16PS). The
+//   chain runs on x̃, ỹ (not centred: x·y changes under a translation) from init = −½δ_b‖y‖², thr =
+//   −w + ½δ_b‖x‖² + η. The products err by at most (2u_b + u_b²)Σ|x_k y_k| ≤ (2u_b + u_b²)·½N and
+//   the flushed values as for sqdist, so dot_max's proof above holds with δ_b for δ: its
+//   ½δ_b N = ½(2u_b + u_b²)(1 + 2⁻¹⁰)N + 4.5(d + 4)uN covers the products' error (with the chain's
+//   γ_d on it) by the first term and (½γ_{d+1} + ½γ_d + 3u)N(1 + δ_b) ≈ (d + 3.5)uN by the second;
+//   η covers the flushed values when N < 1, the slack otherwise.
 // * sqdist, int16 screen (float data, the AVX2 kernels: select_driver.hpp chooses it, MEMSAFE_SCREEN).
 //   Each query row and each column tile (less the block's centre when it is centred) is scaled by a
 //   power of two, 2^−e_x for the row, 2^−e_y for the tile (i16_exponent: the largest finite |value|
@@ -154,7 +176,7 @@ enum class select_kind { sqdist, l1, cosine, dot_max };
 /// The precision a fused selection screens in: T's own (the FP32/FP64 chain), bfloat16 pairs
 /// (AVX-512 with AVX512-BF16), the same bfloat16 pairs on AMX tiles (amx_kernel.inc: the
 /// bfloat16 screen's values and margin, many more products per instruction) or int16 pairs (AVX2),
-/// the last three for float sqdist only.
+/// the last three for float only: bfloat16 and AMX for sqdist, cosine and dot_max, int16 for sqdist.
 enum class screen_mode { native, bf16, i16, amx };
 
 /// δ of the table above for T and feature dimension d.
@@ -342,8 +364,12 @@ bool screening_init(const double* sq, std::size_t nj, std::size_t np, std::size_
     const double s = sq[j];
     const bool fin = std::isfinite(s) && s < big;
     clean = clean && fin;
-    if constexpr (K == select_kind::l1 || K == select_kind::cosine) {
+    if constexpr (K == select_kind::l1) {
       o = T(0);
+    } else if constexpr (K == select_kind::cosine) {
+      // Read by the paired screens only (the FP32/FP64 chain starts from 0 and multiplies by the
+      // weight): a non-finite point (NaN coordinates) starts at −inf, so its lane always passes.
+      o = fin ? T(0) : -std::numeric_limits<T>::infinity();
     } else {
       // Not representable (or NaN/inf data): screen nothing out for this point.
       o = fin ? static_cast<T>(K == select_kind::sqdist ? 0.5 * (1.0 - delta) * s : -0.5 * delta * s)

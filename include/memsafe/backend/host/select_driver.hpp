@@ -184,7 +184,7 @@ struct select_worker {
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
 
   /// sqdist: room to screen a row block about its centre (the panels and rows less c, the centre);
-  /// a paired screen `sm` (float sqdist only: bfloat16, AMX or int16): their panels and query pairs
+  /// a paired screen `sm` (float: bfloat16 or AMX, or sqdist's int16): their panels and query pairs
   /// too (bf16_pairs 32-bit pairs per point and row), packed from those, and the int16 screen's
   /// scale and margin per row and accumulator start per point.
   static std::size_t bytes(const E& e, std::size_t k, std::size_t ti, std::size_t tj, host::screen_mode sm) {
@@ -350,6 +350,9 @@ struct select_worker {
         }
       }
     }
+    if constexpr (!sq && std::is_same_v<T, float>)
+      if (b16)  // cosine's unit rows', dot's rows' pairs (neither is centred)
+        for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(xs + r * d, d, dp, xs2 + r * dp);
     tile_ey.reset();
     for (std::size_t r = 0; r < ni; ++r) {
       count[r] = 0;
@@ -399,7 +402,8 @@ struct select_worker {
       const std::size_t j0 = cb * tj, nj = std::min(tj, m - j0), np = host::panels<T>(nj);
       host::pack_panels(e.y, e.params, j0, nj, pack, yinv);
       if constexpr (std::is_same_v<T, float>) {
-        if (b16)  // about the row block's centre (always, for this screen), in one pass
+        if (b16)  // sqdist: about the row block's centre (always, for this screen), in one pass;
+                  // cosine, dot: the panels as they are (center null)
           kernels.center_bf16(pack, d, np, center, cpack, dp, pack2);
         else if (centred)
           host::center_panels(pack, d, np, W, center, cpack);
@@ -500,19 +504,22 @@ inline constexpr std::size_t amx_screen_min_d = 16;
 inline constexpr std::size_t i16_screen_min_d = 16;
 
 /// The screen of the fused selection of (T, K) at dimension d with instruction set i. MEMSAFE_SCREEN
-/// (core/env.hpp) — fp32: T's own; bf16, amx or i16: that screen where it applies (float sqdist),
-/// an argument_error where this CPU or instruction set lacks it (bf16: AVX-512 with AVX512-BF16;
-/// amx: that and AMX-BF16 tiles granted by the OS; i16: the AVX2 kernels); unset: where it
-/// applies, on the AVX-512 kernels amx at d ≥ amx_screen_min_d where the tiles are there, else
-/// bf16 at d ≥ paired_screen_min_d where VDPBF16PS pays (cpu_dpbf16_pays), else fp32; on AVX2 i16
-/// at d ≥ i16_screen_min_d (VPMADDWD does 16 products per instruction against an FMA's 8).
+/// (core/env.hpp) — fp32: T's own; bf16, amx or i16: that screen where it applies (bf16 and amx:
+/// float sqdist, cosine and dot; i16: float sqdist), an argument_error where this CPU or instruction
+/// set lacks it (bf16: AVX-512 with AVX512-BF16; amx: that and AMX-BF16 tiles granted by the OS;
+/// i16: the AVX2 kernels); unset: where it applies, on the AVX-512 kernels amx at
+/// d ≥ amx_screen_min_d where the tiles are there, else for sqdist bf16 at d ≥ paired_screen_min_d
+/// where VDPBF16PS pays (cpu_dpbf16_pays; cosine and dot keep fp32 there: not measured on such a
+/// CPU), else fp32; on AVX2 i16 for sqdist at d ≥ i16_screen_min_d (VPMADDWD does 16 products per
+/// instruction against an FMA's 8).
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
   if (e && *e != "fp32" && *e != "bf16" && *e != "i16" && *e != "amx")
     throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"" + std::string(*e) + "\"");
-  constexpr bool applies = std::is_same_v<T, float> && K == select_kind::sqdist;
-  if (!applies || (e && *e == "fp32")) return screen_mode::native;
+  constexpr bool sq = K == select_kind::sqdist;
+  constexpr bool applies = std::is_same_v<T, float> && K != select_kind::l1;
+  if (!applies || (e && *e == "fp32") || (!sq && e && *e == "i16")) return screen_mode::native;
   const bool bf16 = i == isa::avx512 && cpu_has_avx512bf16();
   if (e && *e == "bf16") {
     if (!bf16)
@@ -536,6 +543,7 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
     return screen_mode::i16;
   }
   if (amx && d >= amx_screen_min_d) return screen_mode::amx;
+  if (!sq) return screen_mode::native;
   if (bf16 && cpu_dpbf16_pays()) return d >= paired_screen_min_d ? screen_mode::bf16 : screen_mode::native;
   if (bf16) return screen_mode::native;
   return i == isa::avx2 && d >= i16_screen_min_d ? screen_mode::i16 : screen_mode::native;

@@ -265,25 +265,29 @@ void with_tile_prep(screen_kernels<T>& s) {
 /// The screening kernels of (T, K) for instruction set `i` and screen mode `m` (none for portable,
 /// or where the translation unit has no SIMD kernels, or the mode does not run there), with the
 /// column tiles' preparation (with_tile_prep). The paired
-/// modes are float sqdist's only: bf16 on AVX-512, i16 on AVX2 (select_driver.hpp's choice).
+/// modes are float's only: bf16 and amx on AVX-512 for sqdist, cosine and dot, i16 on AVX2 for
+/// sqdist (select_driver.hpp's choice).
 template <class T, select_kind K>
 screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] screen_mode m = screen_mode::native) {
   screen_kernels<T> s;
 #if defined(MEMSAFE_SIMD_DISPATCH)
   if (m != screen_mode::native) {
-    if constexpr (std::is_same_v<T, float> && K == select_kind::sqdist) {
+    if constexpr (std::is_same_v<T, float> && K != select_kind::l1) {
       if (m == screen_mode::bf16 && i == isa::avx512)
         s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows, screen_mode::bf16>,
              &avx512::screen_rows<T, K, 1, screen_mode::bf16>};
       else if (m == screen_mode::amx && i == isa::avx512)
-        // 32 rows on the tiles; a block's last rows one at a time by VDPBF16PS (the same packed
+        // 32 rows on the tiles (a row block's last rows as a block overlapping the one before);
+        // a row block of fewer than 32 rows one row at a time by VDPBF16PS (the same packed
         // pairs, values and margin).
         s = {avx512::amx_block_rows, &avx512::amx_screen_rows, &avx512::screen_rows<T, K, 1, screen_mode::bf16>};
-      else if (m == screen_mode::i16 && i == isa::avx2)
-        // A block's last rows, one at a time, by T's own screen (one kernel fewer to compile): the
-        // offsets and thresholds it reads then carry the int16 margin too, which only loosens them.
-        s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
-             &avx2::screen_rows<T, K, 1>};
+      else if constexpr (K == select_kind::sqdist) {
+        if (m == screen_mode::i16 && i == isa::avx2)
+          // A block's last rows, one at a time, by T's own screen (one kernel fewer to compile): the
+          // offsets and thresholds it reads then carry the int16 margin too, which only loosens them.
+          s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
+               &avx2::screen_rows<T, K, 1>};
+      }
     }
   } else if (i == isa::avx512) {
     s = {avx512::block_rows, &avx512::screen_rows<T, K, avx512::block_rows>, &avx512::screen_rows<T, K, 1>};
