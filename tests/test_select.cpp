@@ -254,7 +254,7 @@ TEST_CASE("select: values at extreme scales take the same answers (the int16 scr
 /// float sqdist, cosine and dot (the AMX screen's formulas): argkmin, argmin and min (argkmax,
 /// argmax and max for dot).
 void amx_formulas(std::size_t n, std::size_t m, std::size_t d, std::size_t k, bool integer, bool special,
-                 double offset = 0, double scale = 1) {
+                  double offset = 0, double scale = 1) {
   const data_set<float> s(n, m, d, k, integer, special, offset, scale);
   auto X = memsafe::points(s.x.data(), n, d), Y = memsafe::points(s.y.data(), m, d);
   same_as_reference(memsafe::argkmin(memsafe::sqdist(X, Y), k), "sqdist " + s.tag);
@@ -282,8 +282,9 @@ TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random,
     CHECK(p.screen == "amx");
     CHECK(p.tile_rows >= 32);
   }
-  // 75 rows in one row block: two blocks of 32 on the tiles, then rows 43–74 as a block that skips the 21 already
-  // screened. d = 32, 64: whole steps of 16 pairs; 3, 17, 33, 100: the last step padded with zeros.
+  // 75 rows in one row block: two blocks of 32 on the tiles, then rows 43–74 as a block that skips
+  // the 21 already screened. d = 32, 64: whole steps of 16 pairs; 3, 17, 33, 100: the last step
+  // padded with zeros.
   for (std::size_t d : {std::size_t{3}, std::size_t{17}, std::size_t{32}, std::size_t{33}, std::size_t{64},
                         std::size_t{100}})
     amx_formulas(75, 300, d, 10, false, false);
@@ -582,30 +583,31 @@ TEST_CASE("select: the column tiles' vector preparation equals its scalar defini
       // pairs and the AMX screen's padding to whole steps of 16
       std::vector<float> c(d);
       for (std::size_t k = 0; k < d; ++k) c[k] = variant == 1 && k == 0 ? std::numeric_limits<float>::infinity() : normal();
-      // And without a centre (cosine): the pairs of the panels themselves, cpack untouched.
-      for (const bool centred : {true, false})
-      for (const host::screen_mode sm : {host::screen_mode::bf16, host::screen_mode::amx}) {
-        const std::size_t bp = host::bf16_pairs(d, sm);
-        std::vector<float> cpack(n, -1.0f), cref(n);
-        std::vector<std::uint32_t> b2(np * bp * P, 0xdeadbeefu);
-        host::avx2::center_bf16_panels(y.data(), d, np, centred ? c.data() : nullptr, centred ? cpack.data() : nullptr,
-                                       bp, b2.data());
-        if (centred) {
-          host::center_panels(y.data(), d, np, P, c.data(), cref.data());
-          CHECK(std::memcmp(cpack.data(), cref.data(), n * sizeof(float)) == 0);
-        } else {
-          cref = y;
-          CHECK(std::count(cpack.begin(), cpack.end(), -1.0f) == std::ptrdiff_t(n));
+      // And without a centre (cosine, dot): the pairs of the panels themselves, cpack untouched.
+      for (const bool centred : {true, false}) {
+        for (const host::screen_mode sm : {host::screen_mode::bf16, host::screen_mode::amx}) {
+          const std::size_t bp = host::bf16_pairs(d, sm);
+          std::vector<float> cpack(n, -1.0f), cref(n);
+          std::vector<std::uint32_t> b2(np * bp * P, 0xdeadbeefu);
+          host::avx2::center_bf16_panels(y.data(), d, np, centred ? c.data() : nullptr, centred ? cpack.data() : nullptr,
+                                         bp, b2.data());
+          if (centred) {
+            host::center_panels(y.data(), d, np, P, c.data(), cref.data());
+            CHECK(std::memcmp(cpack.data(), cref.data(), n * sizeof(float)) == 0);
+          } else {
+            cref = y;
+            CHECK(std::count(cpack.begin(), cpack.end(), -1.0f) == std::ptrdiff_t(n));
+          }
+          bool same2 = true;
+          for (std::size_t p = 0; p < np; ++p)
+            for (std::size_t q = 0; q < bp; ++q)
+              for (std::size_t w = 0; w < P; ++w) {
+                const std::uint32_t lo = 2 * q < d ? host::bf16_bits(cref[(p * d + 2 * q) * P + w]) : 0u;
+                const std::uint32_t hi = 2 * q + 1 < d ? host::bf16_bits(cref[(p * d + 2 * q + 1) * P + w]) : 0u;
+                same2 = same2 && b2[(p * bp + q) * P + w] == (lo | hi << 16);
+              }
+          CHECK(same2);
         }
-        bool same2 = true;
-        for (std::size_t p = 0; p < np; ++p)
-          for (std::size_t q = 0; q < bp; ++q)
-            for (std::size_t w = 0; w < P; ++w) {
-              const std::uint32_t lo = 2 * q < d ? host::bf16_bits(cref[(p * d + 2 * q) * P + w]) : 0u;
-              const std::uint32_t hi = 2 * q + 1 < d ? host::bf16_bits(cref[(p * d + 2 * q + 1) * P + w]) : 0u;
-              same2 = same2 && b2[(p * bp + q) * P + w] == (lo | hi << 16);
-            }
-        CHECK(same2);
       }
     }
     // double panels (8 points each): the same squared norms
