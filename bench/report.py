@@ -410,6 +410,7 @@ def knn_rows(rows, suite, workloads, notes):
         n_label = f"{w['n']:,}"
         out.append([
             w.get("data"), w.get("metric"), n_label, str(w.get("d")), f"{w['m']:,}",
+            cpu_of(ms) if ms else "—",
             status_cell(ms, fqps(ms_q)),
             peer_qps_cell(peers["faiss"], ms, notes), peer_qps_cell(peers["keops"], ms, notes),
             peer_qps_cell(peers["naive"], ms, notes),
@@ -421,7 +422,7 @@ def knn_rows(rows, suite, workloads, notes):
     return out
 
 
-KNN_HEADER = ["data", "metric", "n", "d", "m", "memsafe q/s", "FAISS q/s", "KeOps q/s", "naive q/s",
+KNN_HEADER = ["data", "metric", "n", "d", "m", "machine", "memsafe q/s", "FAISS q/s", "KeOps q/s", "naive q/s",
               "memsafe / FAISS", "memsafe / KeOps", "memsafe peak temp",
               "peak RSS, MiB (memsafe / FAISS / KeOps / naive)", "recall@k vs peers"]
 
@@ -507,7 +508,9 @@ def section_knn(rows, notes) -> str:
          "memsafe's queries/s over the peer's. FAISS: its exact flat indexes (IndexFlatL2/IP) as run by memsafe_bench; "
          "KeOps: `LazyTensor.argKmin`; naive: the full m×n distance matrix, then the top k. "
          "Recall@k compares memsafe's indices with the peer's on the first ≤ 2000 queries (KeOps only on MNIST: "
-         "its random numbers differ).", ""]
+         "its random numbers differ). Each line is its workload's newest run; *machine* is the CPU it ran on "
+         "(the project's machine changes between sessions: compare q/s within a line, or across lines of one "
+         "machine only).", ""]
     ws = merge_workloads(expected_knn_workloads(), workloads_of(rows, "knn"))
     return "\n".join(s + [table(KNN_HEADER, knn_rows(rows, "knn", ws, notes)), ""])
 
