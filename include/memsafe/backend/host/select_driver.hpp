@@ -331,8 +331,6 @@ struct select_worker {
           rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
         }
       if constexpr (std::is_same_v<T, float>) {
-        if (b16)
-          for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(cxs + r * d, d, dp, xs2 + r * dp);
         if (q16) {  // each row's own scale: 2^e ≥ its largest |x| (|x − c|, centred) / qmax
           const T* sx = centred ? cxs : xs;
           const std::int32_t qmax = host::i16_qmax(d);
@@ -350,9 +348,11 @@ struct select_worker {
         }
       }
     }
-    if constexpr (!sq && std::is_same_v<T, float>)
-      if (b16)  // cosine's unit rows', dot's rows' pairs (neither is centred)
-        for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(xs + r * d, d, dp, xs2 + r * dp);
+    if constexpr (std::is_same_v<T, float>)
+      if (b16) {  // the rows' pairs: sqdist's about the centre; cosine's unit rows and dot's rows as they are
+        const T* sx = centred ? cxs : xs;
+        for (std::size_t r = 0; r < ni; ++r) host::pack_bf16_row(sx + r * d, d, dp, xs2 + r * dp);
+      }
     tile_ey.reset();
     for (std::size_t r = 0; r < ni; ++r) {
       count[r] = 0;
