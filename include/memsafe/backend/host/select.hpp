@@ -414,24 +414,32 @@ T screen_threshold(bool full, T worst, const row_screen<T>& rs, double delta, do
   return all;
 }
 
-/// The exact value of one pair, with the portable tile kernel's arithmetic (pairwise_rows):
-/// x contiguous, y with stride W (a packed panel column).
-template <class T, select_kind K>
-T exact_value(const T* x, const T* y, std::size_t d, std::size_t W, T xinv, T yinv) {
-  T acc = T(0);
-  for (std::size_t k = 0; k < d; ++k) {
-    if constexpr (K == select_kind::sqdist) {
-      const T t = x[k] - y[k * W];
-      acc = madd(t, t, acc);
-    } else if constexpr (K == select_kind::l1) {
-      const T t = x[k] - y[k * W];
-      acc += t < T(0) ? -t : t;
-    } else {
-      acc = madd(x[k], y[k * W], acc);
+/// The exact values of N pairs (x[i] against y[i]), each with the portable tile kernel's
+/// arithmetic (pairwise_rows): x[i] contiguous, y[i] with stride W (a packed panel column). Every
+/// pair runs its own chain of exactly the operations below, in feature order; the N chains are
+/// only interleaved, so that their latencies overlap (a chain of d dependent multiply-adds is what
+/// an exact value costs), and each value has the bits it would have alone.
+template <class T, select_kind K, std::size_t N>
+void exact_values(const T* const (&x)[N], const T* const (&y)[N], std::size_t d, std::size_t W,
+                  const T (&xinv)[N], const T (&yinv)[N], T (&out)[N]) {
+  T acc[N] = {};
+  for (std::size_t k = 0; k < d; ++k)
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < N; ++i) {
+      if constexpr (K == select_kind::sqdist) {
+        const T t = x[i][k] - y[i][k * W];
+        acc[i] = madd(t, t, acc[i]);
+      } else if constexpr (K == select_kind::l1) {
+        const T t = x[i][k] - y[i][k * W];
+        acc[i] += t < T(0) ? -t : t;
+      } else {
+        acc[i] = madd(x[i][k], y[i][k * W], acc[i]);
+      }
     }
+  for (std::size_t i = 0; i < N; ++i) {
+    if constexpr (K == select_kind::cosine) acc[i] = cosine_finish(acc[i], xinv[i], yinv[i]);
+    out[i] = acc[i];
   }
-  if constexpr (K == select_kind::cosine) acc = cosine_finish(acc, xinv, yinv);
-  return acc;
 }
 
 /// What a screening kernel reads: one group of R query rows against the np packed panels of a

@@ -182,6 +182,7 @@ struct select_worker {
   static constexpr bool cos = K == host::select_kind::cosine;
   static constexpr bool sq = K == host::select_kind::sqdist;
   static constexpr std::size_t W = host::lanes<T>;  // points per packed panel
+  static constexpr std::size_t hit_batch = 4;  // exact values evaluated together (hit)
 
   /// sqdist: room to screen a row block about its centre (the panels and rows less c, the centre);
   /// a paired screen `sm` (float: bfloat16 or AMX, or sqdist's int16): their panels and query pairs
@@ -361,23 +362,38 @@ struct select_worker {
   }
 
   /// The kernels' call back (screen_args::hit): re-evaluate the passing lanes of panels
-  /// [pnl, pnl + nb) for the rows of the current group exactly and offer them to their heaps.
-  /// Compiled for the translation unit's target and never inlined into a kernel, so exact_value
-  /// rounds as the portable path does (select.hpp).
+  /// [pnl, pnl + nb) for the rows of the current group exactly and offer them to their heaps, in
+  /// row, panel, lane order. Compiled for the translation unit's target and never inlined into a
+  /// kernel, so exact_values rounds as the portable path does (select.hpp). The lanes are
+  /// evaluated hit_batch at a time (their chains interleaved; a short last batch repeats its
+  /// first pair) and offered after each batch: the masks were fixed before the call, so the
+  /// offers' order, and the heaps, are those of one lane at a time.
   [[gnu::noinline]] static void hit(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) {
     auto& w = *static_cast<select_worker*>(ctx);
     const std::size_t d = w.d;
     const T* yp = w.pack + pnl * d * W;
+    const T* xb[hit_batch];
+    const T* yb[hit_batch];
+    T xw[hit_batch], yw[hit_batch], v[hit_batch];
+    std::size_t rb[hit_batch], jb[hit_batch], n = 0;
+    const auto flush = [&] {
+      for (std::size_t i = n; i < hit_batch; ++i) xb[i] = xb[0], yb[i] = yb[0], xw[i] = xw[0], yw[i] = yw[0];
+      host::exact_values<T, K>(xb, yb, d, W, xw, yw, v);
+      for (std::size_t i = 0; i < n; ++i) w.offer(rb[i], v[i], index_t(w.tile_j0 + jb[i]));
+      n = 0;
+    };
     for (std::size_t q = 0; q < w.group_rows; ++q)
       for (std::size_t p = 0; p < nb; ++p)
         for (std::uint32_t mk = masks[q * nb + p]; mk; mk &= mk - 1) {
           const std::size_t lane = static_cast<std::size_t>(__builtin_ctz(mk)), j = (pnl + p) * W + lane;
           if (j >= w.tile_nj) continue;
           const std::size_t r = w.group_r0 + q;
-          const T v = host::exact_value<T, K>(w.xs + r * d, yp + p * d * W + lane, d, W, w.xinv[r],
-                                              cos ? w.yinv[j] : T(0));
-          w.offer(r, v, index_t(w.tile_j0 + j));
+          xb[n] = w.xs + r * d, yb[n] = yp + p * d * W + lane;
+          xw[n] = w.xinv[r], yw[n] = cos ? w.yinv[j] : T(0);
+          rb[n] = r, jb[n] = j;
+          if (++n == hit_batch) flush();
         }
+    if (n) flush();
   }
 
   /// Screen rows [r, r + rows) (rows: the kernels' block or 1) against the packed tile.
