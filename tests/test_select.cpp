@@ -281,6 +281,18 @@ TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random,
                                                                       memsafe::points(y.data(), 300, 33)), 3));
     CHECK(p.screen == "amx");
     CHECK(p.tile_rows >= 32);
+    // Row blocks up to 4096 queries tall on the tiles (1024 on the other screens); over threads,
+    // evened out in multiples of 32.
+    std::vector<float> xt(5000 * 33, 0.5f);
+    const auto tall = memsafe::argkmin(memsafe::sqdist(memsafe::points(xt.data(), 5000, 33),
+                                                       memsafe::points(y.data(), 300, 33)), 3);
+    const auto one = memsafe::plan_for(tall, memsafe::options{memsafe::unlimited, 1});
+    CHECK(one.screen == "amx");
+    CHECK(one.tile_rows == 4096);
+    const auto two = memsafe::plan_for(tall, memsafe::options{memsafe::unlimited, 2});
+    CHECK(two.tile_rows == 2528);  // two blocks, 5000 / 2 rounded up to 32
+    scoped_env fp32("MEMSAFE_SCREEN", "fp32");
+    CHECK(memsafe::plan_for(tall, memsafe::options{memsafe::unlimited, 1}).tile_rows == 1024);
   }
   // 75 rows in one row block: two blocks of 32 on the tiles, then rows 43–74 as a block that skips
   // the 21 already screened. d = 32, 64: whole steps of 16 pairs; 3, 17, 33, 100: the last step
@@ -293,6 +305,7 @@ TEST_CASE("select: the AMX screen's 32-row blocks take the same answers (random,
   amx_formulas(70, 300, 40, 5, false, false, 1000);  // far from the origin
   amx_formulas(70, 300, 40, 5, false, false, 0, 1e-30);  // squares below float's normal range
   amx_formulas(70, 300, 40, 5, false, false, 0, 1e30);   // squares beyond float's range
+  amx_formulas(2600, 90, 33, 5, false, false);            // row blocks taller than 1024
   near_ties<float>(101, 70);
   {  // cosine near ties: scaled copies of the queries (distance 0 up to rounding) among random points
     auto x = cast<float>(data(70, 40, 61)), y = cast<float>(data(300, 40, 62));

@@ -9,7 +9,7 @@
 //
 // Screening is conservative and the answer exact: a lane passes when its screening value is
 // within a proven rounding margin of the row's current k-th best *exact* value, and every lane
-// that passes is re-evaluated with `exact_value`, the same arithmetic as the portable tile path
+// that passes is re-evaluated with `exact_values`, the same arithmetic as the portable tile path
 // (tile.hpp's pairwise_rows), before it may enter the top k. So the indices and values equal the
 // reference path's bit for bit, at every tile size and budget, on every instruction set.
 //
@@ -32,7 +32,7 @@
 // the bounds below hold for each. (l1 has no product: |fl(x_k − y_k)| added in order, as the
 // exact value.)
 //
-// How v̂ is computed. exact_value runs in the driver, compiled for the translation unit's own
+// How v̂ is computed. exact_values runs in the driver, compiled for the translation unit's own
 // target — never inside a kernel's target region — with `madd` (kernels.hpp): one rounding per
 // step where that target has FMA, two where it has not, as the tile path it must equal.
 //
@@ -82,7 +82,7 @@
 //   ≈ δ_b·N of the row's k-th value pass and are re-evaluated: many more than with the FP32 screen,
 //   but still few (random N(0, 1) data, d = 100, n = 10⁶: ≈ 160 per query), for half the
 //   instructions per feature (32 products per VDPBF16PS against 16 per FMA). The exact values are
-//   the FP32 path's (the float panels are packed too, for exact_value). Centred, always (its panels and
+//   the FP32 path's (the float panels are packed too, for exact_values). Centred, always (its panels and
 //   query pairs are packed from the same centred copies the FP32/FP64 screen uses): the screen runs on
 //   x − c and y − c, c the mean of the row block's queries (block_center; distances do not change), so N is
 //   ‖x − c‖² + ‖y − c‖² — small for data far from the origin, where ‖x‖² + ‖y‖² would let every
