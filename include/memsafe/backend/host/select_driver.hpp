@@ -277,7 +277,11 @@ struct select_worker {
     }
   }
 
-  static bool cmp(const ranked<T>& a, const ranked<T>& b) { return ranks_before<Max>(a, b); }
+  /// "a ranks before b", as an object the heap algorithms inline (a function's address they may not).
+  struct before {
+    bool operator()(const ranked<T>& a, const ranked<T>& b) const { return ranks_before<Max>(a, b); }
+  };
+  static constexpr before cmp{};
 
   T threshold(std::size_t r) const {
     const bool full = count[r] == k;
@@ -297,10 +301,14 @@ struct select_worker {
       h[c++] = x;
       std::push_heap(h, h + c, cmp);
       if (c == k) thr[r] = threshold(r);
-    } else if (cmp(x, h[0])) {
-      std::pop_heap(h, h + k, cmp);
-      h[k - 1] = x;
-      std::push_heap(h, h + k, cmp);
+    } else if (cmp(x, h[0])) {  // x replaces the top, sifted down: one pass (a pop and a push take two)
+      std::size_t i = 0;
+      for (std::size_t ch = 1; ch < k; i = ch, ch = 2 * ch + 1) {
+        if (ch + 1 < k && cmp(h[ch], h[ch + 1])) ++ch;  // the child that ranks last
+        if (!cmp(x, h[ch])) break;
+        h[i] = h[ch];
+      }
+      h[i] = x;
       thr[r] = threshold(r);
     }
   }
