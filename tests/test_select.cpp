@@ -635,3 +635,69 @@ TEST_CASE("select: the column tiles' vector preparation equals its scalar defini
   }
 }
 #endif
+
+#if defined(MEMSAFE_SIMD_DISPATCH)
+namespace {
+/// The blocks screen_rows hands to its call back: (first panel, panels, their masks).
+struct hit_log {
+  std::vector<std::uint32_t> calls;
+  static void record(void* ctx, std::size_t pnl, std::size_t nb, const std::uint32_t* masks) {
+    auto& v = static_cast<hit_log*>(ctx)->calls;
+    v.push_back(std::uint32_t(pnl));
+    v.push_back(std::uint32_t(nb));
+    v.insert(v.end(), masks, masks + host::avx2::block_rows * nb);
+  }
+};
+}  // namespace
+
+TEST_CASE("select: the int16 screen passes the same lanes with AVX-VNNI (VPDPWSSD) as with VPMADDWD") {
+  if (!(host::cpu_isas() & host::isa_bit(host::isa::avx2)) || !host::cpu_has_avx_vnni()) {
+    MESSAGE("skipped: this CPU has no AVX-VNNI (the int16 screen runs on VPMADDWD alone, tested with the selections)");
+    return;
+  }
+  constexpr int R = host::avx2::block_rows;
+  constexpr std::size_t P = 16;
+  std::uint64_t state = 0x2545f4914f6cdd1dull;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(state >> 32);
+  };
+  for (std::size_t dp : {1u, 2u, 50u}) {
+    const std::size_t np = 5;  // two blocks of block_panels and whatever is left, one panel at a time
+    std::vector<std::uint32_t> x2(R * dp), y2(np * dp * P);
+    for (auto& v : x2) v = next();
+    for (auto& v : y2) v = next();
+    for (std::size_t i = 0; i < y2.size(); i += 5) y2[i] = 0x80008000u;  // (−2¹⁵)² twice: the sum wraps
+    for (std::size_t i = 0; i < x2.size(); i += 3) x2[i] = 0x80008000u;
+    std::vector<float> init(np * P, 0.0f), pack(np * P, 0.0f), qscale(R, 0x1p-31f), thr(R);
+    std::vector<std::int32_t> acc0(np * P);
+    for (auto& v : acc0) v = std::int32_t(next());
+    for (int r = 0; r < R; ++r) thr[r] = r % 3 == 2 ? -std::numeric_limits<float>::infinity() : 0.0f;  // half the lanes, or none
+    for (bool clean : {true, false}) {
+      CAPTURE(dp);
+      CAPTURE(clean);
+      host::screen_args<float> a;
+      a.xs = init.data();  // not read by the int16 screen
+      a.d = 2 * dp;
+      a.pack = pack.data();
+      a.init = init.data();
+      a.thr = thr.data();
+      a.np = np;
+      a.clean = clean;
+      a.dp = dp;
+      a.xs2 = x2.data();
+      a.pack2 = y2.data();
+      a.qscale = qscale.data();
+      a.acc0 = acc0.data();
+      a.hit = &hit_log::record;
+      hit_log plain, vnni;
+      a.ctx = &plain;
+      host::avx2::screen_rows<float, host::select_kind::sqdist, R, host::screen_mode::i16>(a);
+      a.ctx = &vnni;
+      host::avx2::screen_rows<float, host::select_kind::sqdist, R, host::screen_mode::i16, true>(a);
+      CHECK(plain.calls.size() > 2 * np);  // every block passed lanes (rows with threshold 0)
+      CHECK(plain.calls == vnni.calls);
+    }
+  }
+}
+#endif

@@ -109,6 +109,23 @@ inline bool cpu_has_avx512bf16() {
   return has;
 }
 
+/// Whether this CPU runs AVX-VNNI (the VEX-encoded VPDPWSSD on ymm registers: the int16 screen's
+/// multiply-add in one instruction, simd.hpp), with the OS saving the YMM state (the AVX2 kernels'
+/// condition); asked once per process. Intel from Alder Lake and Sapphire Rapids, AMD from Zen 5.
+inline bool cpu_has_avx_vnni() {
+  static const bool has = [] {
+#if defined(MEMSAFE_X86_CPUID)
+    if (!(cpu_isas() & isa_bit(isa::avx2)) || __get_cpuid_max(0, nullptr) < 7) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return ((a >> 4) & 1u) != 0;  // CPUID.(EAX=7, ECX=1):EAX bit 4
+#else
+    return false;
+#endif
+  }();
+  return has;
+}
+
 /// Whether VDPBF16PS outruns the FP32 fused multiply-add on this CPU, so that the bfloat16 screen pays
 /// (select_driver.hpp's default): AMD's cores (Zen 4, Zen 5) issue it as often as an FMA, for twice
 /// the products — measured 1.6× faster at d = 100 —, Intel's (Sapphire Rapids and later) at half

@@ -643,12 +643,12 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
   }
   p.isa = isa_name(i);
   p.screen = screen_name<T>(sm);  // the screen runs in T unless in bfloat16 or int16
+  const char* products = sm == screen_mode::bf16  ? ", bfloat16 dot products"
+                         : sm == screen_mode::amx ? ", bfloat16 dot products on AMX tiles"
+                         : sm == screen_mode::i16 ? (cpu_has_avx_vnni() ? ", int16 dot products (AVX-VNNI)" : ", int16 dot products")
+                                                  : nullptr;
   p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa +
-                (sm == screen_mode::bf16  ? ", bfloat16 dot products with a proven margin"
-                 : sm == screen_mode::amx ? ", bfloat16 dot products on AMX tiles with a proven margin"
-                 : sm == screen_mode::i16 ? ", int16 dot products with a proven margin"
-                                          : "") +
-                "), " +
+                (products ? std::string(products) + " with a proven margin" : std::string()) + "), " +
                 "passing lanes re-evaluated exactly; no distance tile";
   return p;
 }

@@ -198,9 +198,19 @@ struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
     return a;
   }
   static ireg set1_i(std::uint32_t b) { return ireg{} + static_cast<std::int32_t>(b); }
-  /// acc + x₀y₀ + x₁y₁ per lane in int32 (VPMADDWD, then VPADDD): exact while no sum leaves int32.
+  /// acc + x₀y₀ + x₁y₁ per lane in int32: VPMADDWD, then VPADDD; or, Vnni (the CPU has AVX-VNNI),
+  /// VPDPWSSD, one instruction computing the same sums with the same wrap-around modulo 2³² (the
+  /// same bits in every case; the margin keeps the sums inside int32 anyway). Inline assembly, as
+  /// the AMX kernel's, so that no function needs an avxvnni target; `{vex}` because the mnemonic
+  /// with ymm registers otherwise assembles to AVX512-VNNI's EVEX form.
+  template <bool Vnni = false>
   static ireg madd16(ireg acc, ireg x, ireg y) {
-    return acc + (ireg)__builtin_ia32_pmaddwd256((vec::i16x16)x, (vec::i16x16)y);
+    if constexpr (Vnni) {
+      __asm__("{%{vex%} vpdpwssd %2, %1, %0|%{vex%} vpdpwssd %0, %1, %2}" : "+x"(acc) : "x"(x), "xm"(y));
+      return acc;
+    } else {
+      return acc + (ireg)__builtin_ia32_pmaddwd256((vec::i16x16)x, (vec::i16x16)y);
+    }
   }
   /// The int32 lanes as floats (VCVTDQ2PS, rounded to nearest).
   static reg cvt_i32(ireg a) { return __builtin_convertvector(a, vec::f32x8); }
@@ -285,7 +295,9 @@ screen_kernels<T> screen_kernels_for([[maybe_unused]] isa i, [[maybe_unused]] sc
         if (m == screen_mode::i16 && i == isa::avx2)
           // A block's last rows, one at a time, by T's own screen (one kernel fewer to compile): the
           // offsets and thresholds it reads then carry the int16 margin too, which only loosens them.
-          s = {avx2::block_rows, &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
+          s = {avx2::block_rows,
+               cpu_has_avx_vnni() ? &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16, true>
+                                  : &avx2::screen_rows<T, K, avx2::block_rows, screen_mode::i16>,
                &avx2::screen_rows<T, K, 1>};
       }
     }
