@@ -93,19 +93,23 @@ inline unsigned cpu_isas() {
   return bits;
 }
 
+/// Bit `bit` of CPUID.(EAX=7, ECX=1):EAX (instruction-set extensions) where the CPU runs the
+/// kernels of instruction set i with their register state saved by the OS (cpu_isas), else false.
+inline bool cpuid_7_1_eax_bit([[maybe_unused]] isa i, [[maybe_unused]] unsigned bit) {
+#if defined(MEMSAFE_X86_CPUID)
+  if (!(cpu_isas() & isa_bit(i)) || __get_cpuid_max(0, nullptr) < 7) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return ((a >> bit) & 1u) != 0;
+#else
+  return false;
+#endif
+}
+
 /// Whether this CPU runs AVX512-BF16 (VDPBF16PS, the bfloat16 screen of select.hpp), with the OS
 /// saving the ZMM state; asked once per process.
 inline bool cpu_has_avx512bf16() {
-  static const bool has = [] {
-#if defined(MEMSAFE_X86_CPUID)
-    if (!(cpu_isas() & isa_bit(isa::avx512)) || __get_cpuid_max(0, nullptr) < 7) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return ((a >> 5) & 1u) != 0;  // CPUID.(EAX=7, ECX=1):EAX bit 5
-#else
-    return false;
-#endif
-  }();
+  static const bool has = cpuid_7_1_eax_bit(isa::avx512, 5);
   return has;
 }
 
@@ -113,16 +117,7 @@ inline bool cpu_has_avx512bf16() {
 /// multiply-add in one instruction, simd.hpp), with the OS saving the YMM state (the AVX2 kernels'
 /// condition); asked once per process. Intel from Alder Lake and Sapphire Rapids, AMD from Zen 5.
 inline bool cpu_has_avx_vnni() {
-  static const bool has = [] {
-#if defined(MEMSAFE_X86_CPUID)
-    if (!(cpu_isas() & isa_bit(isa::avx2)) || __get_cpuid_max(0, nullptr) < 7) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return ((a >> 4) & 1u) != 0;  // CPUID.(EAX=7, ECX=1):EAX bit 4
-#else
-    return false;
-#endif
-  }();
+  static const bool has = cpuid_7_1_eax_bit(isa::avx2, 4);
   return has;
 }
 
