@@ -7,7 +7,8 @@
 // and, on AVX-512 where the CPU has AVX512-BF16, with the bfloat16 screen forced at every d
 // (MEMSAFE_SCREEN=bf16) and where it has AMX-BF16 with the AMX screen (MEMSAFE_SCREEN=amx; a case
 // of its own has the ≥ 32 query rows its blocks need), on AVX2 with the int16 screen forced at
-// every d (MEMSAFE_SCREEN=i16) —
+// every d (MEMSAFE_SCREEN=i16; on AVX-VNNI where the CPU has it, and a case compares that kernel
+// with VPMADDWD's) —
 // both for float sqdist; the other formulas and double keep the FP32 screen.
 #include <doctest/doctest.h>
 
