@@ -414,6 +414,12 @@ T screen_threshold(bool full, T worst, const row_screen<T>& rs, double delta, do
   return all;
 }
 
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define MEMSAFE_UNROLL_PAIRS _Pragma("GCC unroll 16")  // the N accumulators in registers (exact_values)
+#else
+#define MEMSAFE_UNROLL_PAIRS  // nvcc's front end does not know the pragma (and never runs exact_values)
+#endif
+
 /// The exact values of N pairs (x[i] against y[i]), each with the portable tile kernel's
 /// arithmetic (pairwise_rows): x[i] contiguous, y[i] with stride W (a packed panel column). Every
 /// pair runs its own chain of exactly the operations below, in feature order; the N chains are
@@ -424,7 +430,7 @@ void exact_values(const T* const (&x)[N], const T* const (&y)[N], std::size_t d,
                   const T (&xinv)[N], const T (&yinv)[N], T (&out)[N]) {
   T acc[N] = {};
   for (std::size_t k = 0; k < d; ++k)
-#pragma GCC unroll 16
+    MEMSAFE_UNROLL_PAIRS
     for (std::size_t i = 0; i < N; ++i) {
       if constexpr (K == select_kind::sqdist) {
         const T t = x[i][k] - y[i][k * W];
