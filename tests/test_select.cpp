@@ -664,13 +664,14 @@ TEST_CASE("select: the int16 screen passes the same lanes with AVX-VNNI (VPDPWSS
     return static_cast<std::uint32_t>(state >> 32);
   };
   for (std::size_t dp : {1u, 2u, 50u}) {
-    const std::size_t np = 5;  // two blocks of block_panels and whatever is left, one panel at a time
+    const std::size_t np = 5;  // five blocks of avx2::block_panels (one panel each)
     std::vector<std::uint32_t> x2(R * dp), y2(np * dp * P);
     for (auto& v : x2) v = next();
     for (auto& v : y2) v = next();
     for (std::size_t i = 0; i < y2.size(); i += 5) y2[i] = 0x80008000u;  // (−2¹⁵)² twice: the sum wraps
     for (std::size_t i = 0; i < x2.size(); i += 3) x2[i] = 0x80008000u;
-    std::vector<float> init(np * P, 0.0f), pack(np * P, 0.0f), qscale(R, 0x1p-31f), thr(R);
+    // pack: the float panels screen_rows steps through (2·dp features each); the int16 screen reads none
+    std::vector<float> init(np * P, 0.0f), pack(np * 2 * dp * P, 0.0f), qscale(R, 0x1p-31f), thr(R);
     std::vector<std::int32_t> acc0(np * P);
     for (auto& v : acc0) v = std::int32_t(next());
     for (int r = 0; r < R; ++r) thr[r] = r % 3 == 2 ? -std::numeric_limits<float>::infinity() : 0.0f;  // half the lanes, or none
