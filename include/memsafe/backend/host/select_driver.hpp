@@ -620,9 +620,9 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
   // Tall row blocks: the packed column tile (and its screening offsets) is reused by every row.
   // Taller still on the AMX tiles, whose screen is fast enough that packing each column tile once
   // per row block shows (a sixth of a cosine kNN at n = 10^5, m = 10^4, d = 100 with blocks of 1024).
-  const auto tis = sm == screen_mode::amx
-                       ? plan::candidates(e.rows(), {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1})
-                       : plan::candidates(e.rows(), {1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
+  const std::size_t tallest = sm == screen_mode::amx ? 4096 : 1024;
+  const auto tis =
+      plan::candidates(std::min(e.rows(), tallest), {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
   std::vector<std::size_t> tjs;
   for (std::size_t c : sm == screen_mode::amx ? amx_tile_cols(e.dim()) : select_tile_cols<T>(e.dim()))
     if (std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end()) tjs.push_back(std::min(c, e.cols()));
