@@ -635,9 +635,7 @@ TEST_CASE("select: the column tiles' vector preparation equals its scalar defini
     }
   }
 }
-#endif
 
-#if defined(MEMSAFE_SIMD_DISPATCH)
 namespace {
 /// The blocks screen_rows hands to its call back: (first panel, panels, their masks).
 struct hit_log {
