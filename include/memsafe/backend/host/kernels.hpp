@@ -55,7 +55,8 @@ constexpr std::size_t panels(std::size_t nj) {
 /// coordinates) when a coordinate is NaN or infinite. The norm never overflows or underflows: the
 /// coordinates are first scaled by 2^−e, 2^e ≤ max|v_k| < 2^(e+1) (exactly: no rounding, and a
 /// product where a division by the largest magnitude would cost a division per coordinate), then
-/// ‖v‖ = √s·2^e with s = Σ(v_k·2^−e)² ≥ 1 summed in double, and v_k ← v_k·(2^−e/√s). Where 2^±e
+/// ‖v‖ = √s·2^e with s = Σ(v_k·2^−e)² ≥ 1 summed in double (by madd: one rounding per term where the
+/// target has FMA, whatever the compiler contracts), and v_k ← v_k·(2^−e/√s). Where 2^±e
 /// would leave double's normal range (|e| > unit_scale_max_e: double data beyond ~1e±301) the
 /// coordinates are divided by the largest magnitude instead.
 inline constexpr int unit_scale_max_e = 1000;
@@ -80,7 +81,7 @@ T normalize(T* v, std::size_t d, std::size_t st) {
     double s = 0;
     for (std::size_t k = 0; k < d; ++k) {
       const double u = static_cast<double>(v[k * st]) * sc;
-      s += u * u;
+      s = madd(u, u, s);  // not s += u·u: the compiler may contract that here and not in normalize_panel
     }
     const double inv = sc / std::sqrt(s);
     for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) * inv);
@@ -89,7 +90,7 @@ T normalize(T* v, std::size_t d, std::size_t st) {
   double s = 0;  // double data beyond ~1e±301
   for (std::size_t k = 0; k < d; ++k) {
     const double u = static_cast<double>(v[k * st]) / amax;
-    s += u * u;
+    s = madd(u, u, s);
   }
   const double inv = 1.0 / (amax * std::sqrt(s));  // amax·‖v/amax‖ = ‖v‖ in double
   if (std::isfinite(inv) && inv > 0) {
@@ -129,7 +130,7 @@ void normalize_panel(T* v, std::size_t d, std::size_t nl, T* w) {
   for (std::size_t k = 0; k < d; ++k)
     for (std::size_t l = 0; l < W; ++l) {
       const double u = static_cast<double>(v[k * W + l]) * sc[l];
-      s[l] += u * u;
+      s[l] = madd(u, u, s[l]);
     }
   for (std::size_t l = 0; l < W; ++l) inv[l] = bad[l] ? 1.0 : sc[l] / std::sqrt(s[l]);
   for (std::size_t k = 0; k < d; ++k)
