@@ -179,9 +179,9 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
   const bool avx512 = available() & host::isa_bit(host::isa::avx512);
   const bool bf16 = avx512 && host::cpu_has_avx512bf16();
   if (!bf16) MESSAGE("the bfloat16 screen is not available here (AVX-512: " << avx512 << "): only its errors are checked");
-  // By default: float sqdist at d >= 16 on AMX tiles where the CPU and OS offer them, else at d >= 8
-  // in bfloat16 on AVX-512 with AVX512-BF16 where VDPBF16PS pays (AMD), at d >= 16 in int16 on an
-  // AVX2-only CPU; the rest keeps the FP32 screen.
+  // By default: float sqdist, cosine and dot at d >= 16 on AMX tiles where the CPU and OS offer
+  // them, else at d >= 8 in bfloat16 on AVX-512 with AVX512-BF16 where VDPBF16PS pays (AMD); sqdist
+  // at d >= 16 in int16 on an AVX2-only CPU; the rest keeps the FP32 screen.
   const bool avx2 = available() & host::isa_bit(host::isa::avx2);
   const bool amx = bf16 && host::cpu_has_amx_bf16();
   const std::string want = amx                                 ? "amx"
@@ -194,8 +194,10 @@ TEST_CASE("isa: the bfloat16 screen — default choice, MEMSAFE_SCREEN, and what
     CHECK(memsafe::plan_for(narrow).screen == "fp32");
     CHECK(memsafe::plan_for(dbl).screen == "fp64");  // double screens in double
     CHECK(memsafe::plan_for(l1).screen == "fp32");
-    CHECK(memsafe::plan_for(cos).screen == (amx ? "amx" : "fp32"));  // cosine, dot: on AMX tiles only by default
-    CHECK(memsafe::plan_for(dot).screen == (amx ? "amx" : "fp32"));
+    // cosine, dot: on AMX tiles or VDPBF16PS where it pays, as sqdist; never int16
+    const std::string paired = amx ? "amx" : bf16 && host::cpu_dpbf16_pays() ? "bf16" : "fp32";
+    CHECK(memsafe::plan_for(cos).screen == paired);
+    CHECK(memsafe::plan_for(dot).screen == paired);
     CHECK(contains(memsafe::explain(wide), "screen:       " + want + "\n"));
   }
   {

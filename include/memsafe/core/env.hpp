@@ -28,8 +28,8 @@
 //                        and dot in, on the host: "fp32", "bf16" (VDPBF16PS), "amx" (bfloat16 on
 //                        AMX tiles) or "i16" (int16, the AVX2 kernels; sqdist only), case
 //                        sensitive. Unset: on the AVX-512 kernels amx at d ≥ 16 where the CPU and
-//                        OS offer AMX-BF16, else for sqdist bf16 at d ≥ 8 on a CPU with
-//                        AVX512-BF16 where it pays (AMD's), else fp32; on the AVX2 kernels i16 for
+//                        OS offer AMX-BF16, else bf16 at d ≥ 8 on a CPU with AVX512-BF16
+//                        where it pays (AMD's), else fp32; on the AVX2 kernels i16 for
 //                        sqdist at d ≥ 16 (backend/host/select_driver.hpp, choose_screen). A named
 //                        screen is forced at every d where it applies (an argument_error where the
 //                        CPU or the kernels lack it); "fp32" turns them off. Either way the answers are

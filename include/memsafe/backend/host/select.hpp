@@ -91,8 +91,8 @@
 //   2u_b' + u_b'² < (2u_b + u_b²)(1 + 2⁻¹⁰): the same δ_b holds; init = ½(1 − δ_b)‖fl(y − c)‖² and
 //   thr's ‖x − c‖² are those of the rounded differences (within γ of the exact ones, covered as
 //   before).
-// * cosine, bfloat16 screen (float data; by default on AMX tiles only, amx_kernel.inc; forced,
-//   MEMSAFE_SCREEN=bf16, on VDPBF16PS). The chain runs on x̃, ỹ, the unit vectors x̂, ŷ rounded to
+// * cosine, bfloat16 screen (float data; by default as sqdist's: on AMX tiles, amx_kernel.inc, or
+//   on VDPBF16PS where it pays). The chain runs on x̃, ỹ, the unit vectors x̂, ŷ rounded to
 //   bfloat16 (never centred: they are unit vectors), from init = 0 (−inf for a non-finite point,
 //   screening_init; the VDPBF16PS kernel starts at 0 and multiplies by w_y, as the FP32 screen).
 //   For w_x = w_y = 1: |x̃_kỹ_k − x̂_kŷ_k| ≤ (2u_b + u_b²)|x̂_kŷ_k| and Σ|x̂_kŷ_k| ≤ ‖x̂‖‖ŷ‖ ≤ 1 + 3u,
@@ -106,7 +106,7 @@
 //   passes whenever the exact value 1 can enter (w > 1 − δ_b); w_y NaN: init −inf (AMX) or the
 //   product with NaN (VDPBF16PS): the lane passes. Random N(0, 1) data, d = 100, n = 10⁶: the
 //   margin δ_b ≈ 7.9e-3 on cosine distances lets few lanes beyond the k best through.
-// * dot_max, bfloat16 screen (float data; by default on AMX tiles only; forced on VDPBF16PS). The
+// * dot_max, bfloat16 screen (float data; by default as sqdist's, on AMX tiles or VDPBF16PS). The
 //   chain runs on x̃, ỹ (not centred: x·y changes under a translation) from init = −½δ_b‖y‖², thr =
 //   −w + ½δ_b‖x‖² + η. The products err by at most (2u_b + u_b²)Σ|x_k y_k| ≤ (2u_b + u_b²)·½N and
 //   the flushed values as for sqdist, so dot_max's proof above holds with δ_b for δ: its

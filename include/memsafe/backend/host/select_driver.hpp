@@ -515,7 +515,9 @@ std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t
 }
 
 /// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share of
-/// the work is small and its wider margin lets more lanes through (select.hpp).
+/// the work is small and its wider margin lets more lanes through (select.hpp). Zen 5, n = 10⁶,
+/// m = 1000, against the FP32 screen: sqdist d = 4 1.02×, d = 8 1.40×; cosine d = 4 0.73×, d = 8
+/// 1.33×; dot d = 4 1.27×, d = 8 1.50× (docs/design.md).
 inline constexpr std::size_t paired_screen_min_d = 8;
 /// The smallest d at which the AMX tile screen (amx_kernel.inc) is chosen by default where the
 /// process may use the tiles (cpu_has_amx_bf16): a step is 32 features, so below 16 most of the
@@ -532,10 +534,9 @@ inline constexpr std::size_t i16_screen_min_d = 16;
 /// float sqdist, cosine and dot; i16: float sqdist), an argument_error where this CPU or instruction
 /// set lacks it (bf16: AVX-512 with AVX512-BF16; amx: that and AMX-BF16 tiles granted by the OS;
 /// i16: the AVX2 kernels); unset: where it applies, on the AVX-512 kernels amx at
-/// d ≥ amx_screen_min_d where the tiles are there, else for sqdist bf16 at d ≥ paired_screen_min_d
-/// where VDPBF16PS pays (cpu_dpbf16_pays; cosine and dot keep fp32 there: not measured on such a
-/// CPU), else fp32; on AVX2 i16 for sqdist at d ≥ i16_screen_min_d (VPMADDWD does 16 products per
-/// instruction against an FMA's 8).
+/// d ≥ amx_screen_min_d where the tiles are there, else bf16 at d ≥ paired_screen_min_d where
+/// VDPBF16PS pays (cpu_dpbf16_pays; sqdist, cosine and dot alike), else fp32; on AVX2 i16 for sqdist
+/// at d ≥ i16_screen_min_d (VPMADDWD does 16 products per instruction against an FMA's 8).
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
@@ -567,9 +568,8 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
     return screen_mode::i16;
   }
   if (amx && d >= amx_screen_min_d) return screen_mode::amx;
-  if (!sq) return screen_mode::native;
   if (bf16 && cpu_dpbf16_pays()) return d >= paired_screen_min_d ? screen_mode::bf16 : screen_mode::native;
-  if (bf16) return screen_mode::native;
+  if (bf16 || !sq) return screen_mode::native;
   return i == isa::avx2 && d >= i16_screen_min_d ? screen_mode::i16 : screen_mode::native;
 }
 
