@@ -310,16 +310,16 @@ TEST_CASE_TEMPLATE("linalg refuses an output that shares memory with an operand"
   using memsafe::linalg::gemm;
   const auto A = memsafe::matrix(static_cast<const T*>(M.data()), n, n);
   CHECK(said([&] { gemm(T(1), A, false, Lv, false, T(0), memsafe::matrix(M.data() + n, n, n)); })
-            .find("memsafe::linalg::gemm: C shares memory with A") != std::string::npos);
+            .find("memsafe::linalg::gemm: the output C shares memory with the input A") != std::string::npos);
   CHECK(said([&] { gemm(T(1), Lv, true, A, false, T(0), memsafe::matrix(M.data(), n, n)); })
-            .find("C shares memory with B") != std::string::npos);
+            .find("the output C shares memory with the input B") != std::string::npos);
   CHECK_NOTHROW(gemm(T(1), A, false, Lv, false, T(0), memsafe::matrix(M.data() + n * n, n, n)));  // just after A
   CHECK(said([&] { memsafe::linalg::syrk(T(1), A, false, T(0), memsafe::matrix(M.data() + 1, n, n)); })
-            .find("memsafe::linalg::syrk: C shares memory with A") != std::string::npos);
+            .find("memsafe::linalg::syrk: the output C shares memory with the input A") != std::string::npos);
   CHECK(said([&] { memsafe::linalg::solve_lower(Lv, memsafe::matrix(L.data() + n, n, 1)); })
-            .find("memsafe::linalg::solve_lower: B shares memory with L") != std::string::npos);
+            .find("memsafe::linalg::solve_lower: the output B shares memory with the input L") != std::string::npos);
   CHECK(said([&] { memsafe::linalg::solve_lower(Lv, memsafe::vec(L.data() + n * n - n, n)); })
-            .find("b shares memory with L") != std::string::npos);
+            .find("the output b shares memory with the input L") != std::string::npos);
   // interleaved without a common element: the columns of one buffer (col-major n×n at stride 2n)
   std::vector<T> W(2 * n * n, T(0));
   for (std::size_t i = 0; i < n; ++i) W[i * 2 * n + i] = T(1);  // identity in the even columns

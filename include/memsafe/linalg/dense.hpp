@@ -74,14 +74,14 @@ void require_square(const V& v, const char* fn, const char* what) {
     throw shape_error(std::string("memsafe::linalg::") + fn + ": " + what + " must be square, got " + v.shape());
 }
 
-/// argument_error when `out` (written) shares memory with `in` (read during the same call): BLAS and
-/// LAPACK do not allow it, and the answer would be wrong without a word.
-template <class VO, class VI>
-void require_apart(const VO& out, const char* out_name, const VI& in, const char* in_name, const char* fn) {
-  if (memsafe::detail::blocks_overlap(memsafe::detail::block_of(out), memsafe::detail::block_of(in)))
-    throw argument_error(std::string("memsafe::linalg::") + fn + ": " + out_name + " shares memory with " + in_name +
-                         ", which is read while " + out_name + " is written; give " + out_name + " its own storage");
+/// A named operand for check_apart (expr/overlap.hpp): BLAS and LAPACK read the operands while they
+/// write the output, so an output sharing memory with one is refused (argument_error) before the call
+/// — aliased, the answer would be wrong without a word.
+template <class V>
+memsafe::detail::named_block operand(const char* name, const V& v) {
+  return {name, memsafe::detail::block_of(v)};
 }
+inline constexpr const char* prefix = "memsafe::linalg::";
 
 inline std::string shapes(std::size_t r1, std::size_t c1, std::size_t r2, std::size_t c2) {
   return memsafe::detail::shape_str(r1, c1) + " and " + memsafe::detail::shape_str(r2, c2);
@@ -193,7 +193,7 @@ void solve_lower(matrix_view<TL, R1, C1> L, matrix_view<T, R2, C2> B, bool trans
     throw shape_error("memsafe::linalg::solve_lower: L and B do not fit: " +
                       detail::shapes(L.rows(), L.cols(), B.rows(), B.cols()));
   if (B.rows() == 0 || B.cols() == 0) return;
-  detail::require_apart(B, "B", L, "L", "solve_lower");
+  memsafe::detail::check_apart({detail::operand("B", B)}, {detail::operand("L", L)}, "solve_lower", detail::prefix);
   const auto ll = detail::layout(L, "solve_lower", "L");
   const auto bl = detail::layout(B, "solve_lower", "B");
   // Memory of L (column-major) is L or Lᵀ; a row-major lower L is a column-major upper triangle.
@@ -223,7 +223,7 @@ void solve_lower(matrix_view<TL, R1, C1> L, vector_view<T, N1> b, bool trans = f
     throw shape_error("memsafe::linalg::solve_lower: L (" + L.shape() + ") and b (length " +
                       std::to_string(b.size()) + ") do not fit");
   if (b.size() == 0) return;
-  detail::require_apart(b, "b", L, "L", "solve_lower");
+  memsafe::detail::check_apart({detail::operand("b", b)}, {detail::operand("L", L)}, "solve_lower", detail::prefix);
   const auto ll = detail::layout(L, "solve_lower", "L");
   const char uplo = ll.transposed ? 'U' : 'L';
   const char transa = (ll.transposed != trans) ? 'T' : 'N';
@@ -262,8 +262,8 @@ void gemm(std::type_identity_t<T> alpha, matrix_view<TA, RA, CA> A, bool transA,
                       memsafe::detail::shape_str(kb, q) + " and C " + C.shape() + " do not fit");
   if (p == 0 || q == 0) return;
   if (k != 0) {
-    detail::require_apart(C, "C", A, "A", "gemm");
-    detail::require_apart(C, "C", B, "B", "gemm");
+    memsafe::detail::check_apart({detail::operand("C", C)}, {detail::operand("A", A), detail::operand("B", B)}, "gemm",
+                                 detail::prefix);
   }
   if (k == 0) {  // BLAS would only scale C; do it here (and honour beta = 0 exactly)
     for (std::size_t i = 0; i < p; ++i)
@@ -309,7 +309,7 @@ void syrk(std::type_identity_t<T> alpha, matrix_view<TA, RA, CA> A, bool transA,
       for (std::size_t j = 0; j < n; ++j) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
     return;
   }
-  detail::require_apart(C, "C", A, "A", "syrk");
+  memsafe::detail::check_apart({detail::operand("C", C)}, {detail::operand("A", A)}, "syrk", detail::prefix);
   const auto al = detail::layout(A, "syrk", "A");
   const auto cl = detail::layout(C, "syrk", "C");
   // C is symmetric, so its memory is C whatever the layout; we update C's lower triangle (in C's
