@@ -112,8 +112,10 @@ eval_stats run(const X& x, memsafe::detail::output_target<T>& outputs, residency
     // Planned before the stream, the accountant and the outputs: argument_error or budget_error
     // before any allocation or launch.
     auto plan = plan_job(job, budget, dev, where, x.str());
-    const auto [values, indices] = outputs();
-    bind_job_outputs(job, x, values, indices);
+    if (where != residency::queried) {  // eval: its result vectors exist only now
+      const auto [values, indices] = outputs();
+      bind_job_outputs(job, x, values, indices);
+    }
     std::unique_ptr<stream> own;
     if (!o.stream) {
       own = std::make_unique<stream>();
