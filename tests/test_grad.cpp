@@ -38,6 +38,71 @@ TEST_CASE("grad: distances against finite differences") {
   formula_cases("dist", {}, [](auto X, auto Y, const std::vector<double>&) { return memsafe::dist(X, Y); }, false);
   formula_cases("dot", {}, [](auto X, auto Y, const std::vector<double>&) { return memsafe::dot(X, Y); }, false);
 }
+namespace {
+/// derivative<F>::at at u against F's closed form g (independent of the library) and a central
+/// finite difference of g; a formula of a root: at() is at_root at a = √(root_scale · u), bit for bit.
+template <class F, class G>
+void at_against_closed_form(const char* name, G g) {
+  using D = memsafe::derivative<F>;
+  memsafe::detail::formula_params<double> p;
+  p.variance = 1.7;
+  p.alpha = 0.8;
+  for (double u : {0.05, 0.7, 3.2, 11.0}) {
+    CAPTURE(name);
+    CAPTURE(u);
+    double f = 0, df = 0;
+    D::at(u, p, f, df);
+    CHECK(f == doctest::Approx(g(u, p)).epsilon(1e-14));
+    const double h = 1e-5 * u;
+    CHECK(df == doctest::Approx((g(u + h, p) - g(u - h, p)) / (2 * h)).epsilon(1e-7));
+    if constexpr (D::root_scale != 0) {
+      double fr = 0, dfr = 0;
+      D::at_root(u, std::sqrt(D::root_scale * u), p, fr, dfr);
+      CHECK(fr == f);
+      CHECK(dfr == df);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("grad: every formula derivative at u against its closed form and finite differences") {
+  namespace fm = memsafe::formula;
+  using P = memsafe::detail::formula_params<double>;
+  at_against_closed_form<fm::sqdist>("sqdist", [](double u, const P&) { return u; });
+  at_against_closed_form<fm::dist>("dist", [](double u, const P&) { return std::sqrt(u); });
+  at_against_closed_form<fm::rbf>("rbf", [](double u, const P& p) { return p.variance * std::exp(-u / 2); });
+  at_against_closed_form<fm::matern12>("matern12", [](double u, const P& p) {
+    return p.variance * std::exp(-std::sqrt(u));
+  });
+  at_against_closed_form<fm::matern32>("matern32", [](double u, const P& p) {
+    const double a = std::sqrt(3 * u);
+    return p.variance * (1 + a) * std::exp(-a);
+  });
+  at_against_closed_form<fm::matern52>("matern52", [](double u, const P& p) {
+    const double a = std::sqrt(5 * u);
+    return p.variance * (1 + a + a * a / 3) * std::exp(-a);
+  });
+  at_against_closed_form<fm::rq>("rq", [](double u, const P& p) {
+    return p.variance * std::pow(1 + u / (2 * p.alpha), -p.alpha);
+  });
+  // At u = 0: the Matérn-3/2 and 5/2 slopes are finite (−3σ²/2, −5σ²/6), the cusps' are 0.
+  P p;
+  p.variance = 2;
+  double f = 0, df = 0;
+  memsafe::derivative<fm::matern32>::at(0.0, p, f, df);
+  CHECK(f == 2);
+  CHECK(df == doctest::Approx(-3.0));
+  memsafe::derivative<fm::matern52>::at(0.0, p, f, df);
+  CHECK(f == 2);
+  CHECK(df == doctest::Approx(-5.0 / 3.0));
+  memsafe::derivative<fm::matern12>::at(0.0, p, f, df);
+  CHECK(f == 2);
+  CHECK(df == 0);
+  memsafe::derivative<fm::dist>::at(0.0, p, f, df);
+  CHECK(f == 0);
+  CHECK(df == 0);
+}
+
 TEST_CASE("grad: rbf with scalar and ARD lengthscales against finite differences") {
   formula_cases("rbf", {1.3, 0.7}, [](auto X, auto Y, const std::vector<double>& t) {
     return memsafe::rbf(X, Y, t[0], t[1]);

@@ -72,6 +72,15 @@ struct stationary_distance_head {
     return T(0);
   }
 };
+/// at() of a formula of a = √(root_scale · u): its at_root at that a (dist and the Matérn
+/// kernels; the fused gradient kernels call at_root with the root they already hold).
+template <class D>
+struct root_at {
+  template <class T>
+  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
+    D::at_root(u, math::sqrt(T(D::root_scale) * u), p, f, dfdu);
+  }
+};
 }  // namespace detail
 
 /// ‖x − y‖²: F = u, ∂F/∂u = 1.
@@ -86,16 +95,12 @@ struct derivative<formula::sqdist> : detail::stationary_distance_head {
 /// ‖x − y‖: F = √u, ∂F/∂u = 1/(2√u); at u = 0 (coincident points) the derivative does not
 /// exist and 0 is used (the subgradient of smallest norm).
 template <>
-struct derivative<formula::dist> : detail::stationary_distance_head {
+struct derivative<formula::dist> : detail::stationary_distance_head, detail::root_at<derivative<formula::dist>> {
   static constexpr int root_scale = formula::dist::root_scale;
   template <class T>
   static void at_root(T u, T a, const detail::formula_params<T>&, T& f, T& dfdu) {
     f = a;
     dfdu = detail::dsel(u == T(0), T(0), T(0.5) / a);
-  }
-  template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
   }
 };
 /// σ² exp(−u/2): ∂F/∂u = −F/2.
@@ -110,21 +115,17 @@ struct derivative<formula::rbf> : detail::stationary_kernel_head {
 /// σ² exp(−a), a = √u: ∂F/∂u = −F/(2a); at u = 0 the derivative does not exist (the kernel has a
 /// cusp) and 0 is used, as GPflow's clamped distance gives; at an infinite distance 0.
 template <>
-struct derivative<formula::matern12> : detail::stationary_kernel_head {
+struct derivative<formula::matern12> : detail::stationary_kernel_head, detail::root_at<derivative<formula::matern12>> {
   static constexpr int root_scale = formula::matern12::root_scale;
   template <class T>
   static void at_root(T u, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
     f = p.variance * math::exp(-a);
     dfdu = detail::dsel(u == T(0), T(0), T(-0.5) * f / a);
   }
-  template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
-  }
 };
 /// σ² (1 + a) exp(−a), a = √(3u): ∂F/∂u = −(3/2) σ² exp(−a) (finite at u = 0).
 template <>
-struct derivative<formula::matern32> : detail::stationary_kernel_head {
+struct derivative<formula::matern32> : detail::stationary_kernel_head, detail::root_at<derivative<formula::matern32>> {
   static constexpr int root_scale = formula::matern32::root_scale;
   template <class T>
   static void at_root(T, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
@@ -132,14 +133,10 @@ struct derivative<formula::matern32> : detail::stationary_kernel_head {
     f = detail::dsel(a == math::detail::inf_v<T>(), T(0), p.variance * ((T(1) + a) * e));
     dfdu = T(-1.5) * p.variance * e;
   }
-  template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
-  }
 };
 /// σ² (1 + a + a²/3) exp(−a), a = √(5u): ∂F/∂u = −(5/6) σ² (1 + a) exp(−a) (finite at u = 0).
 template <>
-struct derivative<formula::matern52> : detail::stationary_kernel_head {
+struct derivative<formula::matern52> : detail::stationary_kernel_head, detail::root_at<derivative<formula::matern52>> {
   static constexpr int root_scale = formula::matern52::root_scale;
   template <class T>
   static void at_root(T u, T a, const detail::formula_params<T>& p, T& f, T& dfdu) {
@@ -147,10 +144,6 @@ struct derivative<formula::matern52> : detail::stationary_kernel_head {
     const bool inf = a == math::detail::inf_v<T>();
     f = detail::dsel(inf, T(0), p.variance * ((T(1) + a + a2 * T(1.0 / 3.0)) * e));
     dfdu = detail::dsel(inf, T(0), T(-5.0 / 6.0) * p.variance * ((T(1) + a) * e));
-  }
-  template <class T>
-  static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    at_root(u, math::sqrt(T(root_scale) * u), p, f, dfdu);
   }
 };
 /// σ² t^(−α), t = 1 + u/(2α): ∂F/∂u = −F/(2t); ∂F/∂α = F·(1 − 1/t − log t).
