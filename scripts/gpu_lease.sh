@@ -45,6 +45,14 @@ step() {
   return 0
 }
 
+# sanitize TOOL LIMIT [OPTION...]: compute-sanitizer's TOOL on the SAN_FOCUS cases, as step TOOL.
+sanitize() {
+  local tool=$1 limit=$2
+  shift 2
+  step "$tool" "$limit" compute-sanitizer --tool "$tool" "$@" --error-exitcode 3 "$t" -tc="$san"
+}
+steps=(device focus tests memcheck ab peers racecheck synccheck)  # every step's log, in order
+
 step device 20 nvidia-smi
 shopt -s nullglob
 wheels=(.whl/*.whl)
@@ -56,8 +64,7 @@ t=$bin/memsafe_gpu_tests
 if [[ -n $focus ]]; then
   step focus "${FOCUS_LIMIT:-90}" "$t" -tc="$focus" --duration=true
   step tests "${TESTS_LIMIT:-200}" "$t" -tce="$focus" --duration=true
-  step memcheck "${MEMCHECK_LIMIT:-75}" compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
-    --error-exitcode 3 "$t" -tc="$san"
+  sanitize memcheck "${MEMCHECK_LIMIT:-75}" --leak-check full --report-api-errors no
 else
   step tests "${TESTS_LIMIT:-240}" "$t" --duration=true
 fi
@@ -70,8 +77,8 @@ fi
 step peers "${PEERS_LIMIT:-200}" python3 bench/gpu/run_gpu.py ${PEER_ARGS:-matvec --impls memsafe-cuda,keops} \
   --bin "$bin/memsafe_bench_cuda" --out "$out/res"
 if [[ -n $focus ]]; then
-  step racecheck "${RACECHECK_LIMIT:-45}" compute-sanitizer --tool racecheck --error-exitcode 3 "$t" -tc="$san"
-  step synccheck "${SYNCCHECK_LIMIT:-30}" compute-sanitizer --tool synccheck --error-exitcode 3 "$t" -tc="$san"
+  sanitize racecheck "${RACECHECK_LIMIT:-45}"
+  sanitize synccheck "${SYNCCHECK_LIMIT:-30}"
 fi
 say "done"
 # The short table the call's reply ends with.
@@ -79,7 +86,7 @@ for f in focus tests memcheck racecheck synccheck; do
   [[ -f $out/$f.log ]] && echo "$f: $(grep -E 'test cases:|ERROR SUMMARY|RACECHECK SUMMARY|assertions:' "$out/$f.log" | tr '\n' ' ')"
 done
 [[ -f $out/ab.log ]] && cat "$out/ab.log"
-for f in device focus tests memcheck ab peers racecheck synccheck; do
+for f in "${steps[@]}"; do
   [[ -f $out/$f.log ]] && { echo "===== $f"; cat "$out/$f.log"; rm -f "$out/$f.log"; }
 done >"$out/steps.log"
 exit 0
