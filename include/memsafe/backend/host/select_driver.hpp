@@ -517,7 +517,7 @@ std::size_t select_bytes(const E& e, const Mon& mon, std::size_t ti, std::size_t
 /// The smallest d at which the bfloat16 screen is chosen by default: below it the screen's share of
 /// the work is small and its wider margin lets more lanes through (select.hpp). Zen 5, n = 10⁶,
 /// m = 1000, against the FP32 screen: sqdist d = 4 1.02×, d = 8 1.40×; cosine d = 4 0.73×, d = 8
-/// 1.33×; dot d = 4 1.27×, d = 8 1.50× (docs/design.md).
+/// 1.33×; dot d = 4 1.27×, d = 8 1.50×; Zen 4 at d = 8: cosine 1.28×, dot 1.69× (docs/design.md).
 inline constexpr std::size_t paired_screen_min_d = 8;
 /// The smallest d at which the AMX tile screen (amx_kernel.inc) is chosen by default where the
 /// process may use the tiles (cpu_has_amx_bf16): a step is 32 features, so below 16 most of the
