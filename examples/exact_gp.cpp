@@ -312,8 +312,7 @@ int main(int argc, char** argv) {
         .add("isa", r.stats.matvec_isa)
         .add("input_bytes", input_bytes)
         .add("max_rss_bytes", peak_rss);
-    if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
-    j.add("rss_check", rss.verdict(peak_rss));
+    rss.add_to(j, peak_rss);
     if (check)
       j.add("check_n", chk.n)
           .add("check_test_points", chk.ns)

@@ -438,8 +438,7 @@ int run(const config& cfg, const Kern& kern) {
     if (!check_note.empty()) j.add("check_note", check_note);
   }
   j.add("check", !cfg.check ? "skipped" : (check_pass ? "pass" : "fail"));
-  if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
-  j.add("rss_check", rss.verdict(peak_rss));
+  rss.add_to(j, peak_rss);
   j.print();
   return check_pass && rss.pass(peak_rss) ? 0 : 1;
 }

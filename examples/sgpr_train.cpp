@@ -623,8 +623,7 @@ int run_main(int argc, char** argv) {
           .add("cpu_seconds_bound_grad_median", median(cpu_grad));
     }
     j.add("input_bytes", input_bytes).add("max_rss_bytes", peak_rss);
-    if (rss.enabled) j.add("rss_limit_bytes", rss.limit);
-    j.add("rss_check", rss.verdict(peak_rss));
+    rss.add_to(j, peak_rss);
     j.print();
     return rss.pass(peak_rss) ? 0 : 1;
   } catch (const std::exception& e) {

@@ -42,6 +42,12 @@ struct rss_limit {
   std::size_t limit = 0;
   bool pass(std::size_t max_rss) const { return !enabled || max_rss <= limit; }
   const char* verdict(std::size_t max_rss) const { return !enabled ? "skipped" : (pass(max_rss) ? "pass" : "fail"); }
+  /// The JSON line's fields: rss_limit_bytes (when enabled) and rss_check.
+  template <class Json>
+  void add_to(Json& j, std::size_t max_rss) const {
+    if (enabled) j.add("rss_limit_bytes", limit);
+    j.add("rss_check", verdict(max_rss));
+  }
 };
 inline rss_limit make_rss_limit(const std::string& slack_text, std::size_t input_bytes, std::size_t budget_bytes) {
   rss_limit r;
