@@ -1306,7 +1306,11 @@ def section_compile(rows) -> str:
          "`-O3 -march=native -fno-math-errno` (this project's programs), *g++ -O2* with plain `-O2` as a consumer "
          "compiles by default; nvcc with `-O3`. Wall seconds, and CPU seconds (user + system: on this shared "
          "machine they move far less with the load than the wall time; rows from before they were recorded show —); "
-         "the load column is the 1-minute load average when the row was written.", ""]
+         "the load column is the 1-minute load average when the row was written. *Instructions* (the g++ -O2 rows "
+         "of the small units) are the millions of instructions the compiler executed, counted under valgrind "
+         "(`bench/compile_instructions.sh`): they do not move with the load and repeat exactly, so they are the "
+         "column to compare revisions by on one compiler (they are not seconds: a machine runs its own number "
+         "per second).", ""]
     if not cr:
         return "\n".join(s + [NM + ".", ""])
     # One table per machine, the latest machine first: only rows of one machine compare.
@@ -1318,9 +1322,11 @@ def section_compile(rows) -> str:
                  fsec(r.get("median_s")) if "error" not in r else "—",
                  fsec(r.get("cpu_min_s")) if r.get("cpu_min_s") is not None else "—",
                  fsec(r.get("cpu_median_s")) if r.get("cpu_median_s") is not None else "—",
-                 f"{r['load_1m']:.2f}" if r.get("load_1m") is not None else "—", str(r.get("runs", "—"))]
+                 f"{r['load_1m']:.2f}" if r.get("load_1m") is not None else "—", str(r.get("runs", "—")),
+                 f"{r['instructions_m']:,.0f} M" if r.get("instructions_m") is not None else "—"]
                 for r in sorted(rs, key=lambda r: (r.get("compiler") or "", r.get("flags") or "", r.get("tu") or ""))]
-        s += [table(["translation unit", "compiler", "wall min", "wall median", "CPU min", "CPU median", "load", "runs"],
+        s += [table(["translation unit", "compiler", "wall min", "wall median", "CPU min", "CPU median", "load", "runs",
+                     "instructions"],
                     body), ""]
     return "\n".join(s)
 
