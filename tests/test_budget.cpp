@@ -149,6 +149,10 @@ TEST_CASE("budget: parse_bytes unlimited") {
 TEST_CASE("budget: parse_bytes rejects malformed text and quotes it") {
   for (const char* bad : {"", "abc", "12XB", "-5MB", "1..2MB", "0", "0MB", "MB", "   ", "12 X", "1.2.3", "5 bits"})
     check_parse_error(bad);
+  // more than 64 characters besides blanks: refused, the whole text quoted; blanks do not count
+  check_parse_error(std::string(100, '1') + "MiB");
+  CHECK(memsafe::parse_bytes(std::string(200, ' ') + "64" + std::string(100, '\t') + "MiB") == std::size_t{64} << 20);
+  CHECK(memsafe::parse_bytes(std::string(61, '0') + "1MB") == 1000000u);  // 64 characters exactly
   CHECK_THROWS_AS((void)memsafe::parse_bytes("12XB"), memsafe::error);
   CHECK_THROWS_AS((void)memsafe::parse_bytes("12XB"), std::runtime_error);
 }

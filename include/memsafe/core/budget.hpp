@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <new>
 #include <limits>
 #include <optional>
 #include <string>
@@ -76,17 +78,48 @@ constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<s
 /// TiB) powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
 /// A fractional number of bytes is rounded down ("1.7KiB" is 1740 bytes).
 /// Throws argument_error naming the text on anything else.
-MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
-  auto fail = [&](const char* why) -> std::size_t {
-    throw argument_error("memsafe: cannot parse budget \"" + std::string(text) + "\": " + why +
-                         " (examples: 512MiB, 1GB, 100MB, 4096)");
+namespace detail {
+/// parse_bytes' error: an argument_error quoting the whole text. The message is assembled in a
+/// malloc'd buffer, not with std::string's operators: this is the one routine of the library that
+/// every evaluation compiles (MEMSAFE_BUDGET is read by each), and libstdc++ 12 leaves the
+/// std::string members to every C++20 translation unit that uses them.
+[[noreturn]] MEMSAFE_COLD inline void budget_text_error(std::string_view text, const char* why) {
+  static constexpr char head[] = "memsafe: cannot parse budget \"", mid[] = "\": ",
+                        tail[] = " (examples: 512MiB, 1GB, 100MB, 4096)";
+  const std::size_t w = std::strlen(why);
+  char* m = static_cast<char*>(std::malloc(sizeof head + text.size() + sizeof mid + w + sizeof tail));
+  if (!m) throw std::bad_alloc();
+  struct release {
+    char* p;
+    ~release() { std::free(p); }
+  } guard{m};  // after the exception object has copied the text
+  char* o = m;
+  auto put = [&o](const char* a, std::size_t n) {
+    if (n) std::memcpy(o, a, n);
+    o += n;
   };
-  std::string s;
+  put(head, sizeof head - 1);
+  put(text.data(), text.size());
+  put(mid, sizeof mid - 1);
+  put(why, w);
+  put(tail, sizeof tail);  // with its terminating zero
+  throw argument_error(static_cast<const char*>(m));
+}
+}  // namespace detail
+
+MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
+  auto fail = [text](const char* why) -> std::size_t { detail::budget_text_error(text, why); };
+  // the text without its blanks, and lower-cased for the words and units
+  char compact[64], folded[64];
+  std::size_t len = 0;
   for (char c : text)
-    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+    if (!std::isspace(static_cast<unsigned char>(c))) {
+      if (len == sizeof compact) return fail("more than 64 characters besides blanks");
+      compact[len] = c;
+      folded[len++] = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  const std::string_view s(compact, len), lower(folded, len);
   if (s.empty()) return fail("empty");
-  std::string lower;
-  for (char c : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "unlimited" || lower == "inf" || lower == "none") return unlimited;
   std::size_t pos = 0;
   auto digit = [&](std::size_t i) { return i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); };
@@ -100,7 +133,7 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
     while (digit(q)) ++q;
     pos = q;
   }
-  std::string num = s.substr(0, pos), unit = lower.substr(pos);
+  const std::string_view num = s.substr(0, pos), unit = lower.substr(pos);
   if (num.find('.') != num.rfind('.') || num[0] == 'e' || num[0] == 'E' || num == ".") return fail("malformed number");
   // parsed here, not by strtold: the C locale's decimal point is not the user's business
   long double value = 0, scale = 1;
@@ -117,7 +150,7 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   }
   value *= std::pow(10.0L, static_cast<long double>(exp_sign * exp10));
   long double mult = 0;
-  struct u { const char* name; long double m; };
+  struct u { std::string_view name; long double m; };
   static constexpr u units[] = {{"", 1.0L},         {"b", 1.0L},
                                 {"kb", 1e3L},
                                 {"mb", 1e6L},       {"gb", 1e9L},
