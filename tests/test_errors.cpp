@@ -43,6 +43,33 @@ const std::vector<double> x10 = seq(10 * 3), y7 = seq(7 * 3, 0.3), y7_4 = seq(7 
 
 TEST_SUITE("errors") {
 
+TEST_CASE("errors: messages write numbers as std::to_string does") {
+  using memsafe::detail::cat, memsafe::detail::msg;
+  // every integer type the messages pass, at its extremes and around powers of ten
+  CHECK(cat(msg{std::size_t{0}}) == "0");
+  CHECK(cat(msg{std::numeric_limits<std::size_t>::max()}) == std::to_string(std::numeric_limits<std::size_t>::max()));
+  CHECK(cat(msg{std::numeric_limits<long long>::min()}) == std::to_string(std::numeric_limits<long long>::min()));
+  CHECK(cat(msg{std::numeric_limits<int>::min()}) == std::to_string(std::numeric_limits<int>::min()));
+  CHECK(cat(msg{std::numeric_limits<std::ptrdiff_t>::max()}) == std::to_string(std::numeric_limits<std::ptrdiff_t>::max()));
+  CHECK(cat(msg{static_cast<unsigned char>(255), short{-7}, std::uint32_t{4000000000u}}) == "255-74000000000");
+  for (std::size_t v = 1; v && v < std::numeric_limits<std::size_t>::max() / 3; v = v * 3 + 1) {
+    CAPTURE(v);
+    CHECK(cat(msg{v}) == std::to_string(v));
+    CHECK(cat(msg{-static_cast<long long>(v)}) == std::to_string(-static_cast<long long>(v)));
+  }
+  // floating point as "%f", the largest double included
+  for (double x : {0.0, -0.0, 0.5, -1.25, 1e-7, 3.0e15, 1e300, std::numeric_limits<double>::max(),
+                   -std::numeric_limits<double>::max(), inf_d, -inf_d, nan_d}) {
+    CAPTURE(x);
+    CHECK(cat(msg{x}) == std::to_string(x));
+    CHECK(cat(msg{static_cast<float>(x)}) == std::to_string(static_cast<float>(x)));
+  }
+  // text pieces of every kind, empty ones included, in order
+  const std::string s = "std::string";
+  CHECK(cat(msg{"a ", std::string_view("view"), "", s, std::string(" tmp"), " ", 42, "."}) == "a viewstd::string tmp 42.");
+  CHECK(cat(msg{}).empty());
+}
+
 TEST_CASE("errors: exception hierarchy of thrown errors") {
   const auto X = memsafe::points(x10.data(), 10, 3);
   const auto Y = memsafe::points(y7_4.data(), 7, 4);

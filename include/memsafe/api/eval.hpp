@@ -80,10 +80,10 @@ tile_plan plan_for(const X& x) {
 /// that fired, and the plan (or why no plan fits and the minimum budget that would).
 template <evaluable X>
 std::string explain(const X& x, const options& o = {}) {
-  std::string s = "as written:   " + x.str() + "\n";
+  std::string s = detail::cat(detail::msg{"as written:   ", x.str(), "\n"});
   if constexpr (precompiled_linked)
-    s += std::string("compiled:     ") +
-         (precompiled_expr<X> ? "in memsafe::precompiled\n" : "in this translation unit (not in memsafe::precompiled)\n");
+    s += precompiled_expr<X> ? "compiled:     in memsafe::precompiled\n"
+                             : "compiled:     in this translation unit (not in memsafe::precompiled)\n";
   const std::size_t budget = detail::resolve_budget(o.budget);
   rewrite::rule_log log;
   auto planner = host::planner_for(x, log);
@@ -95,7 +95,7 @@ std::string explain(const X& x, const options& o = {}) {
     auto p = planner(unlimited, 1);
     p.rules = log.fired;
     p.budget = budget;
-    s += p.describe_rewrite() + "plan:         does not fit: " + e.what() + "\n";
+    s += detail::cat(detail::msg{p.describe_rewrite(), "plan:         does not fit: ", e.what(), "\n"});
   }
   return s;
 }

@@ -28,8 +28,8 @@ class accountant {
     std::size_t next;
     do {
       if (bytes > limit_ || cur > limit_ - bytes)
-        throw budget_error("memsafe: internal accounting refused " + std::to_string(bytes) +
-                               " bytes: " + std::to_string(cur) + " in use, limit " + format_bytes(limit_),
+        throw budget_error(cat(msg{"memsafe: internal accounting refused ", bytes, " bytes: ", cur, " in use, limit ",
+                                format_bytes(limit_)}),
                            limit_, cur + bytes);
       next = cur + bytes;
     } while (!current_.compare_exchange_weak(cur, next));
@@ -61,11 +61,12 @@ class accountant {
 
   /// The system refused a temporary the budget allows: out_of_memory naming both.
   [[noreturn]] MEMSAFE_COLD void refused(std::size_t bytes) const {
-    throw out_of_memory("memsafe: a temporary of " + format_bytes(bytes) +
-                            (limit_ == unlimited ? std::string(" (no budget)") : " within the budget of " + format_bytes(limit_)) +
-                            " could not be allocated, with " + format_bytes(current()) +
-                            " of temporaries already held: this machine has less memory to give than the budget "
-                            "allows; choose a smaller budget",
+    throw out_of_memory(cat(msg{"memsafe: a temporary of ", format_bytes(bytes),
+                             limit_ == unlimited ? " (no budget)" : " within the budget of ",
+                             limit_ == unlimited ? std::string() : format_bytes(limit_),
+                             " could not be allocated, with ", format_bytes(current()),
+                             " of temporaries already held: this machine has less memory to give than the budget "
+                             "allows; choose a smaller budget"}),
                         bytes);
   }
 

@@ -183,7 +183,7 @@ MEMSAFE_COLD inline std::string format_bytes(std::size_t b) {
     std::snprintf(buf, sizeof buf, "%.0Lf %s", v, names[u]);
   else
     std::snprintf(buf, sizeof buf, "%.2Lf %s", v, names[u]);
-  return std::string(buf) + (u ? " (" + std::to_string(b) + " B)" : "");
+  return u ? detail::cat(detail::msg{buf, " (", b, " B)"}) : std::string(buf);
 }
 
 namespace detail {

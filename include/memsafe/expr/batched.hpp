@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <string>
 
+#include "../core/error.hpp"
 #include "reductions.hpp"
 #include "tensor.hpp"
 
@@ -24,9 +25,8 @@ struct batched_reduce_expr : evaluable_tag {
     else return 1;
   }
   MEMSAFE_COLD std::string str() const {
-    std::string t = std::string(R::name) + "(" + s.str();
-    if constexpr (requires { r.k; }) t += ", k=" + std::to_string(r.k);
-    return t + ")";
+    if constexpr (requires { r.k; }) return cat(msg{R::name, "(", s.str(), ", k=", r.k, ")"});
+    else return cat(msg{R::name, "(", s.str(), ")"});
   }
 };
 

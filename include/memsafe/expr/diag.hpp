@@ -50,14 +50,14 @@ struct scalar_diagonal {
   double s;
   template <class T>
   T at(std::size_t) const { return static_cast<T>(s); }
-  std::string str(std::size_t n) const { return std::to_string(s) + "·I[" + std::to_string(n) + "]"; }
+  std::string str(std::size_t n) const { return cat(msg{s, "·I[", n, "]"}); }
 };
 template <class T>
 struct vector_diagonal {
   vector_view<const T> d;
   template <class U = T>
   U at(std::size_t i) const { return static_cast<U>(d[i]); }
-  std::string str(std::size_t n) const { return "diag(v[" + std::to_string(n) + "])"; }
+  std::string str(std::size_t n) const { return cat(msg{"diag(v[", n, "])"}); }
 };
 
 /// E + D for a square lazy matrix E and a diagonal D.
@@ -69,7 +69,7 @@ struct diag_plus : lazy_tag {
   Dg d;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return e.cols(); }
-  MEMSAFE_COLD std::string str() const { return "(" + e.str() + " + " + d.str(e.rows()) + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"(", e.str(), " + ", d.str(e.rows()), ")"}); }
 };
 
 template <class E>
@@ -77,11 +77,11 @@ void check_square(const E& e, std::size_t n, const char* what) {
   static_assert(extents_compatible<E::static_rows, E::static_cols>,
                 "memsafe: a diagonal term needs a square lazy matrix (static rows and columns differ)");
   if (e.rows() != e.cols())
-    throw shape_error(std::string("memsafe: ") + what + ": K must be square, but the lazy matrix is " +
-                      shape_str(e.rows(), e.cols()));
+    throw shape_error(
+        cat(msg{"memsafe: ", what, ": K must be square, but the lazy matrix is ", shape_str(e.rows(), e.cols())}));
   if (e.rows() != n)
-    throw shape_error(std::string("memsafe: ") + what + ": the lazy matrix is " + shape_str(e.rows(), e.cols()) +
-                      " but the diagonal term is " + shape_str(n, n));
+    throw shape_error(cat(msg{"memsafe: ", what, ": the lazy matrix is ", shape_str(e.rows(), e.cols()),
+                           " but the diagonal term is ", shape_str(n, n)}));
 }
 }  // namespace detail
 
@@ -112,7 +112,7 @@ struct diag_expr : evaluable_tag {
   E e;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return 1; }
-  MEMSAFE_COLD std::string str() const { return "diag(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"diag(", e.str(), ")"}); }
 };
 /// trace(K) = Σ_i K_ii (one value).
 template <class E>
@@ -122,7 +122,7 @@ struct trace_expr : evaluable_tag {
   E e;
   std::size_t rows() const { return 1; }
   std::size_t cols() const { return 1; }
-  MEMSAFE_COLD std::string str() const { return "trace(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"trace(", e.str(), ")"}); }
 };
 }  // namespace detail
 

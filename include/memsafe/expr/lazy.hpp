@@ -44,7 +44,7 @@ struct pairwise : lazy_tag {
   std::size_t dim() const { return x.cols(); }
   /// "rbf(X[n×d], Y[m×d])"; "rbf(X[n×d], X[n×d])" when Y is X (the same memory and layout).
   MEMSAFE_COLD std::string str() const {
-    return std::string(F::name) + "(X[" + x.shape() + "], " + (same_view(x, y) ? "X[" : "Y[") + y.shape() + "])";
+    return cat(msg{F::name, "(X[", x.shape(), "], ", same_view(x, y) ? "X[" : "Y[", y.shape(), "])"});
   }
 };
 }  // namespace detail
@@ -104,8 +104,8 @@ namespace detail {
 /// "name(inner)" or "name(inner, c)" for ops that carry a scalar.
 template <class Op>
 std::string op_str(const Op& op, const std::string& inner) {
-  if constexpr (requires { op.c; }) return std::string(Op::name) + "(" + inner + ", " + std::to_string(op.c) + ")";
-  else return std::string(Op::name) + "(" + inner + ")";
+  if constexpr (requires { op.c; }) return cat(msg{Op::name, "(", inner, ", ", op.c, ")"});
+  else return cat(msg{Op::name, "(", inner, ")"});
 }
 
 /// op(e_ij)
@@ -131,7 +131,7 @@ struct binary_expr : lazy_tag {
   Op op;
   std::size_t rows() const { return a.rows(); }
   std::size_t cols() const { return a.cols(); }
-  MEMSAFE_COLD std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"(", a.str(), " ", Op::name, " ", b.str(), ")"}); }
 };
 
 /// e_ji (captured as written; the rewrite stage pushes it down to the leaves).
@@ -142,7 +142,7 @@ struct transpose_expr : lazy_tag {
   E e;
   std::size_t rows() const { return e.cols(); }
   std::size_t cols() const { return e.rows(); }
-  MEMSAFE_COLD std::string str() const { return "transpose(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"transpose(", e.str(), ")"}); }
 };
 template <class E>
 inline constexpr bool is_transpose_node = false;
@@ -159,8 +159,8 @@ template <class = void>
 [[noreturn, gnu::noinline]] MEMSAFE_COLD void feature_dims_differ(const char* fn, const std::string& xs,
                                                                         const std::string& ys, std::size_t dx,
                                                                         std::size_t dy) {
-  throw shape_error(std::string("memsafe: ") + fn + "(X, Y): X is " + xs + " but Y is " + ys +
-                    ": feature dimensions differ (" + std::to_string(dx) + " vs " + std::to_string(dy) + ")");
+  throw shape_error(cat(msg{"memsafe: ", fn, "(X, Y): X is ", xs, " but Y is ", ys, ": feature dimensions differ (", dx,
+                         " vs ", dy, ")"}));
 }
 
 template <class F, class XV, class YV>
@@ -184,14 +184,12 @@ auto make_pairwise(const XV& X, const YV& Y, formula_params<pair_value_t<XV, YV>
 template <class T>
 void check_positive(T v, const char* what, const char* fn) {
   if (!(v > T(0)) || !std::isfinite(v))
-    throw argument_error(std::string("memsafe: ") + fn + ": " + what + " must be positive and finite, got " +
-                         std::to_string(v));
+    throw argument_error(cat(msg{"memsafe: ", fn, ": ", what, " must be positive and finite, got ", v}));
 }
 template <class T>
 void check_nonneg(T v, const char* what, const char* fn) {
   if (!(v >= T(0)) || !std::isfinite(v))
-    throw argument_error(std::string("memsafe: ") + fn + ": " + what + " must be non-negative and finite, got " +
-                         std::to_string(v));
+    throw argument_error(cat(msg{"memsafe: ", fn, ": ", what, " must be non-negative and finite, got ", v}));
 }
 
 /// A lengthscale must keep 1/ℓ² a normal number of T with room for the formulas' constants
@@ -220,8 +218,8 @@ template <class T>
 void check_lengthscale(T ls, const char* what, const char* fn) {
   check_positive(ls, what, fn);
   if (!lengthscale_in_range(ls))
-    throw argument_error(std::string("memsafe: ") + fn + ": " + lengthscale_range_message(ls, what) +
-                         "; rescale the data (or use double)");
+    throw argument_error(
+        cat(msg{"memsafe: ", fn, ": ", lengthscale_range_message(ls, what), "; rescale the data (or use double)"}));
 }
 
 /// Scalar lengthscale → acc_scale = 1/ℓ²; ARD lengthscales → per-dimension division.
@@ -234,8 +232,7 @@ template <class T, class U>
 void set_lengthscale(formula_params<T>& p, ard_view<U> ls, std::size_t d, const char* fn) {
   static_assert(std::is_same_v<T, U>, "memsafe: ARD lengthscales must have the points' value type");
   if (ls.size != d)
-    throw shape_error(std::string("memsafe: ") + fn + ": " + std::to_string(ls.size) +
-                      " ARD lengthscales for points of dimension d = " + std::to_string(d));
+    throw shape_error(cat(msg{"memsafe: ", fn, ": ", ls.size, " ARD lengthscales for points of dimension d = ", d}));
   for (std::size_t k = 0; k < d; ++k) check_lengthscale(ls.data[k], "every ARD lengthscale", fn);
   p.per_dim = ls.data;
   p.kind = per_dim_kind::inverse;
@@ -256,8 +253,8 @@ auto make_kernel(const XV& X, const YV& Y, LS ls, double variance, const char* f
   if constexpr (std::is_same_v<F, formula::rq>) {  // the formula scales r² by 1/(2αℓ²)
     const T s = p.acc_scale / (T(2) * p.alpha);
     if (!(T(2) * p.alpha >= std::numeric_limits<T>::min()) || !std::isfinite(s))
-      throw argument_error(std::string("memsafe: ") + fn + ": alpha " + std::to_string(alpha) +
-                           " with this lengthscale makes 1/(2αℓ²) overflow; use a larger alpha");
+      throw argument_error(cat(msg{"memsafe: ", fn, ": alpha ", alpha,
+                                " with this lengthscale makes 1/(2αℓ²) overflow; use a larger alpha"}));
   }
   return make_pairwise<F>(X, Y, p);
 }
@@ -307,8 +304,8 @@ auto linear(const XV& X, const YV& Y, V variance = 1) {
   } else {
     static_assert(std::is_same_v<V, ard_view<T>>, "memsafe: linear: variance is a scalar or ard(ptr, d)");
     if (variance.size != X.cols())
-      throw shape_error("memsafe: linear: " + std::to_string(variance.size) +
-                        " per-dimension variances for points of dimension d = " + std::to_string(X.cols()));
+      throw shape_error(detail::cat(detail::msg{"memsafe: linear: ", variance.size,
+                                     " per-dimension variances for points of dimension d = ", X.cols()}));
     for (std::size_t k = 0; k < variance.size; ++k) detail::check_nonneg(variance.data[k], "every variance", "linear");
     p.per_dim = variance.data;
     p.kind = detail::per_dim_kind::sqrt;
@@ -326,8 +323,8 @@ void check_same_shape(const A& a, const B& b, const char* opname) {
   static_assert(std::is_same_v<typename A::value_type, typename B::value_type>,
                 "memsafe: elementwise operation on lazy matrices of different value types");
   if (a.rows() != b.rows() || a.cols() != b.cols())
-    throw shape_error(std::string("memsafe: elementwise '") + opname + "': left is " + shape_str(a.rows(), a.cols()) +
-                      " but right is " + shape_str(b.rows(), b.cols()));
+    throw shape_error(cat(msg{"memsafe: elementwise '", opname, "': left is ", shape_str(a.rows(), a.cols()),
+                           " but right is ", shape_str(b.rows(), b.cols())}));
 }
 template <class Op, class E>
 auto make_unary(const E& e, Op op = {}) {

@@ -193,13 +193,12 @@ void check_apart(const named_block (&outs)[NO], const named_block (&ins)[NI], co
   for (std::size_t o = 0; o < NO; ++o) {
     for (std::size_t i = 0; i < NI; ++i)
       if (blocks_overlap(outs[o].b, ins[i].b))
-        throw argument_error(std::string(prefix) + where + ": the output " + outs[o].name +
-                             " shares memory with the input " + ins[i].name +
-                             ": outputs are written while the inputs are still being read; use separate buffers");
+        throw argument_error(cat(msg{prefix, where, ": the output ", outs[o].name, " shares memory with the input ",
+                                  ins[i].name,
+                                  ": outputs are written while the inputs are still being read; use separate buffers"}));
     for (std::size_t p = 0; p < o; ++p)
       if (blocks_overlap(outs[o].b, outs[p].b))
-        throw argument_error(std::string(prefix) + where + ": the outputs " + outs[p].name + " and " +
-                             outs[o].name + " share memory");
+        throw argument_error(cat(msg{prefix, where, ": the outputs ", outs[p].name, " and ", outs[o].name, " share memory"}));
   }
 }
 
@@ -208,9 +207,9 @@ template <class X>
 void check_no_overlap(const X& x, const mem_block& out, const char* what, const char* where) {
   for_each_input(x, [&](const mem_block& in) {
     if (blocks_overlap(out, in))
-      throw argument_error(std::string(where) + ": the " + what + " output shares memory with an input of " + x.str() +
-                           ": outputs are written while the inputs are still being read; evaluate into a separate "
-                           "buffer");
+      throw argument_error(cat(msg{where, ": the ", what, " output shares memory with an input of ", x.str(),
+                                ": outputs are written while the inputs are still being read; evaluate into a "
+                                "separate buffer"}));
   });
 }
 

@@ -51,9 +51,8 @@ struct reduce_expr : evaluable_tag {
   static constexpr bool has_indices = std::is_same_v<R, red::argmin> || std::is_same_v<R, red::argmax> ||
                                       std::is_same_v<R, red::argkmin> || std::is_same_v<R, red::argkmax>;
   MEMSAFE_COLD std::string str() const {
-    std::string s = std::string(R::name) + "(" + e.str();
-    if constexpr (requires { r.k; }) s += ", k=" + std::to_string(r.k);
-    return s + ")";
+    if constexpr (requires { r.k; }) return cat(msg{R::name, "(", e.str(), ", k=", r.k, ")"});
+    else return cat(msg{R::name, "(", e.str(), ")"});
   }
 };
 
@@ -74,11 +73,11 @@ struct matmul_expr : evaluable_tag {
     if constexpr (FromLeft) {  // written M·K or vᵀ·K (captured as Kᵀ·Mᵀ): shown as written
       std::string k;
       if constexpr (is_transpose_node<E>) k = e.e.str();
-      else k = "transpose(" + e.str() + ")";
-      return (vector_out ? "v[" + std::to_string(rhs.rows()) + "]" : "M[" + shape_str(rhs.cols(), rhs.rows()) + "]") +
-             " * " + k;
+      else k = cat(msg{"transpose(", e.str(), ")"});
+      return vector_out ? cat(msg{"v[", rhs.rows(), "] * ", k})
+                        : cat(msg{"M[", shape_str(rhs.cols(), rhs.rows()), "] * ", k});
     }
-    return e.str() + (vector_out ? " * v[" + std::to_string(rhs.rows()) + "]" : " * M[" + rhs.shape() + "]");
+    return vector_out ? cat(msg{e.str(), " * v[", rhs.rows(), "]"}) : cat(msg{e.str(), " * M[", rhs.shape(), "]"});
   }
 };
 
@@ -91,7 +90,7 @@ struct softmax_sum_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return values.cols(); }
-  MEMSAFE_COLD std::string str() const { return "softmax_sum(" + e.str() + ", V[" + values.shape() + "])"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"softmax_sum(", e.str(), ", V[", values.shape(), "])"}); }
 };
 
 /// A (p×n lazy) · B (n×q lazy): dense p×q, contracting the shared index n in tiles.
@@ -103,7 +102,7 @@ struct lazy_product_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return a.rows(); }
   std::size_t cols() const { return b.cols(); }
-  MEMSAFE_COLD std::string str() const { return a.str() + " * " + b.str(); }
+  MEMSAFE_COLD std::string str() const { return cat(msg{a.str(), " * ", b.str()}); }
 };
 
 /// The lazy matrix itself, materialised (tile by tile) into the result.
@@ -114,7 +113,7 @@ struct dense_expr : evaluable_tag {
   static constexpr bool has_indices = false;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return e.cols(); }
-  MEMSAFE_COLD std::string str() const { return "dense(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"dense(", e.str(), ")"}); }
 };
 
 template <class R, lazy_matrix E>
@@ -124,15 +123,14 @@ auto make_reduce(const E& e, R r = {}) {
 template <lazy_matrix E>
 void check_nonempty(const E& e, const char* fn) {
   if (e.cols() == 0)
-    throw argument_error(std::string("memsafe: ") + fn + ": the reduced index is empty (" + e.str() +
-                         " has 0 columns), so there is no index to return");
+    throw argument_error(cat(msg{"memsafe: ", fn, ": the reduced index is empty (", e.str(),
+                              " has 0 columns), so there is no index to return"}));
 }
 template <lazy_matrix E>
 void check_k(const E& e, std::size_t k, const char* fn) {
-  if (k == 0) throw argument_error(std::string("memsafe: ") + fn + ": k must be at least 1");
+  if (k == 0) throw argument_error(cat(msg{"memsafe: ", fn, ": k must be at least 1"}));
   if (k > e.cols())
-    throw argument_error(std::string("memsafe: ") + fn + ": k = " + std::to_string(k) +
-                         " is larger than the reduced extent " + std::to_string(e.cols()));
+    throw argument_error(cat(msg{"memsafe: ", fn, ": k = ", k, " is larger than the reduced extent ", e.cols()}));
 }
 template <std::size_t K, lazy_matrix E>
 constexpr void check_static_k() {
@@ -198,8 +196,8 @@ auto softmax_sum(const E& s, const VV& V) {
   static_assert(detail::extents_compatible<E::static_cols, VV::static_rows>,
                 "memsafe: softmax_sum(S, V): S's column count and V's row count differ");
   if (V.rows() != s.cols())
-    throw shape_error("memsafe: softmax_sum(S, V): S is " + detail::shape_str(s.rows(), s.cols()) + " but V is " +
-                      V.shape() + " (V needs one row per column of S)");
+    throw shape_error(detail::cat(detail::msg{"memsafe: softmax_sum(S, V): S is ", detail::shape_str(s.rows(), s.cols()),
+                                   " but V is ", V.shape(), " (V needs one row per column of S)"}));
   return detail::softmax_sum_expr<E>{{}, s, matrix_view<const T>(V)};
 }
 
@@ -216,9 +214,9 @@ void check_matmul(const E& e, const MV& M, std::size_t mrows, const char* form) 
   static_assert(std::is_same_v<std::remove_cv_t<typename MV::element_type>, T>,
                 "memsafe: product of a lazy matrix and a dense operand of a different value type");
   if (mrows != e.cols())
-    throw shape_error(std::string("memsafe: ") + form + ": the lazy matrix is " + shape_str(e.rows(), e.cols()) +
-                      " but the dense operand is " + M.shape() + ": inner extents differ (" + std::to_string(e.cols()) +
-                      " vs " + std::to_string(mrows) + ")");
+    throw shape_error(cat(msg{"memsafe: ", form, ": the lazy matrix is ", shape_str(e.rows(), e.cols()),
+                           " but the dense operand is ", M.shape(), ": inner extents differ (", e.cols(), " vs ", mrows,
+                           ")"}));
 }
 }  // namespace detail
 
@@ -231,8 +229,8 @@ auto operator*(const E& e, const vector_view<T, N>& v) {
   static_assert(std::is_same_v<std::remove_cv_t<T>, V>, "memsafe: K * v: v must have K's value type");
   auto col = matrix_view<const V>(v.as_column());
   if (v.size() != e.cols())
-    throw shape_error("memsafe: K * v: K is " + detail::shape_str(e.rows(), e.cols()) + " but v has length " +
-                      std::to_string(v.size()));
+    throw shape_error(
+        detail::cat(detail::msg{"memsafe: K * v: K is ", detail::shape_str(e.rows(), e.cols()), " but v has length ", v.size()}));
   return detail::matmul_expr<E>{{}, e, col, true, false};
 }
 /// K · M (n×c): many right-hand sides at once.
@@ -252,8 +250,8 @@ auto operator*(const vector_view<T, N>& v, const E& e) {
   using V = typename E::value_type;
   static_assert(std::is_same_v<std::remove_cv_t<T>, V>, "memsafe: v * K: v must have K's value type");
   if (v.size() != e.rows())
-    throw shape_error("memsafe: v * K: K is " + detail::shape_str(e.rows(), e.cols()) + " but v has length " +
-                      std::to_string(v.size()));
+    throw shape_error(
+        detail::cat(detail::msg{"memsafe: v * K: K is ", detail::shape_str(e.rows(), e.cols()), " but v has length ", v.size()}));
   auto t = transpose(e);
   return detail::matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(v.as_column()), true, false};
 }
@@ -265,8 +263,9 @@ auto operator*(const matrix_view<T, R, C>& M, const E& e) {
   using V = typename E::value_type;
   static_assert(std::is_same_v<std::remove_cv_t<T>, V>, "memsafe: M * K: M must have K's value type");
   if (M.cols() != e.rows())
-    throw shape_error("memsafe: M * K: M is " + M.shape() + " but K is " + detail::shape_str(e.rows(), e.cols()) +
-                      ": inner extents differ (" + std::to_string(M.cols()) + " vs " + std::to_string(e.rows()) + ")");
+    throw shape_error(detail::cat(detail::msg{"memsafe: M * K: M is ", M.shape(), " but K is ",
+                                   detail::shape_str(e.rows(), e.cols()), ": inner extents differ (", M.cols(), " vs ",
+                                   e.rows(), ")"}));
   auto t = transpose(e);
   return detail::matmul_expr<decltype(t), true>{{}, t, matrix_view<const V>(M).t(), false, true};
 }
@@ -278,8 +277,8 @@ auto operator*(const A& a, const B& b) {
   static_assert(detail::extents_compatible<A::static_cols, B::static_rows>,
                 "memsafe: A * B: A's static column count differs from B's static row count");
   if (a.cols() != b.rows())
-    throw shape_error("memsafe: A * B: A is " + detail::shape_str(a.rows(), a.cols()) + " but B is " +
-                      detail::shape_str(b.rows(), b.cols()) + ": inner extents differ");
+    throw shape_error(detail::cat(detail::msg{"memsafe: A * B: A is ", detail::shape_str(a.rows(), a.cols()), " but B is ",
+                                   detail::shape_str(b.rows(), b.cols()), ": inner extents differ"}));
   return detail::lazy_product_expr<A, B>{{}, a, b};
 }
 

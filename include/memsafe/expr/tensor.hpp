@@ -65,7 +65,10 @@ namespace detail {
 template <std::size_t N>
 std::string dims_str(const std::array<std::size_t, N>& s) {
   std::string r;
-  for (std::size_t a = 0; a < N; ++a) r += (a ? "×" : "") + std::to_string(s[a]);
+  for (std::size_t a = 0; a < N; ++a) {
+    if (a) r += "×";
+    r += msg_piece(s[a]).view();
+  }
   return r;
 }
 
@@ -97,9 +100,8 @@ struct tleaf : tensor_tag {
     return st;
   }
   MEMSAFE_COLD std::string str() const {
-    std::string s = "T[" + detail::dims_str(src_shape) + "]";
-    if constexpr (A != no_axis) s += ".unsqueeze(" + std::to_string(A) + ")";
-    return s;
+    if constexpr (A != no_axis) return cat(msg{"T[", detail::dims_str(src_shape), "].unsqueeze(", A, ")"});
+    else return cat(msg{"T[", detail::dims_str(src_shape), "]"});
   }
 };
 
@@ -128,7 +130,7 @@ struct tzip : tensor_tag {
     for (std::size_t x = 0; x < rank; ++x) sa[x] = sa[x] == 1 ? sb[x] : sa[x];
     return sa;
   }
-  MEMSAFE_COLD std::string str() const { return "(" + a.str() + " " + Op::name + " " + b.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"(", a.str(), " ", Op::name, " ", b.str(), ")"}); }
 };
 }  // namespace detail
 
@@ -174,9 +176,8 @@ auto make_tzip(const A& a, const B& b, const char* opname) {
   const auto sa = a.shape(), sb = b.shape();
   for (std::size_t x = 0; x < A::rank; ++x)
     if (sa[x] != sb[x] && sa[x] != 1 && sb[x] != 1)
-      throw shape_error(std::string("memsafe: broadcast '") + opname + "': shapes " + dims_str(sa) + " and " +
-                        dims_str(sb) + " differ on axis " + std::to_string(x) + " (" + std::to_string(sa[x]) +
-                        " vs " + std::to_string(sb[x]) + ") and neither is 1");
+      throw shape_error(cat(msg{"memsafe: broadcast '", opname, "': shapes ", dims_str(sa), " and ", dims_str(sb),
+                             " differ on axis ", x, " (", sa[x], " vs ", sb[x], ") and neither is 1"}));
   return tzip<Op, A, B>{{}, a, b, {}};
 }
 template <class Op, class E>
@@ -236,7 +237,7 @@ struct tsum : lazy_tag {
   std::size_t cols() const { return e.shape()[col_axis]; }
   std::size_t reduced() const { return e.shape()[Ax]; }
   MEMSAFE_COLD std::string str() const {
-    return std::string(Swap ? "transpose(" : "") + "sum<" + std::to_string(Ax) + ">(" + e.str() + ")" + (Swap ? ")" : "");
+    return cat(msg{Swap ? "transpose(" : "", "sum<", Ax, ">(", e.str(), ")", Swap ? ")" : ""});
   }
 };
 
@@ -254,7 +255,7 @@ struct batched_sum {
     for (std::size_t a = 0; a < batch_axes; ++a) b *= s[a];
     return b;
   }
-  MEMSAFE_COLD std::string str() const { return "sum<" + std::to_string(Ax) + ">(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return cat(msg{"sum<", Ax, ">(", e.str(), ")"}); }
 };
 
 template <class>

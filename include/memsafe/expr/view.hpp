@@ -25,19 +25,17 @@ struct extent_holder<dyn> {
   constexpr extent_holder(std::size_t x) : v(x) {}
   constexpr std::size_t get() const { return v; }
 };
-inline std::string shape_str(std::size_t r, std::size_t c) { return std::to_string(r) + "×" + std::to_string(c); }
+inline std::string shape_str(std::size_t r, std::size_t c) { return cat(msg{r, "×", c}); }
 /// a·b, or argument_error starting with `what` when the product does not fit in std::size_t.
 inline std::size_t checked_mul(std::size_t a, std::size_t b, const std::string& what) {
   std::size_t r;
   if (__builtin_mul_overflow(a, b, &r))
-    throw argument_error(what + ": the extents " + std::to_string(a) + " × " +
-                         std::to_string(b) + " overflow the size type");
+    throw argument_error(cat(msg{what, ": the extents ", a, " × ", b, " overflow the size type"}));
   return r;
 }
 inline void check_data(const void* p, std::size_t count, const char* what) {
   if (!p && count != 0)
-    throw argument_error(std::string("memsafe: ") + what + ": null data pointer with " + std::to_string(count) +
-                         " elements");
+    throw argument_error(cat(msg{"memsafe: ", what, ": null data pointer with ", count, " elements"}));
 }
 /// The largest extent of any view (2⁴⁰ rows, columns or coordinates): the planners multiply an
 /// extent by tile sizes, lanes and element sizes, which must not wrap around std::size_t. A larger
@@ -52,35 +50,36 @@ inline constexpr std::size_t max_extent = std::size_t{1} << 40;
 template <class = void>
 [[gnu::noinline]] MEMSAFE_COLD void check_extents(const std::size_t* ext, const std::size_t* str, std::size_t rank,
                                             std::size_t elem, const char* what) {
-  auto shape = [&] {
+  auto list = [rank](const std::size_t* v, const char* sep) {
     std::string r;
-    for (std::size_t k = 0; k < rank; ++k) r += (k ? "×" : "") + std::to_string(ext[k]);
-    return std::string("memsafe: ") + what + ": " + r + " elements";
+    for (std::size_t k = 0; k < rank; ++k) {
+      if (k) r += sep;
+      r += msg_piece(v[k]).view();
+    }
+    return r;
   };
+  auto shape = [&] { return cat(msg{"memsafe: ", what, ": ", list(ext, "×"), " elements"}); };
   std::size_t count = 1;
   bool big = false;
   for (std::size_t k = 0; k < rank; ++k) {
     if (__builtin_mul_overflow(count, ext[k], &count))
-      throw argument_error(shape() + ": their count overflows std::size_t");
+      throw argument_error(cat(msg{shape(), ": their count overflows std::size_t"}));
     big = big || ext[k] > max_extent;
   }
   if (big)
-    throw argument_error(shape() + ": an extent above 2^40 (" + std::to_string(max_extent) +
-                         ") is not supported (the planners' byte counts would overflow)");
+    throw argument_error(cat(msg{shape(), ": an extent above 2^40 (", max_extent,
+                              ") is not supported (the planners' byte counts would overflow)"}));
   constexpr auto top = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
   std::size_t bytes, last = 0, t;
   if (__builtin_mul_overflow(count, elem, &bytes) || bytes > top)
-    throw argument_error(shape() + " of " + std::to_string(elem) + " bytes are more than can be addressed");
+    throw argument_error(cat(msg{shape(), " of ", elem, " bytes are more than can be addressed"}));
   if (count == 0) return;
   bool wraps = false;
   for (std::size_t k = 0; k < rank; ++k)
     wraps = wraps || __builtin_mul_overflow(ext[k] - 1, str[k], &t) || __builtin_add_overflow(last, t, &last);
   if (wraps || __builtin_add_overflow(last, std::size_t{1}, &last) || __builtin_mul_overflow(last, elem, &bytes) ||
-      bytes > top) {
-    std::string s;
-    for (std::size_t k = 0; k < rank; ++k) s += (k ? ", " : "") + std::to_string(str[k]);
-    throw argument_error(shape() + " with strides (" + s + ") span more memory than can be addressed");
-  }
+      bytes > top)
+    throw argument_error(cat(msg{shape(), " with strides (", list(str, ", "), ") span more memory than can be addressed"}));
 }
 /// check_extents for a rows × cols view of T with strides (rs, cs).
 template <class T>
@@ -107,9 +106,9 @@ class matrix_view {
   constexpr matrix_view(T* data, std::size_t rows, std::size_t cols, std::size_t row_stride, std::size_t col_stride)
       : data_(data), rows_(rows), cols_(cols), rs_(row_stride), cs_(col_stride) {
     if constexpr (R != dyn)
-      if (rows != R) throw shape_error("memsafe: matrix_view: static rows " + std::to_string(R) + " but given " + std::to_string(rows));
+      if (rows != R) throw shape_error(detail::cat(detail::msg{"memsafe: matrix_view: static rows ", R, " but given ", rows}));
     if constexpr (C != dyn)
-      if (cols != C) throw shape_error("memsafe: matrix_view: static cols " + std::to_string(C) + " but given " + std::to_string(cols));
+      if (cols != C) throw shape_error(detail::cat(detail::msg{"memsafe: matrix_view: static cols ", C, " but given ", cols}));
     detail::check_span<T>(rows, cols, row_stride, col_stride, "matrix_view");
     detail::check_data(data, rows * cols, "matrix_view");
   }
@@ -153,7 +152,7 @@ class vector_view {
 
   constexpr vector_view(T* data, std::size_t n, std::size_t stride = 1) : data_(data), n_(n), stride_(stride) {
     if constexpr (N != dyn)
-      if (n != N) throw shape_error("memsafe: vector_view: static size " + std::to_string(N) + " but given " + std::to_string(n));
+      if (n != N) throw shape_error(detail::cat(detail::msg{"memsafe: vector_view: static size ", N, " but given ", n}));
     detail::check_span<T>(n, 1, stride, 1, "vector_view");
     detail::check_data(data, n, "vector_view");
   }
@@ -191,7 +190,7 @@ constexpr matrix_view<const T, dyn, D> points(const T* data, std::size_t n) {
 template <real T>
 matrix_view<const T> points(std::span<const T> s, std::size_t d) {
   if (d == 0 ? !s.empty() : s.size() % d != 0)
-    throw shape_error("memsafe: points: " + std::to_string(s.size()) + " values do not make rows of d = " + std::to_string(d));
+    throw shape_error(detail::cat(detail::msg{"memsafe: points: ", s.size(), " values do not make rows of d = ", d}));
   return {s.data(), d == 0 ? 0 : s.size() / d, d};
 }
 

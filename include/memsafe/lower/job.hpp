@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../core/config.hpp"
+#include "../core/error.hpp"
 #include "../expr/batched.hpp"
 #include "../expr/chain.hpp"
 #include "../expr/diag.hpp"
@@ -94,13 +95,14 @@ struct rows_job {
 template <class T>
 MEMSAFE_COLD std::string shown_post(std::string s, const linear_post<T>& post, std::size_t n, const char* reduction,
                                     const std::string& times, bool transposed) {
-  if (post.scale != 1) s = std::to_string(post.scale) + " * (" + s + ")";
+  if (post.scale != 1) s = detail::cat(detail::msg{post.scale, " * (", s, ")"});
   for (const auto& [coef, dg] : post.diags) {
     std::string d = dg.vector ? dg.vector->str(n) : dg.constant.str(n);
-    if (coef != 1) d = std::to_string(coef) + " * " + d;
-    s += " + " + (times.empty() ? std::string(reduction) + "(" + d + ")" : d + times);
+    if (coef != 1) d = detail::cat(detail::msg{coef, " * ", d});
+    if (times.empty()) s += detail::cat(detail::msg{" + ", reduction, "(", d, ")"});
+    else s += detail::cat(detail::msg{" + ", d, times});
   }
-  return transposed ? "(" + s + ")ᵀ" : s;
+  return transposed ? detail::cat(detail::msg{"(", s, ")ᵀ"}) : s;
 }
 /// A row job as rewritten, for explain's "as rewritten" line: the reduction around the rewritten
 /// lazy matrix, and what split_linear took off it, written as the rules that fired write it
@@ -111,15 +113,14 @@ MEMSAFE_COLD std::string shown(const rows_job<E, R, T>& j) {
   bool transposed = false;
   if constexpr (requires { j.red.rhs; }) {
     const auto& M = j.red.rhs;
-    times = M.cols() == 1 ? " * v[" + std::to_string(M.rows()) + "]" : " * M[" + M.shape() + "]";
+    times = M.cols() == 1 ? detail::cat(detail::msg{" * v[", M.rows(), "]"}) : detail::cat(detail::msg{" * M[", M.shape(), "]"});
     s += times;
     transposed = j.red.transposed;
   } else if constexpr (requires { j.red.values; }) {
-    s = "softmax_sum(" + s + ", V[" + j.red.values.shape() + "])";
+    s = detail::cat(detail::msg{"softmax_sum(", s, ", V[", j.red.values.shape(), "])"});
   } else {
-    s = std::string(R::name) + "(" + s;
-    if constexpr (requires { j.red.k; }) s += ", k=" + std::to_string(j.red.k);
-    s += ")";
+    if constexpr (requires { j.red.k; }) s = detail::cat(detail::msg{R::name, "(", s, ", k=", j.red.k, ")"});
+    else s = detail::cat(detail::msg{R::name, "(", s, ")"});
   }
   return shown_post(std::move(s), j.post, j.e.rows(), R::name, times, transposed);
 }
@@ -273,7 +274,7 @@ auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
     auto e = rewrite::normalize(x.e, log);
     auto d = rewrite::diagonal(e, log);
     constexpr bool trace = std::is_same_v<X, trace_expr<std::remove_cvref_t<decltype(x.e)>>>;
-    return diag_job<decltype(d), trace>{d, x.str().substr(0, 5) + "(" + e.str() + ")"};
+    return diag_job<decltype(d), trace>{d, detail::cat(detail::msg{x.str().substr(0, 5), "(", e.str(), ")"})};
   } else if constexpr (is_batched_node<X>) {
     using S = decltype(x.slice_expr(0));
     using J = decltype(rows_lowering<S>::make(x.slice_expr(0), log));

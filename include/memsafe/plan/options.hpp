@@ -82,11 +82,11 @@ class output_target {
   /// The system refused the result: out_of_memory saying that the budget does not bound it.
   [[noreturn]] MEMSAFE_COLD void refused() const {
     const std::size_t bytes = count_ * (sizeof(T) + (with_indices_ ? sizeof(index_t) : 0));
-    throw out_of_memory("memsafe: eval: the result of " + shape_str(result_->rows, result_->cols) + " values" +
-                            (with_indices_ ? " and as many indices" : "") + " needs " + format_bytes(bytes) +
-                            " and could not be allocated. It is the caller's memory, not a temporary: the budget "
-                            "does not bound it. Reduce the expression (sum, min, argkmin, a product with a "
-                            "vector, ...), or evaluate it in parts with eval_into into buffers of your own",
+    throw out_of_memory(cat(msg{"memsafe: eval: the result of ", shape_str(result_->rows, result_->cols), " values",
+                             with_indices_ ? " and as many indices" : "", " needs ", format_bytes(bytes),
+                             " and could not be allocated. It is the caller's memory, not a temporary: the budget "
+                             "does not bound it. Reduce the expression (sum, min, argkmin, a product with a "
+                             "vector, ...), or evaluate it in parts with eval_into into buffers of your own"}),
                         bytes);
   }
 
@@ -120,15 +120,15 @@ MEMSAFE_COLD eval_stats make_stats(tile_plan p, const Accountant& acc, std::size
 template <class X>
 void check_outputs(const X& x, const typename X::value_type* values, const index_t* indices, const char* where) {
   const std::size_t count = checked_mul(x.rows(), x.cols(), where);
-  if (!values && count != 0) throw argument_error(std::string(where) + ": null output pointer");
+  if (!values && count != 0) throw argument_error(cat(msg{where, ": null output pointer"}));
   if constexpr (X::has_indices)
     if (!indices && count != 0)
-      throw argument_error(std::string(where) + ": " + x.str() + " returns indices: pass an index output");
+      throw argument_error(cat(msg{where, ": ", x.str(), " returns indices: pass an index output"}));
   check_no_overlap(x, contiguous_block(values, count), "values", where);
   if constexpr (X::has_indices) {
     check_no_overlap(x, contiguous_block(indices, count), "indices", where);
     if (blocks_overlap(contiguous_block(values, count), contiguous_block(indices, count)))
-      throw argument_error(std::string(where) + ": the values and indices outputs share memory; give each its own buffer");
+      throw argument_error(cat(msg{where, ": the values and indices outputs share memory; give each its own buffer"}));
   }
 }
 /// A result for x, filled by run(output_target<T>&) -> eval_stats: the target sizes the result
@@ -140,8 +140,8 @@ result<typename X::value_type> into_result(const X& x, Run&& run) {
   r.cols = x.cols();
   const std::size_t count = checked_mul(r.rows, r.cols, "memsafe: eval: the result");
   if (count > static_cast<std::size_t>(PTRDIFF_MAX) / (sizeof(typename X::value_type) + sizeof(index_t)))
-    throw argument_error("memsafe: eval: the result of " + shape_str(r.rows, r.cols) +
-                         " entries is more than can be addressed");
+    throw argument_error(cat(msg{"memsafe: eval: the result of ", shape_str(r.rows, r.cols),
+                              " entries is more than can be addressed"}));
   output_target<typename X::value_type> target(r, count, X::has_indices);
   r.stats = run(target);
   return r;

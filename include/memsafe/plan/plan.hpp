@@ -65,38 +65,40 @@ struct tile_plan {
 
   /// "as rewritten" and "rules fired" lines.
   std::string describe_rewrite() const {
-    std::string s = "as rewritten: " + expression + "\nrules fired:  ";
+    std::string s = detail::cat(detail::msg{"as rewritten: ", expression, "\nrules fired:  "});
     if (rules.empty()) s += "(none)";
-    for (std::size_t k = 0; k < rules.size(); ++k) s += (k ? "\n              " : "") + rules[k];
-    return s + "\n";
+    for (std::size_t k = 0; k < rules.size(); ++k) {
+      if (k) s += "\n              ";
+      s += rules[k];
+    }
+    s += "\n";
+    return s;
   }
 
   /// The plan, one "name: value" line each (std::string only: <sstream> would cost every
   /// translation unit ≈ 0.1 s of parsing).
   std::string describe() const {
-    using std::to_string;
-    std::string o = describe_rewrite() + "reduction:    " + reduction + "\n";
-    if (!isa.empty()) o += "isa:          " + isa + "\n";
-    if (!screen.empty()) o += "screen:       " + screen + "\n";
-    o += "index space:  " + to_string(rows) + " x " + to_string(cols);
-    if (inner) o += " (contracting " + to_string(inner) + ")";
+    using detail::cat, detail::msg;
+    std::string o = cat(msg{describe_rewrite(), "reduction:    ", reduction, "\n"});
+    if (!isa.empty()) o += cat(msg{"isa:          ", isa, "\n"});
+    if (!screen.empty()) o += cat(msg{"screen:       ", screen, "\n"});
+    o += cat(msg{"index space:  ", rows, " x ", cols});
+    if (inner) o += cat(msg{" (contracting ", inner, ")"});
     o += "\n";
     if (tile_rows) {
-      o += "tile:         " + to_string(tile_rows) + " x " + to_string(tile_cols);
-      if (inner) o += " x " + to_string(tile_inner);
-      const auto count = [](std::size_t k, const char* what) {
-        return to_string(k) + " " + what + (k == 1 ? "" : "s");
-      };
-      o += " (" + count(num_tiles, "tile") + ": " + count(row_blocks, "row block") + " x " +
-           count(col_blocks, "column block");
-      if (inner) o += " x " + count(inner_blocks, "inner block");
-      o += ")\nthreads:      " + to_string(threads) +
-           (split_columns ? " (splitting columns, partials merged)" : " (over row blocks)") + "\n";
+      o += cat(msg{"tile:         ", tile_rows, " x ", tile_cols});
+      if (inner) o += cat(msg{" x ", tile_inner});
+      const auto count = [](std::size_t k, const char* what) { return cat(msg{k, " ", what, k == 1 ? "" : "s"}); };
+      o += cat(msg{" (", count(num_tiles, "tile"), ": ", count(row_blocks, "row block"), " x ",
+                count(col_blocks, "column block")});
+      if (inner) o += cat(msg{" x ", count(inner_blocks, "inner block")});
+      o += cat(msg{")\nthreads:      ", threads,
+                split_columns ? " (splitting columns, partials merged)" : " (over row blocks)", "\n"});
     }
-    o += "temporaries:  " + format_bytes(planned_bytes) + " planned (" + format_bytes(per_thread_bytes) +
-         " per thread), budget " + format_bytes(budget) + ", minimum " + format_bytes(min_bytes) + "\n";
+    o += cat(msg{"temporaries:  ", format_bytes(planned_bytes), " planned (", format_bytes(per_thread_bytes),
+              " per thread), budget ", format_bytes(budget), ", minimum ", format_bytes(min_bytes), "\n"});
     if (fused_min_bytes > min_bytes)
-      o += "              (the fused kernels from " + format_bytes(fused_min_bytes) + "; the tile loop below)\n";
+      o += cat(msg{"              (the fused kernels from ", format_bytes(fused_min_bytes), "; the tile loop below)\n"});
     return o;
   }
 };
@@ -131,7 +133,7 @@ inline std::size_t resolve_threads(unsigned requested) {
   if (requested) return std::min<std::size_t>(requested, cores);
   if (const auto e = env::num_threads()) {
     if (auto v = parse_positive(*e)) return static_cast<std::size_t>(std::min<std::uint64_t>(*v, cores));
-    throw argument_error("memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"" + std::string(*e) + "\"");
+    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"", *e, "\""}));
   }
   return cores;
 }
@@ -146,9 +148,10 @@ inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_
 }
 
 [[noreturn]] MEMSAFE_COLD inline void too_small(const std::string& what, std::size_t budget, std::size_t minimum) {
-  throw budget_error("memsafe: a budget of " + format_bytes(budget) + " is too small for " + what +
-                         ": the smallest workable plan (one thread, smallest tiles) needs " + format_bytes(minimum) +
-                         " of temporaries; use a budget of at least " + std::to_string(minimum) + " bytes",
+  throw budget_error(detail::cat(detail::msg{"memsafe: a budget of ", format_bytes(budget), " is too small for ", what,
+                                  ": the smallest workable plan (one thread, smallest tiles) needs ",
+                                  format_bytes(minimum), " of temporaries; use a budget of at least ", minimum,
+                                  " bytes"}),
                      budget, minimum);
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 #include <type_traits>
 
+#include "../core/error.hpp"
 #include "../expr/lazy.hpp"
 #include "../expr/tensor.hpp"
 #include "rules.hpp"
@@ -116,10 +117,10 @@ auto broadcast_sqdist(const tsum<Ax, S, Swap>& e, rule_log& log) {
     if constexpr (DP::add) p.y_sign = T(-1);
     using P = pairwise<formula::sqdist, T, dyn, dyn, D>;
     P fast = Swap ? P{{}, Y, X, p} : P{{}, X, Y, p};
-    if (why) log.add(std::string("broadcast_sqdist: not applied (") + why + "); evaluated as written");
+    if (why) log.add(memsafe::detail::cat(memsafe::detail::msg{"broadcast_sqdist: not applied (", why, "); evaluated as written"}));
     else
-      log.add(std::string("broadcast_sqdist: sum<2>((X[:,None,:] ") + (DP::add ? "+" : "-") +
-              " Y[None,:,:])^2) -> sqdist(X, " + (DP::add ? "-Y" : "Y") + ")");
+      log.add(memsafe::detail::cat(memsafe::detail::msg{"broadcast_sqdist: sum<2>((X[:,None,:] ", DP::add ? "+" : "-",
+                                    " Y[None,:,:])^2) -> sqdist(X, ", DP::add ? "-Y" : "Y", ")"}));
     return guarded<P, tsum<Ax, S, Swap>>{{}, fast, e, why == nullptr};
   } else {
     return e;

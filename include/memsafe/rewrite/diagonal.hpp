@@ -15,6 +15,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../core/error.hpp"
 #include "../expr/diag.hpp"
 #include "../expr/formulas.hpp"
 #include "../expr/lazy.hpp"
@@ -42,7 +43,7 @@ struct diag_entries {
   E e;
   std::size_t rows() const { return e.rows(); }
   std::size_t cols() const { return 1; }
-  MEMSAFE_COLD std::string str() const { return "diag(" + e.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return memsafe::detail::cat(memsafe::detail::msg{"diag(", e.str(), ")"}); }
 };
 /// op applied to each entry of a diagonal (diagonal_of_map).
 template <class Op, class D>
@@ -53,7 +54,7 @@ struct diag_map {
   Op op;
   std::size_t rows() const { return d.rows(); }
   std::size_t cols() const { return 1; }
-  MEMSAFE_COLD std::string str() const { return "op(" + d.str() + ")"; }
+  MEMSAFE_COLD std::string str() const { return memsafe::detail::cat(memsafe::detail::msg{"op(", d.str(), ")"}); }
 };
 /// A diagonal plus a diagonal term (diagonal_of_sum).
 template <class D, class Dg>
@@ -64,7 +65,7 @@ struct diag_add {
   Dg term;
   std::size_t rows() const { return d.rows(); }
   std::size_t cols() const { return 1; }
-  MEMSAFE_COLD std::string str() const { return d.str() + " + D"; }
+  MEMSAFE_COLD std::string str() const { return memsafe::detail::cat(memsafe::detail::msg{d.str(), " + D"}); }
 };
 
 template <class F>
@@ -95,8 +96,8 @@ auto diagonal_of_pairwise(const pairwise<F, T, RX, RY, D>& e, rule_log& log) {
   if constexpr (stationary_kernel<F> || zero_diagonal_distance<F>) {
     const bool ok = same_finite_points(e);
     if (ok)
-      log.add(std::string("stationary_diagonal: diag(") + F::name + "(X, X)) -> " +
-              (stationary_kernel<F> ? "variance" : "0") + ", no pairs evaluated");
+      log.add(memsafe::detail::cat(memsafe::detail::msg{"stationary_diagonal: diag(", F::name, "(X, X)) -> ",
+                                    stationary_kernel<F> ? "variance" : "0", ", no pairs evaluated"}));
     const T v = stationary_kernel<F> ? e.params.variance : T(0);
     return guarded<diag_constant<T>, diag_entries<P>>{{}, {v, e.rows()}, {e}, ok};
   } else {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/error.hpp"
 #include "../expr/diag.hpp"
 #include "../expr/lazy.hpp"
 #include "../expr/view.hpp"
@@ -72,22 +73,21 @@ using split_linear_t = typename split_linear_type<Diags, E>::type;
 template <bool Diags, class E, class T>
 split_linear_t<Diags, E> split_linear(const E& e, linear_post<T>& post, rule_log& log, const char* where) {
   using Op = typename unary_op_of<E>::type;
-  const std::string w = where;
   if constexpr (std::is_same_v<Op, op::mul_scalar<double>>) {
     post.scale *= e.op.c;
-    log.add("scalar_hoist: " + w + "(c*E) -> c*" + w + "(E)");
+    log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist: ", where, "(c*E) -> c*", where, "(E)"}));
     return split_linear<Diags>(e.e, post, log, where);
   } else if constexpr (std::is_same_v<Op, op::div_scalar<double>>) {
     post.scale /= e.op.c;
-    log.add("scalar_hoist: " + w + "(E/c) -> " + w + "(E)/c");
+    log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist: ", where, "(E/c) -> ", where, "(E)/c"}));
     return split_linear<Diags>(e.e, post, log, where);
   } else if constexpr (std::is_same_v<Op, op::neg>) {
     post.scale = -post.scale;
-    log.add("scalar_hoist: " + w + "(-E) -> -" + w + "(E)");
+    log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist: ", where, "(-E) -> -", where, "(E)"}));
     return split_linear<Diags>(e.e, post, log, where);
   } else if constexpr (Diags && is_diag_plus<E>) {
     post.diags.emplace_back(post.scale, stripped_diagonal<T>(e.d));
-    log.add("diag_in_product: " + w + "(E + D) -> " + w + "(E) + " + w + "(D)");
+    log.add(memsafe::detail::cat(memsafe::detail::msg{"diag_in_product: ", where, "(E + D) -> ", where, "(E) + ", where, "(D)"}));
     return split_linear<Diags>(e.e, post, log, where);
   } else {
     return e;
@@ -122,8 +122,8 @@ auto split_linear_guarded(const E& e, linear_post<T>& post, const matrix_view<co
       for (const auto& r : fired.fired) log.add(r);
       post = std::move(p);
     } else {
-      log.add(std::string("scalar_hoist/diag_in_product not applied to ") + where +
-              ": zero or non-finite scale, or a non-finite dense factor (kept as written)");
+      log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist/diag_in_product not applied to ", where,
+                                    ": zero or non-finite scale, or a non-finite dense factor (kept as written)"}));
     }
     return guarded<S, E>{{}, s, e, ok};
   }
@@ -139,8 +139,8 @@ bool recheck_linear_guard(E& e, linear_post<T>& post, const matrix_view<const T>
     if (e.use_fast && !split_is_exact(post, rhs)) {
       e.use_fast = false;
       post = {};
-      log.add(std::string("scalar_hoist/diag_in_product not applied to ") + where +
-              ": zero or non-finite scale, or a non-finite dense factor (kept as written)");
+      log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist/diag_in_product not applied to ", where,
+                                    ": zero or non-finite scale, or a non-finite dense factor (kept as written)"}));
       return true;
     }
   }

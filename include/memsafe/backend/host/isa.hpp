@@ -83,7 +83,10 @@ inline unsigned detect_cpu_isas() {
 MEMSAFE_COLD inline std::string isa_list(unsigned set) {
   std::string s;
   for (isa i : isa_all)
-    if (set & isa_bit(i)) s += (s.empty() ? "" : ", ") + std::string(isa_name(i));
+    if (set & isa_bit(i)) {
+      if (!s.empty()) s += ", ";
+      s += isa_name(i);
+    }
   return s;
 }
 
@@ -200,17 +203,17 @@ MEMSAFE_COLD inline isa choose_isa(unsigned compiled) {
   if (!e) return best_isa(have);
   const auto want = parse_isa(*e);
   if (!want)
-    throw argument_error("memsafe: MEMSAFE_ISA must be avx512, avx2 or portable, got \"" + std::string(*e) + "\"");
+    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_ISA must be avx512, avx2 or portable, got \"", *e, "\""}));
   if (have & isa_bit(*want)) return *want;
-  const std::string n = isa_name(*want);
+  const char* n = isa_name(*want);
   if (!(cpu & isa_bit(*want)))
-    throw argument_error("memsafe: MEMSAFE_ISA=" + n + ": this CPU does not run " + n +
-                         (*want == isa::avx512 ? " (AVX-512F, with the OS saving its registers)"
-                                               : " (AVX2 and FMA, with the OS saving their registers)") +
-                         "; it runs: " + isa_list(cpu));
-  throw argument_error("memsafe: MEMSAFE_ISA=" + n + ": this translation unit has no " + n +
-                       " kernels (compiled by nvcc, with MEMSAFE_NO_SIMD, or not by GCC/Clang for x86-64); "
-                       "available: " + isa_list(have));
+    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_ISA=", n, ": this CPU does not run ", n,
+                                      *want == isa::avx512 ? " (AVX-512F, with the OS saving its registers)"
+                                                           : " (AVX2 and FMA, with the OS saving their registers)",
+                                      "; it runs: ", isa_list(cpu)}));
+  throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_ISA=", n, ": this translation unit has no ", n,
+                                    " kernels (compiled by nvcc, with MEMSAFE_NO_SIMD, or not by GCC/Clang for "
+                                    "x86-64); available: ", isa_list(have)}));
 }
 
 }  // namespace memsafe::host

@@ -102,8 +102,8 @@ tile_plan plan_job(const product_job<A, B, T>& j, std::size_t budget, std::size_
       j.a.rows(), j.b.cols(), j.a.cols(), budget, threads,
       [&](std::size_t tp, std::size_t tq, std::size_t tt) { return host::product_bytes(j.a, j.b, tp, tq, tt); }, what,
       j.symmetric);
-  p.expression = j.a.str() + " * " + j.b.str();
-  if (j.post.scale != 1) p.expression = std::to_string(j.post.scale) + " * (" + p.expression + ")";
+  p.expression = detail::cat(detail::msg{j.a.str(), " * ", j.b.str()});
+  if (j.post.scale != 1) p.expression = detail::cat(detail::msg{j.post.scale, " * (", p.expression, ")"});
   p.reduction = "tiled lazy x lazy product (double accumulation)";
   return p;
 }
@@ -137,7 +137,7 @@ MEMSAFE_COLD tile_plan plan_rows(const jobs::rows_job<E, R, T>& job, std::size_t
               auto q = plan::tiles_2d(
                   g.rows(), g.cols(), budget, threads,
                   [&](std::size_t ti, std::size_t tj) { return host::per_thread_bytes(g, mon, ti, tj); }, what);
-              q.reduction = std::string(R::name) + " over j, fused with tile generation";
+              q.reduction = detail::cat(detail::msg{R::name, " over j, fused with tile generation"});
               return q;
             });
       });
@@ -163,7 +163,7 @@ template <class J, class T>
 tile_plan batch_plan(const batch_job<J, T>& b, const std::vector<tile_plan>& ps) {
   tile_plan p = ps.empty() ? tile_plan{} : ps.front();
   for (const auto& q : ps) p.min_bytes = std::max(p.min_bytes, q.min_bytes);
-  p.expression = "batch of " + std::to_string(b.slices.size()) + " x [" + p.expression + "]";
+  p.expression = detail::cat(detail::msg{"batch of ", b.slices.size(), " x [", p.expression, "]"});
   return p;
 }
 template <class J, class T>

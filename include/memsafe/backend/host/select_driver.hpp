@@ -118,8 +118,8 @@ MEMSAFE_COLD tile_plan plan_fused_or_tile(Fused&& fused, Tile&& tile) {
     q.fused = false;
     q.fused_min_bytes = f.minimum_bytes;
     if (q.isa.empty()) q.isa = isa_name(isa::portable);
-    q.reduction += "; the tile loop, as the fused kernels' smallest plan (" + format_bytes(f.minimum_bytes) +
-                   ") is over the budget";
+    q.reduction += cat(msg{"; the tile loop, as the fused kernels' smallest plan (", format_bytes(f.minimum_bytes),
+                        ") is over the budget"});
     return q;
   }
   p.fused = true;
@@ -246,8 +246,8 @@ struct select_worker {
         tj(tj_), m(e_.cols()), out(&o), kernels(host::screen_kernels_for<T, K>(i, sm)),
         native(q16 ? host::screen_kernels_for<T, K>(i) : host::screen_kernels<T>{}) {
     if (!kernels.group || (q16 && !native.group) || (b16 && !kernels.center_bf16))
-      throw error(std::string("memsafe: internal: no ") + isa_name(i) + (b16 ? " bfloat16" : q16 ? " int16" : "") +
-                  " selection kernels");
+      throw error(cat(msg{"memsafe: internal: no ", isa_name(i), b16 ? " bfloat16" : q16 ? " int16" : "",
+                       " selection kernels"}));
     std::byte* cur = ws;
     const std::size_t np = host::panels<T>(tj);
     pack = carve<T>(cur, np * W * d);
@@ -541,30 +541,32 @@ template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
   if (e && *e != "fp32" && *e != "bf16" && *e != "i16" && *e != "amx")
-    throw argument_error("memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"" + std::string(*e) + "\"");
+    throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"", *e, "\""}));
   constexpr bool sq = K == select_kind::sqdist;
   constexpr bool applies = std::is_same_v<T, float> && K != select_kind::l1;
   if (!applies || (e && *e == "fp32") || (!sq && e && *e == "i16")) return screen_mode::native;
   const bool bf16 = i == isa::avx512 && cpu_has_avx512bf16();
   if (e && *e == "bf16") {
     if (!bf16)
-      throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=bf16: ") +
-                           (cpu_has_avx512bf16() ? "the bfloat16 screen runs on the AVX-512 kernels, not " + std::string(isa_name(i))
-                                                 : std::string("this CPU has no AVX512-BF16 (or AVX-512F)")));
+      throw argument_error(cpu_has_avx512bf16()
+                               ? cat(msg{"memsafe: MEMSAFE_SCREEN=bf16: the bfloat16 screen runs on the AVX-512 kernels, not ",
+                                      isa_name(i)})
+                               : cat(msg{"memsafe: MEMSAFE_SCREEN=bf16: this CPU has no AVX512-BF16 (or AVX-512F)"}));
     return screen_mode::bf16;
   }
   const bool amx = bf16 && cpu_has_amx_bf16();
   if (e && *e == "amx") {
     if (!amx)
-      throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=amx: ") +
-                           (cpu_has_amx_bf16() ? "the AMX screen runs with the AVX-512 kernels, not " + std::string(isa_name(i))
-                                               : std::string("this CPU (or its operating system) offers no AMX-BF16 tiles")));
+      throw argument_error(
+          cpu_has_amx_bf16()
+              ? cat(msg{"memsafe: MEMSAFE_SCREEN=amx: the AMX screen runs with the AVX-512 kernels, not ", isa_name(i)})
+              : cat(msg{"memsafe: MEMSAFE_SCREEN=amx: this CPU (or its operating system) offers no AMX-BF16 tiles"}));
     return screen_mode::amx;
   }
   if (e) {  // i16, forced
     if (i != isa::avx2)
-      throw argument_error(std::string("memsafe: MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not ") +
-                           isa_name(i) + " (MEMSAFE_ISA=avx2 selects them)");
+      throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not ",
+                                isa_name(i), " (MEMSAFE_ISA=avx2 selects them)"}));
     return screen_mode::i16;
   }
   if (amx && d >= amx_screen_min_d) return screen_mode::amx;
@@ -647,9 +649,8 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
                          : sm == screen_mode::amx ? ", bfloat16 dot products on AMX tiles"
                          : sm == screen_mode::i16 ? (cpu_has_avx_vnni() ? ", int16 dot products (AVX-VNNI)" : ", int16 dot products")
                                                   : nullptr;
-  p.reduction = std::string(Mon::name) + " over j, fused: screened in registers (" + p.isa +
-                (products ? std::string(products) + " with a proven margin" : std::string()) + "), " +
-                "passing lanes re-evaluated exactly; no distance tile";
+  p.reduction = cat(msg{Mon::name, " over j, fused: screened in registers (", p.isa, products ? products : "",
+                     products ? " with a proven margin" : "", "), passing lanes re-evaluated exactly; no distance tile"});
   return p;
 }
 

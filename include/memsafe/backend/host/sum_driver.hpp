@@ -230,7 +230,7 @@ struct fsum_worker {
               isa i, bool symmetric = false)
       : e(ex), pw(L::pw(ex)), mon(proto), d(pw.dim()), c(rhs_cols(proto)), cp(c), tj(tj_), m(ex.cols()), out(&o),
         kernels(kernels_for(i, many(proto))) {
-    if (!kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " fused-sum kernels");
+    if (!kernels.group) throw error(cat(msg{"memsafe: internal: no ", isa_name(i), " fused-sum kernels"}));
     if (many(proto)) {
       const std::size_t cw = kernels.col_width;
       cp = (c + cw - 1) / cw * cw;  // ≤ held_cols: cw divides 8
@@ -238,7 +238,7 @@ struct fsum_worker {
     if constexpr (M == fsum_mode::weighted) {
       if (symmetric) {
         sym_kernels = host::fsum_kernels_for<F, Op, T, M, 2>(i);
-        if (!sym_kernels.group) throw error(std::string("memsafe: internal: no ") + isa_name(i) + " symmetric kernels");
+        if (!sym_kernels.group) throw error(cat(msg{"memsafe: internal: no ", isa_name(i), " symmetric kernels"}));
       }
     }
     std::byte* cur = ws;
@@ -391,8 +391,8 @@ MEMSAFE_COLD tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget,
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
   p.isa = isa_name(choose_isa(isa_compiled));
-  p.reduction = std::string(Mon::name) + " over j, fused: formula evaluated in registers (" + p.isa +
-                "), accumulated in double; no kernel tile";
+  p.reduction = cat(msg{Mon::name, " over j, fused: formula evaluated in registers (", p.isa,
+                     "), accumulated in double; no kernel tile"});
   if (fsum_symmetric(e, mon)) {  // k(X, X)·v: each pair once, when its extra bytes fit
     const std::size_t n = e.rows();
     const auto cost = [&](std::size_t ti, std::size_t tj) {
