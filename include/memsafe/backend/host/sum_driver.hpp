@@ -407,7 +407,7 @@ MEMSAFE_COLD tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget,
         q.symmetric = true;
         q.min_bytes = p.min_bytes;  // below the symmetric form's bytes the plain form runs
         q.isa = p.isa;
-        q.reduction = p.reduction + "; symmetric: K = k(X, X), each pair once, folded into its row and its column";
+        q.reduction = cat(msg{p.reduction, "; symmetric: K = k(X, X), each pair once, folded into its row and its column"});
         return q;
       }
     }
