@@ -17,9 +17,8 @@ template <class T, class U>
 void check_heads(const heads_view<U>& x, std::size_t B, std::size_t H, std::size_t Tn, std::size_t d,
                  const char* name, const char* where) {
   if (x.batch() != B || x.heads() != H || x.length() != Tn || x.dim() != d)
-    throw shape_error(std::string("memsafe: ") + where + ": " + name + " is " + x.shape() + " but must be [" +
-                      std::to_string(B) + ", " + std::to_string(H) + ", " + std::to_string(Tn) + ", " +
-                      std::to_string(d) + "]");
+    throw shape_error(
+        cat(msg{"memsafe: ", where, ": ", name, " is ", x.shape(), " but must be [", B, ", ", H, ", ", Tn, ", ", d, "]"}));
 }
 }  // namespace detail
 
@@ -106,22 +105,22 @@ template <real T>
 std::string explain(const detail::attention_expr<T>& a, const options& o = {}) {
   namespace at = detail::attn;
   const std::size_t budget = detail::resolve_budget(o.budget), threads = plan::resolve_threads(o.threads);
-  std::string s = "as written:   " + a.str() + "\n";
-  s += std::string("kernels:      ") + host::isa_name(at::kernel::choose().i) +
-       " (the products and the element-wise steps)\n";
+  using detail::cat, detail::msg;
+  std::string s = cat(msg{"as written:   ", a.str(), "\n"});
+  s += cat(msg{"kernels:      ", host::isa_name(at::kernel::choose().i), " (the products and the element-wise steps)\n"});
   const auto line = [&](const at::attn_plan& p, const char* what) {
     if (p.threads == 0) return std::string("nothing to compute (no query row meets a key): constant outputs, no temporaries\n");
-    return std::string(what) + "; " + std::to_string(p.threads) + (p.threads == 1 ? " worker" : " workers") +
-           ", blocks of " + std::to_string(p.Br) + " query rows\n              temporaries " +
-           format_bytes(p.bytes) + " planned (" + format_bytes(p.per_thread_bytes) + " per worker), budget " +
-           format_bytes(budget) + ", minimum " + format_bytes(p.min_bytes) + "\n";
+    return cat(msg{what, "; ", p.threads, p.threads == 1 ? " worker" : " workers", ", blocks of ", p.Br,
+                   " query rows\n              temporaries ", format_bytes(p.bytes), " planned (",
+                   format_bytes(p.per_thread_bytes), " per worker), budget ", format_bytes(budget), ", minimum ",
+                   format_bytes(p.min_bytes), "\n"});
   };
   const auto add = [&](const char* label, auto&& plan_it) {
     s += label;
     try {
       s += plan_it();
     } catch (const budget_error& e) {
-      s += std::string("does not fit: ") + e.what() + "\n";
+      s += cat(msg{"does not fit: ", e.what(), "\n"});
     }
   };
   add("forward:      ", [&] { return line(at::plan_forward(a, budget, threads), at::forward_schedule); });
@@ -132,8 +131,8 @@ std::string explain(const detail::attention_expr<T>& a, const options& o = {}) {
   if (a.s.has_bias && (a.s.bias.batch() * a.s.bias.heads() < a.batch() * a.heads()))
     add("with dBias:   ", [&] {
       const at::bwd_plan b = at::plan_backward(a, true, budget, threads);
-      return line(b.p, b.schedule()) + "              (" + std::to_string(b.S) + " bias slices of " +
-             std::to_string(b.G) + " heads each, a slice's heads in order)\n";
+      return cat(msg{line(b.p, b.schedule()), "              (", b.S, " bias slices of ", b.G,
+                     " heads each, a slice's heads in order)\n"});
     });
   return s;
 }

@@ -67,7 +67,8 @@ struct gradients {
   const std::vector<T>& of(const matrix_view<U, R, C>& v) const {
     for (std::size_t k = 0; k < wrt_points.size(); ++k)
       if (rewrite::same_view(wrt_points[k], v)) return points[k];
-    throw argument_error("memsafe: gradients::of: the point set " + v.shape() + " was not in wrt(...)");
+    throw argument_error(
+        detail::cat(detail::msg{"memsafe: gradients::of: the point set ", v.shape(), " was not in wrt(...)"}));
   }
 };
 
@@ -116,7 +117,7 @@ void append_param_gradients(const E& e, const host::grad_layout& L, const std::v
 
 template <class X>
 std::string grad_what(const backward_expr<X>& b) {
-  return "the gradient of " + b.x.str();
+  return cat(msg{"the gradient of ", b.x.str()});
 }
 }  // namespace detail
 
@@ -213,7 +214,7 @@ grad_plan plan_for(const backward_expr<X>& b) {
 /// fits and the minimum budget that would).
 template <evaluable X>
 std::string explain(const backward_expr<X>& b, const options& o = {}) {
-  std::string s = "as written:   " + b.str() + "\n";
+  std::string s = detail::cat(detail::msg{"as written:   ", b.str(), "\n"});
   const std::size_t budget = detail::resolve_budget(o.budget);
   rewrite::rule_log log;
   const auto j = jobs::lower_grad(b, log);
@@ -225,8 +226,8 @@ std::string explain(const backward_expr<X>& b, const options& o = {}) {
     auto hp = host::plan_grad(j, unlimited, 1, detail::grad_what(b));
     hp.shown.rules = log.fired;
     hp.shown.budget = budget;
-    s += "as rewritten: " + hp.shown.rewritten + "\nbackward:     " + hp.shown.weights +
-         "\nplan:         does not fit: " + e.what() + "\n";
+    s += detail::cat(detail::msg{"as rewritten: ", hp.shown.rewritten, "\nbackward:     ", hp.shown.weights,
+                                 "\nplan:         does not fit: ", e.what(), "\n"});
   }
   return s;
 }

@@ -61,12 +61,7 @@ class heads_view {
   T* row(std::size_t b, std::size_t h, std::size_t t) const { return p_ + b * s_[0] + h * s_[1] + t * s_[2]; }
   T& operator()(std::size_t b, std::size_t h, std::size_t t, std::size_t c) const { return row(b, h, t)[c * s_[3]]; }
   std::string shape() const {
-    std::string s = "[";  // appended piece by piece (GCC 12's -Wrestrict misfires on "[" + std::string)
-    for (int k = 0; k < 4; ++k) {
-      s += std::to_string(n_[k]);
-      s += k < 3 ? ", " : "]";
-    }
-    return s;
+    return detail::cat(detail::msg{"[", n_[0], ", ", n_[1], ", ", n_[2], ", ", n_[3], "]"});
   }
 
  private:
@@ -125,7 +120,7 @@ struct dropout_spec {
 };
 namespace detail {
 inline void check_dropout(double p) {
-  if (!(p >= 0 && p < 1)) throw argument_error("memsafe: dropout(p, seed): p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p < 1)) throw argument_error(cat(msg{"memsafe: dropout(p, seed): p must be in [0, 1), got ", p}));
 }
 }  // namespace detail
 inline dropout_spec dropout(double p, std::uint64_t seed) {
@@ -187,9 +182,9 @@ struct attention_scores : attention_tag {
   heads_view<const T> bias{nullptr, 0, 0, 0, 0, 0, 0, 0, 0};
 
   MEMSAFE_COLD std::string str() const {
-    std::string s = (scale != 1 ? std::to_string(scale) + " * " : std::string()) + "dot(Q" + q.shape() + ", K" +
-                    k.shape() + ")";
-    if (has_bias) s += " + bias" + bias.shape();
+    std::string s = scale != 1 ? cat(msg{scale, " * dot(Q", q.shape(), ", K", k.shape(), ")"})
+                               : cat(msg{"dot(Q", q.shape(), ", K", k.shape(), ")"});
+    if (has_bias) s += cat(msg{" + bias", bias.shape()});
     if (keep) s += " + key_padding";
     if (is_causal) s += " + causal";
     return s;
@@ -211,8 +206,8 @@ struct attention_expr : attention_tag {
   std::size_t dim() const { return s.q.dim(); }
   std::size_t value_dim() const { return v.dim(); }
   MEMSAFE_COLD std::string str() const {
-    return "softmax_sum(" + s.str() + ", V" + v.shape() + (drop.p > 0 ? ", dropout(" + std::to_string(drop.p) + ")" : "") +
-           ")";
+    if (drop.p > 0) return cat(msg{"softmax_sum(", s.str(), ", V", v.shape(), ", dropout(", drop.p, "))"});
+    return cat(msg{"softmax_sum(", s.str(), ", V", v.shape(), ")"});
   }
 };
 
@@ -247,8 +242,8 @@ detail::attention_scores<std::remove_cv_t<T>> dot(const heads_view<T>& Q, const 
   static_assert(std::is_same_v<std::remove_cv_t<T>, std::remove_cv_t<U>>,
                 "memsafe: dot(Q, K) of heads: Q and K must have the same value type");
   if (Q.batch() != K.batch() || Q.heads() != K.heads() || Q.dim() != K.dim())
-    throw shape_error("memsafe: dot(Q, K): Q is " + Q.shape() + " and K is " + K.shape() +
-                      " [B, H, T, d]: B, H and d must agree");
+    throw shape_error(detail::cat(detail::msg{"memsafe: dot(Q, K): Q is ", Q.shape(), " and K is ", K.shape(),
+                                              " [B, H, T, d]: B, H and d must agree"}));
   detail::attention_scores<std::remove_cv_t<T>> s{{}, heads_view<const std::remove_cv_t<T>>(Q),
                                                   heads_view<const std::remove_cv_t<T>>(K)};
   return s;
@@ -290,9 +285,9 @@ template <class T>
 detail::attention_scores<T> operator+(detail::attention_scores<T> s, const key_padding_mask& m) {
   if (s.keep) throw argument_error("memsafe: attention scores: a key-padding mask is added twice");
   if (m.batch != s.q.batch() || m.keys != s.k.length())
-    throw shape_error("memsafe: attention scores + key_padding: the mask is " + std::to_string(m.batch) + "×" +
-                      std::to_string(m.keys) + " but the scores have B = " + std::to_string(s.q.batch()) +
-                      " and Tk = " + std::to_string(s.k.length()));
+    throw shape_error(detail::cat(detail::msg{"memsafe: attention scores + key_padding: the mask is ", m.batch, "×",
+                                              m.keys, " but the scores have B = ", s.q.batch(), " and Tk = ",
+                                              s.k.length()}));
   s.keep = m.keep;
   s.keep_stride = m.batch_stride;
   return s;
@@ -306,10 +301,9 @@ detail::attention_scores<T> operator+(detail::attention_scores<T> s, const heads
   const bool okb = bias.batch() == s.q.batch() || bias.batch() == 1;
   const bool okh = bias.heads() == s.q.heads() || bias.heads() == 1;
   if (!okb || !okh || bias.length() != s.q.length() || bias.dim() != s.k.length())
-    throw shape_error("memsafe: attention scores + bias: the bias is " + bias.shape() + " but the scores are [" +
-                      std::to_string(s.q.batch()) + ", " + std::to_string(s.q.heads()) + ", " +
-                      std::to_string(s.q.length()) + ", " + std::to_string(s.k.length()) +
-                      "] (B and H may be 1 to broadcast)");
+    throw shape_error(detail::cat(detail::msg{"memsafe: attention scores + bias: the bias is ", bias.shape(),
+                                              " but the scores are [", s.q.batch(), ", ", s.q.heads(), ", ",
+                                              s.q.length(), ", ", s.k.length(), "] (B and H may be 1 to broadcast)"}));
   s.has_bias = true;
   s.bias = heads_view<const T>(bias.data(), bias.batch(), bias.heads(), bias.length(), bias.dim(),
                                bias.batch() == 1 ? 0 : bias.stride(0), bias.heads() == 1 ? 0 : bias.stride(1),
@@ -332,8 +326,8 @@ detail::attention_expr<T> softmax_sum(const detail::attention_scores<T>& s, cons
     static_assert(std::is_same_v<typename VV::value_type, T>,
                   "memsafe: softmax_sum(scores, V) of heads: V must have the scores' value type");
     if (V.batch() != s.q.batch() || V.heads() != s.q.heads() || V.length() != s.k.length())
-      throw shape_error("memsafe: softmax_sum(scores, V): K is " + s.k.shape() + " but V is " + V.shape() +
-                        " (V needs K's B, H and T)");
+      throw shape_error(detail::cat(detail::msg{"memsafe: softmax_sum(scores, V): K is ", s.k.shape(), " but V is ",
+                                                V.shape(), " (V needs K's B, H and T)"}));
     return {{}, s, heads_view<const T>(V)};
   } else {
     return {{}, s, heads_view<const T>(nullptr, 0, 0, 0, 0, 0, 0, 0, 0)};

@@ -41,9 +41,9 @@ struct wrt_set {
   bool operand = false;
   MEMSAFE_COLD std::string str() const {
     std::string s;
-    for (const auto& p : points) s += (s.empty() ? "" : ", ") + std::string("points[") + p.shape() + "]";
-    if (params) s += (s.empty() ? "" : ", ") + std::string("params");
-    if (operand) s += (s.empty() ? "" : ", ") + std::string("operand");
+    for (const auto& p : points) s += detail::cat(detail::msg{s.empty() ? "" : ", ", "points[", p.shape(), "]"});
+    if (params) s += s.empty() ? "params" : ", params";
+    if (operand) s += s.empty() ? "operand" : ", operand";
     return s;
   }
 };
@@ -103,7 +103,9 @@ struct backward_expr {
   X x;
   matrix_view<const T> upstream;  ///< ∂L/∂(x's output), x.rows() × x.cols()
   wrt_set<T> w;
-  MEMSAFE_COLD std::string str() const { return "vjp(" + x.str() + ", upstream[" + upstream.shape() + "]) wrt " + w.str(); }
+  MEMSAFE_COLD std::string str() const {
+    return detail::cat(detail::msg{"vjp(", x.str(), ", upstream[", upstream.shape(), "]) wrt ", w.str()});
+  }
 };
 
 namespace detail {
@@ -144,11 +146,11 @@ matrix_view<const typename X::value_type> upstream_view(const X& x, const U& u) 
     static_assert(std::is_same_v<std::remove_cv_t<typename U::element_type>, T>,
                   "memsafe: vjp: the upstream gradient must have the expression's value type");
     if (x.cols() != 1 && x.rows() != 1)
-      throw shape_error("memsafe: vjp: " + x.str() + " is " + shape_str(x.rows(), x.cols()) +
-                        ": give the upstream gradient as a matrix of that shape, not a vector");
+      throw shape_error(cat(msg{"memsafe: vjp: ", x.str(), " is ", shape_str(x.rows(), x.cols()),
+                             ": give the upstream gradient as a matrix of that shape, not a vector"}));
     if (u.size() != x.rows() * x.cols())
-      throw shape_error("memsafe: vjp: " + x.str() + " has " + std::to_string(x.rows() * x.cols()) +
-                        " values but the upstream gradient has " + std::to_string(u.size()));
+      throw shape_error(cat(msg{"memsafe: vjp: ", x.str(), " has ", x.rows() * x.cols(),
+                             " values but the upstream gradient has ", u.size()}));
     g = x.cols() == 1 ? matrix_view<const T>(u.data(), u.size(), 1, u.stride(), 1)
                       : matrix_view<const T>(u.data(), 1, u.size(), u.size() * u.stride(), u.stride());
   } else {
@@ -157,8 +159,8 @@ matrix_view<const typename X::value_type> upstream_view(const X& x, const U& u) 
     static_assert(std::is_same_v<std::remove_cv_t<typename U::element_type>, T>,
                   "memsafe: vjp: the upstream gradient must have the expression's value type");
     if (u.rows() != x.rows() || u.cols() != x.cols())
-      throw shape_error("memsafe: vjp: " + x.str() + " is " + shape_str(x.rows(), x.cols()) +
-                        " but the upstream gradient is " + u.shape());
+      throw shape_error(cat(msg{"memsafe: vjp: ", x.str(), " is ", shape_str(x.rows(), x.cols()),
+                             " but the upstream gradient is ", u.shape()}));
     g = matrix_view<const T>(u);
   }
   return g;

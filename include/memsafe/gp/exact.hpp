@@ -163,8 +163,8 @@ inline memsafe::tile_plan kernel_product_plan(const hyperparameters& h, const do
 /// Shapes, parameters and finiteness of the training inputs (the targets are checked where used).
 inline void validate_exact(const data_view& D, const hyperparameters& h, const std::string& f) {
   if (D.n == 0 || D.d == 0)
-    throw shape_error(f + "no training data (n = " + std::to_string(D.n) + ", d = " + std::to_string(D.d) + ")");
-  if (!D.X) throw argument_error(f + "null training inputs X");
+    throw shape_error(cat(msg{f, "no training data (n = ", D.n, ", d = ", D.d, ")"}));
+  if (!D.X) throw argument_error(cat(msg{f, "null training inputs X"}));
   validate_kernel(h.variance, h.lengthscales, D.d, f);
   validate_noise(h, f, /*uses_jitter=*/false);  // σ² > 0 makes K + σ²I positive definite
   check_finite(D.X, D.n, D.d, "training input", f);
@@ -172,13 +172,13 @@ inline void validate_exact(const data_view& D, const hyperparameters& h, const s
 
 /// argument_error for a null `what` (when count > 0) or its first entry that is not finite.
 inline void validate_values(const double* v, std::size_t count, const std::string& f, const char* what) {
-  if (count && !v) throw argument_error(f + "null " + what);
-  check_finite(v, count, 1, (std::string(what) + " entry").c_str(), f);
+  if (count && !v) throw argument_error(cat(msg{f, "null ", what}));
+  check_finite(v, count, 1, cat(msg{what, " entry"}).c_str(), f);
 }
 
 inline void validate_options(const exact_options& o, const std::string& f) {
   if (!(std::isfinite(o.tolerance) && o.tolerance >= 0))
-    throw argument_error(f + "tolerance must be finite and >= 0, got " + std::to_string(o.tolerance));
+    throw argument_error(cat(msg{f, "tolerance must be finite and >= 0, got ", o.tolerance}));
 }
 
 /// What both predictions check first: the training data and hyperparameters, the test points'
@@ -192,14 +192,14 @@ inline bool start_predict(const data_view& D, const hyperparameters& h, const po
   st.budget_bytes = memsafe::detail::resolve_budget(opts.budget);
   if (T.n == 0) return false;
   if (T.d != D.d)
-    throw shape_error(f + "test points have d = " + std::to_string(T.d) + " but the training data have d = " +
-                      std::to_string(D.d));
-  if (!out) throw argument_error(f + "null output");
+    throw shape_error(cat(msg{f, "test points have d = ", T.d, " but the training data have d = ", D.d}));
+  if (!out) throw argument_error(cat(msg{f, "null output"}));
   using memsafe::detail::contiguous_block;
   const memsafe::detail::named_block outs[1] = {{out_name, contiguous_block(out, out_count)}};
   const memsafe::detail::named_block ins[3] = {
-      {"test points", contiguous_block(T.X, memsafe::detail::checked_mul(T.n, T.d, f + "test points"))},
-      {"training points", contiguous_block(D.X, memsafe::detail::checked_mul(D.n, D.d, f + "training points"))},
+      {"test points", contiguous_block(T.X, memsafe::detail::checked_mul(T.n, T.d, cat(msg{f, "test points"})))},
+      {"training points",
+       contiguous_block(D.X, memsafe::detail::checked_mul(D.n, D.d, cat(msg{f, "training points"})))},
       {"alpha", contiguous_block(alpha, alpha_count)}};
   memsafe::detail::check_apart(outs, ins, f.substr(0, f.size() - 2).c_str(), "");
   return true;
@@ -237,13 +237,11 @@ inline pcg_sizes pcg_plan(const data_view& D, std::size_t c, const hyperparamete
 /// budget_error naming the minimum when `budget` cannot hold the smallest plan.
 inline void check_budget(std::size_t budget, const pcg_sizes& sz, std::size_t n, std::size_t c, const char* fn) {
   if (budget >= sz.minimum()) return;
-  throw budget_error(std::string("memsafe::gp::") + fn + ": a budget of " + format_bytes(budget) +
-                         " is too small for n = " + std::to_string(n) + ", " + std::to_string(c) +
-                         " right-hand side(s) and a rank-" + std::to_string(sz.rank) +
-                         " preconditioner: the CG blocks and the preconditioner need " + format_bytes(sz.solver) +
-                         " and the smallest kernel product " + format_bytes(sz.matvec_min) +
-                         "; use a budget of at least " + std::to_string(sz.minimum()) +
-                         " bytes (or a lower preconditioner rank)",
+  throw budget_error(cat(msg{"memsafe::gp::", fn, ": a budget of ", format_bytes(budget), " is too small for n = ", n,
+                             ", ", c, " right-hand side(s) and a rank-", sz.rank,
+                             " preconditioner: the CG blocks and the preconditioner need ", format_bytes(sz.solver),
+                             " and the smallest kernel product ", format_bytes(sz.matvec_min),
+                             "; use a budget of at least ", sz.minimum(), " bytes (or a lower preconditioner rank)"}),
                      budget, sz.minimum());
 }
 
@@ -668,7 +666,7 @@ inline exact_result exact_solve(const data_view& D, const double* B, std::size_t
   const std::string f = "memsafe::gp::exact_solve: ";
   dg::validate_exact(D, h, f);
   dg::validate_options(opts, f);
-  if (rhs == 0) throw shape_error(f + "no right-hand side (rhs = 0)");
+  if (rhs == 0) throw shape_error(memsafe::detail::cat(memsafe::detail::msg{f, "no right-hand side (rhs = 0)"}));
   dg::validate_values(B, D.n * rhs, f, "right-hand side");
   const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
   const auto sz = dg::pcg_plan(D, rhs, h, opts);
@@ -692,10 +690,11 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_predict_mean: ";
   exact_predict_stats st;
-  if (!dg::start_predict(D, h, T, mean, memsafe::detail::checked_mul(T.n, rhs, f + "the means"), "mean", alpha,
-                         memsafe::detail::checked_mul(D.n, rhs, f + "alpha"), opts, f, st))
+  using memsafe::detail::cat, memsafe::detail::msg;
+  if (!dg::start_predict(D, h, T, mean, memsafe::detail::checked_mul(T.n, rhs, cat(msg{f, "the means"})), "mean", alpha,
+                         memsafe::detail::checked_mul(D.n, rhs, cat(msg{f, "alpha"})), opts, f, st))
     return st;
-  if (rhs == 0) throw shape_error(f + "no weights (rhs = 0)");
+  if (rhs == 0) throw shape_error(cat(msg{f, "no weights (rhs = 0)"}));
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   dg::validate_values(alpha, D.n * rhs, f, "alpha");
   const auto t0 = std::chrono::steady_clock::now();
@@ -705,7 +704,7 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
   } catch (const budget_error& e) {  // the product's message, under this function's name (not two prefixes)
     std::string_view why = e.what();
     if (why.starts_with("memsafe: ")) why.remove_prefix(9);
-    throw budget_error(f + std::string(why), e.budget_bytes, e.minimum_bytes);
+    throw budget_error(cat(msg{f, why}), e.budget_bytes, e.minimum_bytes);
   }
   st.peak_temp_bytes = ev.peak_temp_bytes;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -725,16 +724,16 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
   dg::validate_options(opts, f);
   exact_predict_stats st;
   if (!dg::start_predict(D, h, T, var, T.n, "var", nullptr, 0, opts, f, st)) return st;
-  if (batch == 0) throw argument_error(f + "batch must be >= 1");
+  using memsafe::detail::cat, memsafe::detail::msg;
+  if (batch == 0) throw argument_error(cat(msg{f, "batch must be >= 1"}));
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   const std::size_t n = D.n, d = D.d, cb = std::min(batch, T.n);
   const auto sz = dg::pcg_plan(D, cb, h, opts);
   const std::size_t own = 2 * n * cb * sizeof(double) + d * sizeof(double);
   const std::size_t minimum = own + sz.minimum();
   if (st.budget_bytes < minimum)
-    throw budget_error(f + "a budget of " + format_bytes(st.budget_bytes) + " is too small for n = " +
-                           std::to_string(n) + " and batches of " + std::to_string(cb) +
-                           " test points: use a budget of at least " + std::to_string(minimum) + " bytes",
+    throw budget_error(cat(msg{f, "a budget of ", format_bytes(st.budget_bytes), " is too small for n = ", n,
+                               " and batches of ", cb, " test points: use a budget of at least ", minimum, " bytes"}),
                        st.budget_bytes, minimum);
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t threads = memsafe::plan::resolve_threads(opts.threads);

@@ -44,7 +44,8 @@ inline kernel parse_kernel(std::string_view s) {
   if (s == "matern12" || s == "matern1/2" || s == "exponential") return kernel::matern12;
   if (s == "matern32" || s == "matern3/2") return kernel::matern32;
   if (s == "matern52" || s == "matern5/2") return kernel::matern52;
-  throw argument_error("memsafe::gp: unknown kernel \"" + std::string(s) + "\" (rbf, matern12, matern32, matern52)");
+  throw argument_error(memsafe::detail::cat(
+      memsafe::detail::msg{"memsafe::gp: unknown kernel \"", s, "\" (rbf, matern12, matern32, matern52)"}));
 }
 
 }  // namespace memsafe::gp

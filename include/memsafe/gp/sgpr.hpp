@@ -162,9 +162,9 @@ void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
 inline void check_finite(const double* v, std::size_t rows, std::size_t cols, const char* what, const std::string& f) {
   for (std::size_t q = 0; q < rows * cols; ++q)
     if (!std::isfinite(v[q]))
-      throw argument_error(f + what + " " + std::to_string(q / cols) +
-                           (cols > 1 ? ", dimension " + std::to_string(q % cols) : std::string()) + " is not finite (" +
-                           std::to_string(v[q]) + ")");
+      throw argument_error(cols > 1
+                               ? cat(msg{f, what, " ", q / cols, ", dimension ", q % cols, " is not finite (", v[q], ")"})
+                               : cat(msg{f, what, " ", q / cols, " is not finite (", v[q], ")"}));
 }
 
 /// The kernel's parameters for inputs of dimension d: d ARD lengthscales, each finite and > 0 with
@@ -173,34 +173,33 @@ inline void check_finite(const double* v, std::size_t rows, std::size_t cols, co
 inline void validate_kernel(double variance, const std::vector<double>& lengthscales, std::size_t d,
                             const std::string& f) {
   if (lengthscales.size() != d)
-    throw shape_error(f + std::to_string(lengthscales.size()) + " lengthscales for d = " + std::to_string(d) +
-                      " (ARD: one per input dimension)");
+    throw shape_error(cat(msg{f, lengthscales.size(), " lengthscales for d = ", d, " (ARD: one per input dimension)"}));
   if (!(std::isfinite(variance) && variance > 0))
-    throw argument_error(f + "kernel variance must be finite and > 0, got " + std::to_string(variance));
+    throw argument_error(cat(msg{f, "kernel variance must be finite and > 0, got ", variance}));
   for (std::size_t k = 0; k < d; ++k) {
     const double l = lengthscales[k];
-    const std::string name = "lengthscale " + std::to_string(k);
-    if (!(std::isfinite(l) && l > 0)) throw argument_error(f + name + " must be finite and > 0, got " + std::to_string(l));
+    if (!(std::isfinite(l) && l > 0))
+      throw argument_error(cat(msg{f, "lengthscale ", k, " must be finite and > 0, got ", l}));
     if (!memsafe::detail::lengthscale_in_range(l))
-      throw argument_error(f + memsafe::detail::lengthscale_range_message(l, (name + " =").c_str()) +
-                           "; rescale the inputs");
+      throw argument_error(cat(msg{
+          f, memsafe::detail::lengthscale_range_message(l, cat(msg{"lengthscale ", k, " ="}).c_str()), "; rescale the inputs"}));
   }
 }
 
 /// The noise variance (finite, > 0) and, where the call uses it, the jitter (finite, >= 0).
 inline void validate_noise(const hyperparameters& h, const std::string& f, bool uses_jitter = true) {
   if (!(std::isfinite(h.noise) && h.noise > 0))
-    throw argument_error(f + "noise variance must be finite and > 0, got " + std::to_string(h.noise));
+    throw argument_error(cat(msg{f, "noise variance must be finite and > 0, got ", h.noise}));
   if (uses_jitter && !(std::isfinite(h.jitter) && h.jitter >= 0))
-    throw argument_error(f + "jitter must be finite and >= 0, got " + std::to_string(h.jitter));
+    throw argument_error(cat(msg{f, "jitter must be finite and >= 0, got ", h.jitter}));
 }
 
 /// The inducing points and the kernel's parameters: what a posterior holds besides its factors.
 inline void validate_inducing(const inducing_view& I, double variance, const std::vector<double>& lengthscales,
                               const std::string& f) {
-  if (I.m == 0) throw shape_error(f + "no inducing points (m = 0)");
-  if (I.d == 0) throw shape_error(f + "inducing points of dimension d = 0");
-  if (!I.Z) throw argument_error(f + "null data pointer (Z)");
+  if (I.m == 0) throw shape_error(cat(msg{f, "no inducing points (m = 0)"}));
+  if (I.d == 0) throw shape_error(cat(msg{f, "inducing points of dimension d = 0"}));
+  if (!I.Z) throw argument_error(cat(msg{f, "null data pointer (Z)"}));
   validate_kernel(variance, lengthscales, I.d, f);
   check_finite(I.Z, I.m, I.d, "inducing point", f);
 }
@@ -213,14 +212,11 @@ inline void validate_model(const inducing_view& I, const hyperparameters& h, con
 }
 
 inline void validate(const data_view& D, const inducing_view& I, const hyperparameters& h, const char* fn) {
-  const std::string f = std::string("memsafe::gp::") + fn + ": ";
-  if (D.n == 0 || D.d == 0) throw shape_error(f + "no training data (n = " + std::to_string(D.n) + ", d = " +
-                                              std::to_string(D.d) + ")");
-  if (I.m == 0) throw shape_error(f + "no inducing points (m = 0)");
-  if (I.d != D.d)
-    throw shape_error(f + "inducing points have d = " + std::to_string(I.d) + " but the data have d = " +
-                      std::to_string(D.d));
-  if (!D.X || !D.y || !I.Z) throw argument_error(f + "null data pointer (X, y or Z)");
+  const std::string f = cat(msg{"memsafe::gp::", fn, ": "});
+  if (D.n == 0 || D.d == 0) throw shape_error(cat(msg{f, "no training data (n = ", D.n, ", d = ", D.d, ")"}));
+  if (I.m == 0) throw shape_error(cat(msg{f, "no inducing points (m = 0)"}));
+  if (I.d != D.d) throw shape_error(cat(msg{f, "inducing points have d = ", I.d, " but the data have d = ", D.d}));
+  if (!D.X || !D.y || !I.Z) throw argument_error(cat(msg{f, "null data pointer (X, y or Z)"}));
   validate_model(I, h, f);
   check_finite(D.X, D.n, D.d, "training input", f);
   check_finite(D.y, D.n, 1, "training target", f);
@@ -407,7 +403,7 @@ inline int sygst(char uplo, const std::vector<double>& L, std::vector<double>& X
   return sygst_recursive(uplo, N, X.data(), N, L.data(), N);
 }
 inline void require_sygst(int info) {
-  if (info != 0) throw memsafe::error("memsafe::gp::sgpr: dsygst failed (info " + std::to_string(info) + ")");
+  if (info != 0) throw memsafe::error(cat(msg{"memsafe::gp::sgpr: dsygst failed (info ", info, ")"}));
 }
 
 /// X ← L⁻¹·X·L⁻ᵀ for symmetric X (row-major, m×m; its lower triangle read and written, the upper
@@ -455,9 +451,9 @@ inline std::size_t small_bytes(std::size_t d, std::size_t threads, std::size_t b
 /// The budget_error of a call whose budget cannot hold its smallest plan (`what` names that plan).
 [[noreturn]] inline void too_small(const std::string& fn, std::size_t budget, std::size_t minimum, std::size_t m,
                                    bool gradient, const std::string& what) {
-  throw budget_error(fn + ": a budget of " + format_bytes(budget) + " is too small for m = " + std::to_string(m) +
-                         (gradient ? " with the gradient" : "") + ": " + what + " needs " + format_bytes(minimum) +
-                         " of temporaries; use a budget of at least " + std::to_string(minimum) + " bytes",
+  throw budget_error(cat(msg{fn, ": a budget of ", format_bytes(budget), " is too small for m = ", m,
+                             gradient ? " with the gradient" : "", ": ", what, " needs ", format_bytes(minimum),
+                             " of temporaries; use a budget of at least ", minimum, " bytes"}),
                      budget, minimum);
 }
 
@@ -529,8 +525,10 @@ inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparamete
   try {
     memsafe::linalg::cholesky(memsafe::matrix(P.L.data(), m, m));
   } catch (const argument_error& e) {
-    throw argument_error(fn + ": Kuu + jitter·I is not positive definite (duplicate or very close inducing points? "
-                              "raise the jitter): " + e.what());
+    throw argument_error(cat(msg{fn,
+                                 ": Kuu + jitter·I is not positive definite (duplicate or very close inducing points? "
+                                 "raise the jitter): ",
+                                 e.what()}));
   }
 }
 
@@ -853,20 +851,20 @@ inline predict_stats predict(const sgpr_posterior& P, const double* Xs, std::siz
   }
   if (m == 0 || d == 0 || P.L.size() != m * m || P.LB.size() != m * m || P.w.size() != m || P.Z.size() != m * d ||
       P.lengthscales.size() != d)
-    throw argument_error("memsafe::gp::predict: the posterior is empty or inconsistent: m = " + std::to_string(m) +
-                         ", d = " + std::to_string(d) + " needs Z of m·d, L and LB of m·m, w of m and d lengthscales; has " +
-                         std::to_string(P.Z.size()) + ", " + std::to_string(P.L.size()) + ", " + std::to_string(P.LB.size()) +
-                         ", " + std::to_string(P.w.size()) + " and " + std::to_string(P.lengthscales.size()) +
-                         " (fit with gp::sgpr first)");
+    throw argument_error(memsafe::detail::cat(memsafe::detail::msg{
+        "memsafe::gp::predict: the posterior is empty or inconsistent: m = ", m, ", d = ", d,
+        " needs Z of m·d, L and LB of m·m, w of m and d lengthscales; has ", P.Z.size(), ", ", P.L.size(), ", ",
+        P.LB.size(), ", ", P.w.size(), " and ", P.lengthscales.size(), " (fit with gp::sgpr first)"}));
   memsafe::detail::gp::validate_inducing({P.Z.data(), m, d}, P.variance, P.lengthscales,
                                          "memsafe::gp::predict: the posterior's ");
   const std::size_t threads = memsafe::plan::resolve_threads(threads_opt);
   const std::size_t fixed = (d + 2) * sizeof(double);
   const std::size_t minimum = fixed + m * sizeof(double);
   if (st.budget_bytes < minimum)
-    throw budget_error("memsafe::gp::predict: a budget of " + format_bytes(st.budget_bytes) + " is too small for m = " +
-                           std::to_string(m) + ": one test point needs " + format_bytes(minimum) +
-                           "; use a budget of at least " + std::to_string(minimum) + " bytes",
+    throw budget_error(memsafe::detail::cat(memsafe::detail::msg{
+                           "memsafe::gp::predict: a budget of ", format_bytes(st.budget_bytes), " is too small for m = ",
+                           m, ": one test point needs ", format_bytes(minimum), "; use a budget of at least ", minimum,
+                           " bytes"}),
                        st.budget_bytes, minimum);
   memsafe::detail::accountant acc(st.budget_bytes);
   memsafe::detail::temp_buffer<double> small(acc, d);

@@ -48,8 +48,9 @@ struct blas_layout {
 
 inline int to_int(std::size_t v, const char* fn, const char* what) {
   if (v > static_cast<std::size_t>(INT_MAX))
-    throw argument_error(std::string("memsafe::linalg::") + fn + ": " + what + " = " + std::to_string(v) +
-                         " does not fit a 32-bit BLAS/LAPACK integer");
+    throw argument_error(
+        memsafe::detail::cat(memsafe::detail::msg{"memsafe::linalg::", fn, ": ", what, " = ", v,
+                                                   " does not fit a 32-bit BLAS/LAPACK integer"}));
   return static_cast<int>(v);
 }
 
@@ -63,15 +64,16 @@ blas_layout layout(const V& v, const char* fn, const char* what) {
     return {true, to_int(r <= 1 ? (c > 0 ? c : 1) : v.row_stride(), fn, "leading dimension")};
   if ((v.row_stride() == 1 || r <= 1) && (c <= 1 || fits(v.col_stride(), r)))
     return {false, to_int(c <= 1 ? (r > 0 ? r : 1) : v.col_stride(), fn, "leading dimension")};
-  throw argument_error(std::string("memsafe::linalg::") + fn + ": " + what + " (" + v.shape() + ", strides " +
-                       std::to_string(v.row_stride()) + ", " + std::to_string(v.col_stride()) +
-                       ") has no unit stride; BLAS needs row- or column-contiguous storage");
+  throw argument_error(memsafe::detail::cat(
+      memsafe::detail::msg{"memsafe::linalg::", fn, ": ", what, " (", v.shape(), ", strides ", v.row_stride(), ", ",
+                           v.col_stride(), ") has no unit stride; BLAS needs row- or column-contiguous storage"}));
 }
 
 template <class V>
 void require_square(const V& v, const char* fn, const char* what) {
   if (v.rows() != v.cols())
-    throw shape_error(std::string("memsafe::linalg::") + fn + ": " + what + " must be square, got " + v.shape());
+    throw shape_error(memsafe::detail::cat(
+        memsafe::detail::msg{"memsafe::linalg::", fn, ": ", what, " must be square, got ", v.shape()}));
 }
 
 /// A named operand for check_apart (expr/overlap.hpp): BLAS and LAPACK read the operands while they
@@ -84,7 +86,8 @@ memsafe::detail::named_block operand(const char* name, const V& v) {
 inline constexpr const char* prefix = "memsafe::linalg::";
 
 inline std::string shapes(std::size_t r1, std::size_t c1, std::size_t r2, std::size_t c2) {
-  return memsafe::detail::shape_str(r1, c1) + " and " + memsafe::detail::shape_str(r2, c2);
+  return memsafe::detail::cat(
+      memsafe::detail::msg{memsafe::detail::shape_str(r1, c1), " and ", memsafe::detail::shape_str(r2, c2)});
 }
 
 template <class T>
@@ -143,18 +146,19 @@ void cholesky(matrix_view<T, R, C> A) {
   else
     spotrf_(&uplo, &N, A.data(), &lay.ld, &info, 1);
   if (info > 0)
-    throw argument_error("memsafe::linalg::cholesky: the matrix (" + A.shape() + ") is not positive definite: " +
-                         "its leading minor of order " + std::to_string(info) +
-                         " is not positive definite (add jitter to the diagonal?)");
+    throw argument_error(memsafe::detail::cat(memsafe::detail::msg{
+        "memsafe::linalg::cholesky: the matrix (", A.shape(), ") is not positive definite: its leading minor of order ",
+        info, " is not positive definite (add jitter to the diagonal?)"}));
   if (info < 0)
-    throw argument_error("memsafe::linalg::cholesky: LAPACK rejected argument " + std::to_string(-info));
+    throw argument_error(
+        memsafe::detail::cat(memsafe::detail::msg{"memsafe::linalg::cholesky: LAPACK rejected argument ", -info}));
   // POTRF's test of a pivot (ajj ≤ 0) is false for NaN: a NaN or infinite entry can come back
   // with info = 0 and a factor of NaNs
   for (std::size_t i = 0; i < n; ++i)
     if (!(std::isfinite(A(i, i)) && A(i, i) > T(0)))
-      throw argument_error("memsafe::linalg::cholesky: the matrix (" + A.shape() +
-                           ") is not positive definite: pivot " + std::to_string(i + 1) +
-                           " is not a finite positive number (a NaN or infinite entry?)");
+      throw argument_error(memsafe::detail::cat(
+          memsafe::detail::msg{"memsafe::linalg::cholesky: the matrix (", A.shape(), ") is not positive definite: pivot ",
+                               i + 1, " is not a finite positive number (a NaN or infinite entry?)"}));
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = i + 1; j < n; ++j) A(i, j) = T(0);
 }
@@ -177,8 +181,9 @@ void cholesky_inverse(matrix_view<T, R, C> A) {
   else
     spotri_(&uplo, &N, A.data(), &lay.ld, &info, 1);
   if (info != 0)
-    throw argument_error("memsafe::linalg::cholesky_inverse: LAPACK POTRI failed (info " + std::to_string(info) +
-                         "): the factor is singular");
+    throw argument_error(
+        memsafe::detail::cat(memsafe::detail::msg{"memsafe::linalg::cholesky_inverse: LAPACK POTRI failed (info ", info,
+                                                  "): the factor is singular"}));
   detail::mirror_lower(A);
 }
 
@@ -190,8 +195,8 @@ void solve_lower(matrix_view<TL, R1, C1> L, matrix_view<T, R2, C2> B, bool trans
                 "memsafe::linalg::solve_lower: L and a writable B of the same value type");
   detail::require_square(L, "solve_lower", "L");
   if (L.rows() != B.rows())
-    throw shape_error("memsafe::linalg::solve_lower: L and B do not fit: " +
-                      detail::shapes(L.rows(), L.cols(), B.rows(), B.cols()));
+    throw shape_error(memsafe::detail::cat(memsafe::detail::msg{
+        "memsafe::linalg::solve_lower: L and B do not fit: ", detail::shapes(L.rows(), L.cols(), B.rows(), B.cols())}));
   if (B.rows() == 0 || B.cols() == 0) return;
   memsafe::detail::check_apart({detail::operand("B", B)}, {detail::operand("L", L)}, "solve_lower", detail::prefix);
   const auto ll = detail::layout(L, "solve_lower", "L");
@@ -220,8 +225,9 @@ void solve_lower(matrix_view<TL, R1, C1> L, vector_view<T, N1> b, bool trans = f
                 "memsafe::linalg::solve_lower: L and a writable b of the same value type");
   detail::require_square(L, "solve_lower", "L");
   if (L.rows() != b.size())
-    throw shape_error("memsafe::linalg::solve_lower: L (" + L.shape() + ") and b (length " +
-                      std::to_string(b.size()) + ") do not fit");
+    throw shape_error(
+        memsafe::detail::cat(memsafe::detail::msg{"memsafe::linalg::solve_lower: L (", L.shape(), ") and b (length ",
+                                                  b.size(), ") do not fit"}));
   if (b.size() == 0) return;
   memsafe::detail::check_apart({detail::operand("b", b)}, {detail::operand("L", L)}, "solve_lower", detail::prefix);
   const auto ll = detail::layout(L, "solve_lower", "L");
@@ -258,8 +264,9 @@ void gemm(std::type_identity_t<T> alpha, matrix_view<TA, RA, CA> A, bool transA,
   const std::size_t p = transA ? A.cols() : A.rows(), k = transA ? A.rows() : A.cols();
   const std::size_t kb = transB ? B.cols() : B.rows(), q = transB ? B.rows() : B.cols();
   if (k != kb || C.rows() != p || C.cols() != q)
-    throw shape_error("memsafe::linalg::gemm: op(A) " + memsafe::detail::shape_str(p, k) + ", op(B) " +
-                      memsafe::detail::shape_str(kb, q) + " and C " + C.shape() + " do not fit");
+    throw shape_error(memsafe::detail::cat(
+        memsafe::detail::msg{"memsafe::linalg::gemm: op(A) ", memsafe::detail::shape_str(p, k), ", op(B) ",
+                             memsafe::detail::shape_str(kb, q), " and C ", C.shape(), " do not fit"}));
   if (p == 0 || q == 0) return;
   if (k != 0) {
     memsafe::detail::check_apart({detail::operand("C", C)}, {detail::operand("A", A), detail::operand("B", B)}, "gemm",
@@ -301,8 +308,8 @@ void syrk(std::type_identity_t<T> alpha, matrix_view<TA, RA, CA> A, bool transA,
   detail::require_square(C, "syrk", "C");
   const std::size_t n = transA ? A.cols() : A.rows(), k = transA ? A.rows() : A.cols();
   if (C.rows() != n)
-    throw shape_error("memsafe::linalg::syrk: op(A) " + memsafe::detail::shape_str(n, k) + " and C " + C.shape() +
-                      " do not fit");
+    throw shape_error(memsafe::detail::cat(memsafe::detail::msg{
+        "memsafe::linalg::syrk: op(A) ", memsafe::detail::shape_str(n, k), " and C ", C.shape(), " do not fit"}));
   if (n == 0) return;
   if (k == 0) {
     for (std::size_t i = 0; i < n; ++i)

@@ -148,10 +148,10 @@ struct grad_weights {
   const T* lse = nullptr;    ///< n values, bound by the backend after the forward pre-step
   const T* delta = nullptr;  ///< n values (softmax_sum), bound likewise
   MEMSAFE_COLD std::string str() const {
-    std::string s = dense ? "W = G[" + g.shape() + "] (dense, read per tile)"
-                          : "W = A[" + a.shape() + "]·B[" + b.shape() + "]ᵀ (rank " + std::to_string(a.cols()) +
-                                ", formed per tile)";
-    if (softmax) s = "W = P∘(" + s.substr(4) + " − δ), P = exp(E − lse) per tile";
+    using memsafe::detail::cat, memsafe::detail::msg;
+    std::string s = dense ? cat(msg{"W = G[", g.shape(), "] (dense, read per tile)"})
+                          : cat(msg{"W = A[", a.shape(), "]·B[", b.shape(), "]ᵀ (rank ", a.cols(), ", formed per tile)"});
+    if (softmax) s = cat(msg{"W = P∘(", std::string_view(s).substr(4), " − δ), P = exp(E − lse) per tile"});
     return s;
   }
 };
@@ -255,14 +255,14 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
     for (std::size_t k = 0; k < b.w.points.size(); ++k)
       for (std::size_t q = 0; q < k; ++q)
         if (rewrite::same_view(b.w.points[q], b.w.points[k]))
-          throw argument_error("memsafe: grad: wrt(...): the point set #" + std::to_string(k) + " (" +
-                               b.w.points[k].shape() + ") is the same view as #" + std::to_string(q) +
-                               ": name each point set once (its gradient covers every leaf it is a side of)");
+          throw argument_error(memsafe::detail::cat(memsafe::detail::msg{
+              "memsafe: grad: wrt(...): the point set #", k, " (", b.w.points[k].shape(), ") is the same view as #", q,
+              ": name each point set once (its gradient covers every leaf it is a side of)"}));
     for (std::size_t k = 0; k < b.w.points.size(); ++k)
       if (!used[k])
-        throw argument_error("memsafe: grad: wrt(...): the point set #" + std::to_string(k) + " (" +
-                             b.w.points[k].shape() + ") is not a side of any pairwise leaf of " + e +
-                             " (point sets are matched by address, extents and strides)");
+        throw argument_error(memsafe::detail::cat(memsafe::detail::msg{
+            "memsafe: grad: wrt(...): the point set #", k, " (", b.w.points[k].shape(),
+            ") is not a side of any pairwise leaf of ", e, " (point sets are matched by address, extents and strides)"}));
   };
   if constexpr (requires {
                   x.a;
@@ -276,7 +276,8 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
     auto atn = rewrite::normalize(transpose(x.a), tlog);
     auto btn = rewrite::normalize(transpose(x.b), tlog);
     grad_product_job<decltype(an), decltype(bn), decltype(atn), decltype(btn), T> j{
-        an, bn, atn, btn, b.upstream, b.w.points, b.w.params, {}, {}, {}, {}, an.str() + " * " + bn.str()};
+        an, bn, atn, btn, b.upstream, b.w.points, b.w.params, {}, {}, {}, {},
+        memsafe::detail::cat(memsafe::detail::msg{an.str(), " * ", bn.str()})};
     detail::for_each_term(j.a, [&](std::size_t t, const auto& term) {
       j.a_row[t] = slot_of(term.leaf->x);
       j.a_col[t] = slot_of(term.leaf->y);
@@ -302,7 +303,8 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
     const matrix_view<const T> ones(detail::ones_data<T>(), en.cols(), 1, 0, 1);
     auto no_operand = [&](const char* what) {
       if (b.w.operand)
-        throw argument_error(std::string("memsafe: grad: wrt(memsafe::operand): ") + what + " has no dense operand");
+        throw argument_error(memsafe::detail::cat(
+            memsafe::detail::msg{"memsafe: grad: wrt(memsafe::operand): ", what, " has no dense operand"}));
     };
     if constexpr (requires { x.r; }) {  // reduce_expr: sum or logsumexp
       no_operand(std::remove_cvref_t<decltype(x.r)>::name);
@@ -321,7 +323,7 @@ auto lower_grad(const backward_expr<X>& b, rewrite::rule_log& log) {
       const matrix_view<const T> gi = x.transpose_out ? b.upstream.t() : b.upstream;  // n × c
       j.w.a = gi;
       j.w.b = x.rhs;
-      j.reduction = "product with a dense operand [" + x.rhs.shape() + "]";
+      j.reduction = memsafe::detail::cat(memsafe::detail::msg{"product with a dense operand [", x.rhs.shape(), "]"});
       j.op_rows = x.transpose_out ? x.rhs.cols() : x.rhs.rows();
       j.op_cols = x.transpose_out ? x.rhs.rows() : x.rhs.cols();
       j.op_rs = x.transpose_out ? 1 : std::ptrdiff_t(x.rhs.cols());

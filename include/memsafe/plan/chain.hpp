@@ -101,9 +101,10 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
   p.expression = ord.order(0, N - 1, names);
   char buf[160];
   std::snprintf(buf, sizeof buf, "%.4g flops (left to right: %.4g)", ord.flops[N - 1], ord.left_to_right());
-  p.reduction = "matrix chain of " + std::to_string(N) + " factors, order by dynamic programming over flops and " +
-                "temporary bytes: " + buf + "; each step planned and tiled on its own";
-  log.add("chain_order: " + p.expression);
+  p.reduction = detail::cat(detail::msg{"matrix chain of ", N,
+                                        " factors, order by dynamic programming over flops and temporary bytes: ", buf,
+                                        "; each step planned and tiled on its own"});
+  log.add(detail::cat(detail::msg{"chain_order: ", p.expression}));
   p.rows = ord.dims[0];
   p.cols = ord.dims[N];
   p.budget = budget;

@@ -295,9 +295,9 @@ attn_plan choose(const char* what, std::size_t budget, std::size_t max_threads, 
   attn_plan best;
   best.min_bytes = bytes_at(1);
   if (best.min_bytes > budget)
-    throw budget_error(std::string("memsafe: ") + what + ": the budget " + format_bytes(budget) +
-                           " cannot hold the smallest plan (one worker, 1 query row × " + std::to_string(BC) +
-                           " keys), which needs " + format_bytes(best.min_bytes),
+    throw budget_error(cat(msg{"memsafe: ", what, ": the budget ", format_bytes(budget),
+                               " cannot hold the smallest plan (one worker, 1 query row × ", BC, " keys), which needs ",
+                               format_bytes(best.min_bytes)}),
                        budget, best.min_bytes);
   std::size_t top = std::min(BR_MAX, std::max<std::size_t>(rows, 1)), score = 0;
   for (std::size_t Br = top;; Br = Br > 1 ? (Br + 1) / 2 : 0) {

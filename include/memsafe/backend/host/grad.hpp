@@ -621,7 +621,8 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
     p.budget = budget;
     p.row_blocks = p.col_blocks = p.num_tiles = n;
     hp.rows = hp.fused = hp.diagonal = true;
-    g.weights = "W_ii = A_i[" + j.w.a.shape() + "] on the diagonal only (diag: the upstream; trace: its one value)";
+    g.weights = memsafe::detail::cat(memsafe::detail::msg{
+        "W_ii = A_i[", j.w.a.shape(), "] on the diagonal only (diag: the upstream; trace: its one value)"});
     g.mode = "diagonal (the n pairs (i, i) only, one thread)";
     g.labels.push_back("pairs (i, i): both sides' points and parameters");
     g.passes.push_back(p);
@@ -704,9 +705,10 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
     hp.row_plan = *ffit.plan;
     hp.row_ext = grad_ext_bytes<T>(fused);
     g.mode = "fused (one pass over E; column-side gradients in per-thread accumulators)";
-    g.labels.push_back(std::string("rows of E: ") + (fused.row_width ? "row-side points; " : "") +
-                       (fused.par_width ? "parameters; " : "") + (fused.cols ? "column-side points per thread" : "") +
-                       (fused.cols && fused.op_cols ? "; " : "") + (fused.op_cols ? "operand per thread" : ""));
+    g.labels.push_back(memsafe::detail::cat(memsafe::detail::msg{
+        "rows of E: ", fused.row_width ? "row-side points; " : "", fused.par_width ? "parameters; " : "",
+        fused.cols ? "column-side points per thread" : "", fused.cols && fused.op_cols ? "; " : "",
+        fused.op_cols ? "operand per thread" : ""}));
     g.passes.push_back(hp.row_plan);
     planned_passes = hp.row_plan.planned_bytes;
   } else {
@@ -715,9 +717,9 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
       hp.row_layout = rows_only;
       hp.row_plan = *rfit.plan;
       hp.row_ext = grad_ext_bytes<T>(rows_only);
-      g.labels.push_back(std::string("rows of E: ") + (rows_only.row_width ? "row-side points" : "") +
-                         (rows_only.row_width && rows_only.par_width ? ", " : "") +
-                         (rows_only.par_width ? "parameters" : ""));
+      g.labels.push_back(memsafe::detail::cat(memsafe::detail::msg{
+          "rows of E: ", rows_only.row_width ? "row-side points" : "",
+          rows_only.row_width && rows_only.par_width ? ", " : "", rows_only.par_width ? "parameters" : ""}));
       g.passes.push_back(hp.row_plan);
       planned_passes = std::max(planned_passes, hp.row_plan.planned_bytes);
     }
@@ -726,10 +728,10 @@ grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads,
       hp.col_layout = colsL;
       hp.col_plan = *cfit.plan;
       hp.col_ext = grad_ext_bytes<T>(colsL);
-      g.labels.push_back(std::string("rows of E^T: ") +
-                         (colsL.row_width > (colsL.op_rows ? colsL.c : 0) ? "column-side points" : "") +
-                         (colsL.row_width > (colsL.op_rows ? colsL.c : 0) && colsL.op_rows ? ", " : "") +
-                         (colsL.op_rows ? "operand" : ""));
+      g.labels.push_back(memsafe::detail::cat(memsafe::detail::msg{
+          "rows of E^T: ", colsL.row_width > (colsL.op_rows ? colsL.c : 0) ? "column-side points" : "",
+          colsL.row_width > (colsL.op_rows ? colsL.c : 0) && colsL.op_rows ? ", " : "",
+          colsL.op_rows ? "operand" : ""}));
       g.passes.push_back(hp.col_plan);
       planned_passes = std::max(planned_passes, hp.col_plan.planned_bytes);
     }
@@ -764,10 +766,10 @@ grad_product_plan plan_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j
   grad_product_plan hp;
   grad_plan& g = hp.shown;
   g.rewritten = j.expression;
-  g.weights =
+  g.weights = memsafe::detail::cat(memsafe::detail::msg{
       "dL/dA = G·Bᵀ (per tile of A: G[rows]·Bᵀ[:, chunk], Bᵀ generated q × chunk), dL/dB = Aᵀ·G (per "
-      "tile of B: Aᵀ[chunk, :]·G, Aᵀ generated chunk × p); G[" +
-      j.g.shape() + "]";
+      "tile of B: Aᵀ[chunk, :]·G, Aᵀ generated chunk × p); G[",
+      j.g.shape(), "]"});
   g.budget = budget;
   const std::size_t p = j.a.rows(), s = j.a.cols(), q = j.b.cols();
   hp.la = layout_for(j.a, j.a_row, j.a_col, j.points, j.params);
@@ -810,11 +812,9 @@ grad_product_plan plan_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j
     g.passes.push_back(hp.pb);
     g.planned_bytes = std::max(g.planned_bytes, hp.pb.planned_bytes);
   }
-  g.mode = std::string("lazy x lazy (") +
-           (need_a && need_b ? "a pass over A, then a pass over B"
-            : need_a         ? "a pass over A"
-                             : "a pass over B") +
-           ")";
+  g.mode = need_a && need_b ? "lazy x lazy (a pass over A, then a pass over B)"
+           : need_a         ? "lazy x lazy (a pass over A)"
+                            : "lazy x lazy (a pass over B)";
   for (const auto& t : g.passes) g.threads = std::max(g.threads, t.threads);
   return hp;
 }
