@@ -12,8 +12,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <new>
 #include <limits>
 #include <optional>
 #include <string>
@@ -78,37 +76,11 @@ constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<s
 /// TiB) powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
 /// A fractional number of bytes is rounded down ("1.7KiB" is 1740 bytes).
 /// Throws argument_error naming the text on anything else.
-namespace detail {
-/// parse_bytes' error: an argument_error quoting the whole text. The message is assembled in a
-/// malloc'd buffer, not with std::string's operators: this is the one routine of the library that
-/// every evaluation compiles (MEMSAFE_BUDGET is read by each), and libstdc++ 12 leaves the
-/// std::string members to every C++20 translation unit that uses them.
-[[noreturn]] MEMSAFE_COLD inline void budget_text_error(std::string_view text, const char* why) {
-  static constexpr char head[] = "memsafe: cannot parse budget \"", mid[] = "\": ",
-                        tail[] = " (examples: 512MiB, 1GB, 100MB, 4096)";
-  const std::size_t w = std::strlen(why);
-  char* m = static_cast<char*>(std::malloc(sizeof head + text.size() + sizeof mid + w + sizeof tail));
-  if (!m) throw std::bad_alloc();
-  struct release {
-    char* p;
-    ~release() { std::free(p); }
-  } guard{m};  // after the exception object has copied the text
-  char* o = m;
-  auto put = [&o](const char* a, std::size_t n) {
-    if (n) std::memcpy(o, a, n);
-    o += n;
-  };
-  put(head, sizeof head - 1);
-  put(text.data(), text.size());
-  put(mid, sizeof mid - 1);
-  put(why, w);
-  put(tail, sizeof tail);  // with its terminating zero
-  throw argument_error(static_cast<const char*>(m));
-}
-}  // namespace detail
-
 MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
-  auto fail = [text](const char* why) -> std::size_t { detail::budget_text_error(text, why); };
+  auto fail = [text](const char* why) -> std::size_t {
+    throw argument_error(detail::cat(
+        detail::msg{"memsafe: cannot parse budget \"", text, "\": ", why, " (examples: 512MiB, 1GB, 100MB, 4096)"}));
+  };
   // the text without its blanks, and lower-cased for the words and units
   char compact[64], folded[64];
   std::size_t len = 0;
