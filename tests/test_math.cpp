@@ -1,6 +1,7 @@
 // tests/test_math.cpp — memsafe::math exp / log / pow / sqrt against long double libm references.
 #include <doctest/doctest.h>
 
+#include <memsafe/core/libm.hpp>
 #include <memsafe/core/math.hpp>
 
 #include <algorithm>
@@ -419,4 +420,43 @@ TEST_CASE("math: sqrt and a finalise-style loop") {
     const long double ref = 1.7L * std::exp(static_cast<long double>(-0.5 * r2[j]));
     CHECK(ulp_error(out[j], ref) <= 3.0L);
   }
+}
+
+// core/libm.hpp stands in for <cmath> in the library's headers: each function must be the std::
+// one (the same builtin, the same libm call), bit for bit, special values included.
+template <class T>
+static void libm_equals_std() {
+  namespace lm = memsafe::libm;
+  using L = std::numeric_limits<T>;
+  const std::vector<T> xs = {T(0),       -T(0),        T(1),         T(-1),       T(0.5),       T(-2.5),
+                             T(2.5),     T(3.7),       T(-3.7),      T(1e-3),     T(700),       T(-700),
+                             T(88.5),    T(-104),      L::min(),     L::denorm_min(), L::max(),  -L::max(),
+                             L::infinity(), -L::infinity(), L::quiet_NaN(), T(1) / T(3), T(123456.789)};
+  for (T x : xs) {
+    CAPTURE(x);
+    CHECK(same(lm::sqrt(x), std::sqrt(x)));
+    CHECK(same(lm::exp(x), std::exp(x)));
+    CHECK(same(lm::log(x), std::log(x)));
+    CHECK(same(lm::fabs(x), std::fabs(x)));
+    CHECK(same(lm::floor(x), std::floor(x)));
+    CHECK(same(lm::round(x), std::round(x)));
+    CHECK(lm::isfinite(x) == std::isfinite(x));
+    CHECK(lm::ilogb(x) == std::ilogb(x));
+    for (int e : {-1100, -30, -1, 0, 1, 30, 1100}) CHECK(same(lm::ldexp(x, e), std::ldexp(x, e)));
+    for (T y : xs) {
+      CHECK(same(lm::pow(x, y), std::pow(x, y)));
+      CHECK(same(lm::nextafter(x, y), std::nextafter(x, y)));
+      CHECK(same(lm::fma(x, y, T(0.25)), std::fma(x, y, T(0.25))));
+    }
+  }
+}
+
+TEST_CASE("math: the libm stand-ins equal the std functions bit for bit (float, double)") {
+  libm_equals_std<float>();
+  libm_equals_std<double>();
+  const long double q = 2.5L;  // the byte parser's long double calls
+  CHECK(memsafe::libm::pow(10.0L, q) == std::pow(10.0L, q));
+  CHECK(memsafe::libm::round(q) == std::round(q));
+  CHECK(memsafe::libm::floor(-q) == std::floor(-q));
+  CHECK(memsafe::libm::fabs(-q) == std::fabs(-q));
 }

@@ -7,7 +7,7 @@
 //   3. default_budget_bytes (256 MiB).
 #pragma once
 #include <cctype>
-#include <cmath>
+#include "libm.hpp"
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -120,7 +120,7 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
     else if (frac) value += (c - '0') * (scale /= 10);
     else value = value * 10 + (c - '0');
   }
-  value *= std::pow(10.0L, static_cast<long double>(exp_sign * exp10));
+  value *= libm::pow(10.0L, static_cast<long double>(exp_sign * exp10));
   long double mult = 0;
   struct u { std::string_view name; long double m; };
   static constexpr u units[] = {{"", 1.0L},         {"b", 1.0L},
@@ -134,8 +134,8 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   if (mult == 0) return fail("unknown unit");
   // rounded down, but a product within rounding error of a whole number is that number
   // ("0.001KB" is 1 byte, not 0.99999…)
-  const long double exact = value * mult, near = std::round(exact);
-  long double bytes = std::fabs(exact - near) <= 1e-15L * exact ? near : std::floor(exact);
+  const long double exact = value * mult, near = libm::round(exact);
+  long double bytes = libm::fabs(exact - near) <= 1e-15L * exact ? near : libm::floor(exact);
   if (!(bytes >= 1)) return fail("a budget must be at least 1 byte");
   // 2^64 − 1 is `unlimited` itself; anything larger is not a number of bytes this machine can hold
   // (it must not silently become unlimited).
@@ -151,7 +151,7 @@ MEMSAFE_COLD inline std::string format_bytes(std::size_t b) {
   int u = 0;
   while (v >= 1024.0L && u < 4) { v /= 1024.0L; ++u; }
   char buf[64];
-  if (u == 0 || v == std::floor(v))
+  if (u == 0 || v == libm::floor(v))
     std::snprintf(buf, sizeof buf, "%.0Lf %s", v, names[u]);
   else
     std::snprintf(buf, sizeof buf, "%.2Lf %s", v, names[u]);

@@ -6,7 +6,7 @@
 // The base decides the inner loop; the finalise runs once per pair on a whole tile row, so both
 // vectorise. The types are what later rewrite rules match on.
 #pragma once
-#include <cmath>
+#include "../core/libm.hpp"
 #include <cstddef>
 
 #include "../core/config.hpp"
@@ -38,7 +38,7 @@ struct formula_params {
   T scale(std::size_t k, T v) const {
     switch (kind) {
       case per_dim_kind::inverse: return v / per_dim[k];
-      case per_dim_kind::sqrt: return v * std::sqrt(per_dim[k]);
+      case per_dim_kind::sqrt: return v * libm::sqrt(per_dim[k]);
       default: return v;
     }
   }

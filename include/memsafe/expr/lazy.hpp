@@ -3,7 +3,7 @@
 // Nodes hold their operands (views, which are cheap) and a functor, nothing else. Building an
 // expression computes nothing and allocates nothing.
 #pragma once
-#include <cmath>
+#include "../core/libm.hpp"
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -183,12 +183,12 @@ auto make_pairwise(const XV& X, const YV& Y, formula_params<pair_value_t<XV, YV>
 
 template <class T>
 void check_positive(T v, const char* what, const char* fn) {
-  if (!(v > T(0)) || !std::isfinite(v))
+  if (!(v > T(0)) || !libm::isfinite(v))
     throw argument_error(cat(msg{"memsafe: ", fn, ": ", what, " must be positive and finite, got ", v}));
 }
 template <class T>
 void check_nonneg(T v, const char* what, const char* fn) {
-  if (!(v >= T(0)) || !std::isfinite(v))
+  if (!(v >= T(0)) || !libm::isfinite(v))
     throw argument_error(cat(msg{"memsafe: ", fn, ": ", what, " must be non-negative and finite, got ", v}));
 }
 
@@ -199,15 +199,15 @@ void check_nonneg(T v, const char* what, const char* fn) {
 template <class T>
 bool lengthscale_in_range(T ls) {
   const T ls2 = ls * ls;
-  return ls2 >= std::numeric_limits<T>::min() && std::isfinite(ls2) && T(1) / ls2 >= std::numeric_limits<T>::min() &&
-         std::isfinite(T(8) / ls2);
+  return ls2 >= std::numeric_limits<T>::min() && libm::isfinite(ls2) && T(1) / ls2 >= std::numeric_limits<T>::min() &&
+         libm::isfinite(T(8) / ls2);
 }
 
 /// "<what> <ls> is outside the range <T> supports (lo to hi): 1/ℓ² is not a normal number".
 template <class T>
 std::string lengthscale_range_message(T ls, const char* what) {
-  const double lo = std::sqrt(8.0 / double(std::numeric_limits<T>::max())),
-               hi = std::sqrt(1.0 / double(std::numeric_limits<T>::min()));
+  const double lo = libm::sqrt(8.0 / double(std::numeric_limits<T>::max())),
+               hi = libm::sqrt(1.0 / double(std::numeric_limits<T>::min()));
   char buf[192];
   std::snprintf(buf, sizeof buf, "%s %g is outside the range %s supports (%.3g to %.3g): 1/ℓ² is not a normal number",
                 what, double(ls), std::is_same_v<T, float> ? "float" : "double", lo, hi);
@@ -252,7 +252,7 @@ auto make_kernel(const XV& X, const YV& Y, LS ls, double variance, const char* f
   p.alpha = static_cast<T>(alpha);
   if constexpr (std::is_same_v<F, formula::rq>) {  // the formula scales r² by 1/(2αℓ²)
     const T s = p.acc_scale / (T(2) * p.alpha);
-    if (!(T(2) * p.alpha >= std::numeric_limits<T>::min()) || !std::isfinite(s))
+    if (!(T(2) * p.alpha >= std::numeric_limits<T>::min()) || !libm::isfinite(s))
       throw argument_error(cat(msg{"memsafe: ", fn, ": alpha ", alpha,
                                 " with this lengthscale makes 1/(2αℓ²) overflow; use a larger alpha"}));
   }

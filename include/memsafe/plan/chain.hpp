@@ -12,7 +12,7 @@
 // Backend-neutral: the backend passes plan_step(step, budget, threads) → tile_plan, its byte model
 // of one step (the host plans the step's lowered job, lower/chain.hpp).
 #pragma once
-#include <algorithm>
+#include "../core/algo.hpp"
 #include <cstddef>
 #include <cstdio>
 #include <string>

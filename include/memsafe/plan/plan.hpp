@@ -11,7 +11,7 @@
 // backend's row layouts and product blocks) is the one routine best_fit over the backend's own
 // candidates and byte model; tests/test_planner.cpp drives it with synthetic costs.
 #pragma once
-#include <algorithm>
+#include "../core/algo.hpp"
 #include <cctype>
 #include <cstddef>
 #include <cstdint>

@@ -10,7 +10,7 @@
 // dense temporary; the root writes into the caller's output; lazy factors are never materialised.
 // Everything here is constexpr, so the choice is testable with static_assert (tests/test_rewrite.cpp).
 #pragma once
-#include <algorithm>
+#include "../core/algo.hpp"
 #include <array>
 #include <cstddef>
 #include <limits>

@@ -10,7 +10,7 @@
 // diagonal(e, log) maps a normalised lazy matrix to its diagonal tree; the host backend
 // evaluates the tree structurally (backend/host/diag.hpp), reading pairs only at diag_entries.
 #pragma once
-#include <cmath>
+#include "../core/libm.hpp"
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -82,7 +82,7 @@ bool same_finite_points(const P& e) {
   if (!(same_view(e.x, e.y) && e.params.y_sign == 1)) return false;
   for (std::size_t i = 0; i < e.x.rows(); ++i)
     for (std::size_t k = 0; k < e.x.cols(); ++k)
-      if (!std::isfinite(e.x(i, k))) return false;
+      if (!libm::isfinite(e.x(i, k))) return false;
   return true;
 }
 

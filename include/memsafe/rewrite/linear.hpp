@@ -11,7 +11,7 @@
 // M_j = inf: (E_jj + D_j)·inf vs E_jj·inf + D_j·inf). When the guard fails the original,
 // unsplit expression is evaluated (a `guarded` node holds both forms).
 #pragma once
-#include <cmath>
+#include "../core/libm.hpp"
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -97,11 +97,11 @@ split_linear_t<Diags, E> split_linear(const E& e, linear_post<T>& post, rule_log
 /// The run-time guard of both rules: the split form equals the original up to rounding.
 template <class T>
 bool split_is_exact(const linear_post<T>& post, const matrix_view<const T>& rhs) {
-  if (!(std::isfinite(post.scale) && post.scale != 0)) return false;
+  if (!(libm::isfinite(post.scale) && post.scale != 0)) return false;
   if (post.diags.empty() || rhs.data() == nullptr) return true;
   for (std::size_t i = 0; i < rhs.rows(); ++i)
     for (std::size_t q = 0; q < rhs.cols(); ++q)
-      if (!std::isfinite(rhs(i, q))) return false;
+      if (!libm::isfinite(rhs(i, q))) return false;
   return true;
 }
 

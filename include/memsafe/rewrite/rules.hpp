@@ -7,7 +7,7 @@
 // a `guarded` node that holds both the rewritten and the original form and picks one per
 // evaluation. Both forms are budgeted; the original is only slower.
 #pragma once
-#include <algorithm>
+#include "../core/algo.hpp"
 #include <string>
 #include <vector>
 

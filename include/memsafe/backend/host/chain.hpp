@@ -7,7 +7,7 @@
 // consumes it has run; lazy factors are never materialised. A K·M step whose M is an intermediate
 // gets it bound (jobs::bind_rhs) just before it runs.
 #pragma once
-#include <algorithm>
+#include "../../core/algo.hpp"
 #include <cstddef>
 #include <string>
 #include <type_traits>

@@ -5,7 +5,7 @@
 // (R ≤ 4) keeps R×W accumulators in registers while it walks the features: every packed value
 // loaded is used R times. All loops have compile-time trip counts the compiler vectorises.
 #pragma once
-#include <cmath>
+#include "../../core/libm.hpp"
 #include <cstddef>
 
 #include <limits>
@@ -33,7 +33,7 @@ inline constexpr std::size_t lanes = 64 / sizeof(T);
 template <class T>
 inline T madd(T a, T b, T c) {
 #if defined(__FMA__) || defined(__AVX512F__)
-  return std::fma(a, b, c);
+  return libm::fma(a, b, c);
 #else
 #if defined(__clang__)
 #pragma clang fp contract(off)  // Clang marks a·b + c contractible here, at the source, and the AVX2 copies inline it
@@ -66,7 +66,7 @@ T normalize(T* v, std::size_t d, std::size_t st) {
   double amax = 0;
   bool finite = true;
   for (std::size_t k = 0; k < d; ++k) {
-    const double a = std::fabs(static_cast<double>(v[k * st]));
+    const double a = libm::fabs(static_cast<double>(v[k * st]));
     finite = finite && a <= std::numeric_limits<double>::max();  // false for inf and NaN
     amax = a > amax ? a : amax;
   }
@@ -75,15 +75,15 @@ T normalize(T* v, std::size_t d, std::size_t st) {
     return std::numeric_limits<T>::quiet_NaN();
   }
   if (amax == 0) return T(0);
-  const int e = std::ilogb(amax);
+  const int e = libm::ilogb(amax);
   if (e >= -unit_scale_max_e && e <= unit_scale_max_e) {  // normalize_panel's arithmetic, per point
-    const double sc = std::ldexp(1.0, -e);
+    const double sc = libm::ldexp(1.0, -e);
     double s = 0;
     for (std::size_t k = 0; k < d; ++k) {
       const double u = static_cast<double>(v[k * st]) * sc;
       s = madd(u, u, s);  // not s += u·u: the compiler may contract that here and not in normalize_panel
     }
-    const double inv = sc / std::sqrt(s);
+    const double inv = sc / libm::sqrt(s);
     for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) * inv);
     return T(1);
   }
@@ -92,11 +92,11 @@ T normalize(T* v, std::size_t d, std::size_t st) {
     const double u = static_cast<double>(v[k * st]) / amax;
     s = madd(u, u, s);
   }
-  const double inv = 1.0 / (amax * std::sqrt(s));  // amax·‖v/amax‖ = ‖v‖ in double
-  if (std::isfinite(inv) && inv > 0) {
+  const double inv = 1.0 / (amax * libm::sqrt(s));  // amax·‖v/amax‖ = ‖v‖ in double
+  if (libm::isfinite(inv) && inv > 0) {
     for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) * inv);
   } else {  // scale in two steps
-    const double inv_s = 1.0 / std::sqrt(s);
+    const double inv_s = 1.0 / libm::sqrt(s);
     for (std::size_t k = 0; k < d; ++k) v[k * st] = static_cast<T>(static_cast<double>(v[k * st]) / amax * inv_s);
   }
   return T(1);
@@ -118,21 +118,21 @@ void normalize_panel(T* v, std::size_t d, std::size_t nl, T* w) {
   bool bad[W];
   for (std::size_t k = 0; k < d; ++k)
     for (std::size_t l = 0; l < W; ++l) {
-      const T a = std::fabs(v[k * W + l]);
+      const T a = libm::fabs(v[k * W + l]);
       nan[l] += a * T(0);
       amax[l] = a > amax[l] ? a : amax[l];
     }
   for (std::size_t l = 0; l < W; ++l) {
-    const int e = amax[l] > 0 ? std::ilogb(static_cast<double>(amax[l])) : 0;
+    const int e = amax[l] > 0 ? libm::ilogb(static_cast<double>(amax[l])) : 0;
     bad[l] = nan[l] != nan[l] || !(amax[l] > 0) || e < -unit_scale_max_e || e > unit_scale_max_e;
-    sc[l] = bad[l] ? 0.0 : std::ldexp(1.0, -e);
+    sc[l] = bad[l] ? 0.0 : libm::ldexp(1.0, -e);
   }
   for (std::size_t k = 0; k < d; ++k)
     for (std::size_t l = 0; l < W; ++l) {
       const double u = static_cast<double>(v[k * W + l]) * sc[l];
       s[l] = madd(u, u, s[l]);
     }
-  for (std::size_t l = 0; l < W; ++l) inv[l] = bad[l] ? 1.0 : sc[l] / std::sqrt(s[l]);
+  for (std::size_t l = 0; l < W; ++l) inv[l] = bad[l] ? 1.0 : sc[l] / libm::sqrt(s[l]);
   for (std::size_t k = 0; k < d; ++k)
     for (std::size_t l = 0; l < W; ++l) v[k * W + l] = static_cast<T>(static_cast<double>(v[k * W + l]) * inv[l]);
   for (std::size_t l = 0; l < nl; ++l) w[l] = bad[l] ? normalize(v + l, d, W) : T(1);

@@ -16,8 +16,8 @@
 //   only when fewer than k numbers exist.  logsumexp: NaN if any NaN, else +inf if any +inf.
 //   softmax_sum: NaN for a row containing NaN or +inf, or whose scores are all −inf.
 #pragma once
-#include <algorithm>
-#include <cmath>
+#include "../../core/algo.hpp"
+#include "../../core/libm.hpp"
 #include <cstddef>
 #include <limits>
 
@@ -289,7 +289,7 @@ struct logsumexp_monoid {
     if (s == 0) return;
     if (a.s == 0) { a.mx = mx; a.s = s; return; }
     const double m = std::max(a.mx, mx);
-    a.s = a.s * std::exp(a.mx - m) + s * std::exp(mx - m);
+    a.s = a.s * libm::exp(a.mx - m) + s * libm::exp(mx - m);
     a.mx = m;
   }
   void consume(T* tile, std::size_t ld, std::size_t ni, std::size_t, std::size_t nj) {
@@ -319,7 +319,7 @@ struct logsumexp_monoid {
       if (a.nan) v = std::numeric_limits<T>::quiet_NaN();
       else if (a.pinf) v = std::numeric_limits<T>::infinity();
       else if (a.s == 0) v = -std::numeric_limits<T>::infinity();
-      else v = static_cast<T>(a.mx + std::log(a.s));
+      else v = static_cast<T>(a.mx + libm::log(a.s));
       out.v(i0 + r, 0) = v;
     }
   }
@@ -352,7 +352,7 @@ struct softmax_sum_monoid {
   void rescale(std::size_t r, double m) {
     lse_state& a = st[r];
     if (a.s != 0 && m != a.mx) {
-      const double f = std::exp(a.mx - m);
+      const double f = libm::exp(a.mx - m);
       a.s *= f;
       for (std::size_t q = 0; q < dv(); ++q) acc[r * dv() + q] *= f;
     }
@@ -388,7 +388,7 @@ struct softmax_sum_monoid {
       lse_state b = o.st[r];
       const double m = st[r].s == 0 ? b.mx : std::max(st[r].mx, b.mx);
       rescale(r, m);
-      const double f = std::exp(b.mx - m);
+      const double f = libm::exp(b.mx - m);
       st[r].s += b.s * f;
       for (std::size_t q = 0; q < c; ++q) acc[r * c + q] += o.acc[r * c + q] * f;
     }

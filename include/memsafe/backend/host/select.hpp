@@ -160,7 +160,7 @@
 // threshold NaN and screens nothing out (`not_ge` is an unordered compare: every lane passes a NaN
 // threshold, and NaN lanes pass any threshold).
 #pragma once
-#include <cmath>
+#include "../../core/libm.hpp"
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -215,7 +215,7 @@ void block_center(const T* xs, std::size_t d, std::size_t ni, T* c, double* sum)
   for (std::size_t r = 0; r < ni; ++r) {
     const T* x = xs + r * d;
     bool ok = true;
-    for (std::size_t k = 0; k < d; ++k) ok = ok && std::fabs(x[k]) < T(0x1p60);  // false for NaN too
+    for (std::size_t k = 0; k < d; ++k) ok = ok && libm::fabs(x[k]) < T(0x1p60);  // false for NaN too
     if (!ok) continue;
     ++used;
     for (std::size_t k = 0; k < d; ++k) sum[k] += double(x[k]);
@@ -256,7 +256,7 @@ void center_panels(const T* pack, std::size_t d, std::size_t np, std::size_t W, 
 /// margin δN at least halves; otherwise centring would only cost a copy of each column tile.
 /// `centred_sum`: Σ_r ‖fl(x_r − c)‖², `raw_sum`: Σ_r ‖x_r‖² over the rows.
 inline bool worth_centring(double centred_sum, double raw_sum) {
-  return std::isfinite(raw_sum) && std::isfinite(centred_sum) && 2 * centred_sum < raw_sum;
+  return libm::isfinite(raw_sum) && libm::isfinite(centred_sum) && 2 * centred_sum < raw_sum;
 }
 
 /// The 32-bit pairs per query row and per point of the bfloat16 screen's packing: ⌈d/2⌉, rounded
@@ -286,7 +286,7 @@ inline void pack_bf16_row(const float* xc, std::size_t d, std::size_t dp, std::u
 /// partial sum of the products, from a start of at most ½d·q(1 + 2⁻²⁰) + 1 (the column's margin,
 /// pack_i16_panels in tile_prep.inc), leaves int32; a pair's sum 2q² ≤ 2³¹ − 1 too (q ≤ 32766, never −32768).
 inline std::int32_t i16_qmax(std::size_t d) {
-  const double q = std::floor(std::sqrt(2147483647.0 / double(d > 0 ? d : 1))) - 1.0;
+  const double q = libm::floor(libm::sqrt(2147483647.0 / double(d > 0 ? d : 1))) - 1.0;
   return static_cast<std::int32_t>(q < 32766.0 ? q : 32766.0);
 }
 
@@ -294,8 +294,8 @@ inline std::int32_t i16_qmax(std::size_t d) {
 /// with maxabs ≤ qmax·2^e (0 when maxabs is 0), so every |v|·2^−e rounds to at most qmax.
 inline int i16_exponent(double maxabs, std::int32_t qmax) {
   if (!(maxabs > 0)) return 0;
-  int e = std::ilogb(maxabs) - std::ilogb(double(qmax)) - 2;
-  while (std::ldexp(double(qmax), e) < maxabs) ++e;
+  int e = libm::ilogb(maxabs) - libm::ilogb(double(qmax)) - 2;
+  while (libm::ldexp(double(qmax), e) < maxabs) ++e;
   return e;
 }
 
@@ -313,7 +313,7 @@ inline float pow2f(int e) {
 /// removes 1.5·2⁵², exact in double for |v·inv| < 2⁵¹ (no libm call, no SSE4.1 needed; like
 /// core/math.hpp, not for -ffast-math, which would fold it away).
 inline std::int32_t i16_round(float v, double inv) {
-  const bool fin = std::fabs(v) <= std::numeric_limits<float>::max();
+  const bool fin = libm::fabs(v) <= std::numeric_limits<float>::max();
   const double shifted = double(fin ? v : 0.0f) * inv + 0x1.8p52;
   return static_cast<std::int32_t>(shifted - 0x1.8p52);
 }
@@ -329,7 +329,7 @@ inline std::uint32_t i16_pair(std::int32_t a, std::int32_t b, std::int64_t& l1) 
 /// pairs of round(x_k·2^−e) (zeros for a row with a non-finite value: its threshold passes
 /// everything). Returns the row half of its margin in units of the scales' product: ½Σ_k|x̃_k| + d/4.
 inline double pack_i16_row(const float* x, std::size_t d, int e, bool finite, std::uint32_t* x2) {
-  const double inv = std::ldexp(1.0, -e);
+  const double inv = libm::ldexp(1.0, -e);
   std::int64_t l1 = 0;
   for (std::size_t q = 0; q < (d + 1) / 2; ++q) {
     const std::int32_t a = finite ? i16_round(x[2 * q], inv) : 0;
@@ -343,7 +343,7 @@ inline double pack_i16_row(const float* x, std::size_t d, int e, bool finite, st
 template <class T>
 T round_up(double v) {
   T t = static_cast<T>(v);
-  if (std::isfinite(v) && double(t) < v) t = std::nextafter(t, std::numeric_limits<T>::infinity());
+  if (libm::isfinite(v) && double(t) < v) t = libm::nextafter(t, std::numeric_limits<T>::infinity());
   return t;
 }
 
@@ -362,7 +362,7 @@ bool screening_init(const double* sq, std::size_t nj, std::size_t np, std::size_
       continue;
     }
     const double s = sq[j];
-    const bool fin = std::isfinite(s) && s < big;
+    const bool fin = libm::isfinite(s) && s < big;
     clean = clean && fin;
     if constexpr (K == select_kind::l1) {
       o = T(0);
@@ -393,7 +393,7 @@ row_screen<T> screen_row(const T* x, std::size_t d, T xinv) {
   const double n2 = row_sqnorm(x, d);
   s.xn2 = n2;
   s.xnorm = xinv > T(0) ? 1.0 / double(xinv) : std::numeric_limits<double>::infinity();
-  s.finite = std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;  // also: no NaN/inf in x
+  s.finite = libm::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;  // also: no NaN/inf in x
   return s;
 }
 
@@ -409,7 +409,7 @@ T screen_threshold(bool full, T worst, const row_screen<T>& rs, double delta, do
   if constexpr (K == select_kind::l1) return worst;
   // Computed in double: its rounding is far below the margin δ, which is at least 40 units of T's.
   if constexpr (K == select_kind::sqdist) return round_up<T>(0.5 * (w - (1.0 - delta) * rs.xn2) + eta);
-  if constexpr (K == select_kind::cosine) return std::isfinite(rs.xnorm) ? round_up<T>((w - 1.0 + delta) * rs.xnorm) : all;
+  if constexpr (K == select_kind::cosine) return libm::isfinite(rs.xnorm) ? round_up<T>((w - 1.0 + delta) * rs.xnorm) : all;
   if constexpr (K == select_kind::dot_max) return round_up<T>(-w + 0.5 * delta * rs.xn2 + eta);
   return all;
 }

@@ -19,7 +19,7 @@
 //     rounded up to 16, bf16_pairs), and the int16 screen's
 //     per-row scales and margins, per-point starts             (panels(tj)·W + ti)·pairs·4 + ti·16 + panels(tj)·W·4
 #pragma once
-#include <algorithm>
+#include "../../core/algo.hpp"
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -337,7 +337,7 @@ struct select_worker {
         for (std::size_t r = 0; r < ni; ++r) {
           const double n2 = host::row_sqnorm(cxs + r * d, d);
           rs[r].xn2 = n2;
-          rs[r].finite = rs[r].finite && std::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
+          rs[r].finite = rs[r].finite && libm::isfinite(n2) && n2 < double(std::numeric_limits<T>::max()) / 4;
         }
       if constexpr (std::is_same_v<T, float>) {
         if (q16) {  // each row's own scale: 2^e ≥ its largest |x| (|x − c|, centred) / qmax

@@ -36,7 +36,7 @@
 // only when they fit the budget with the plain form's tiles (else the plain form, whose minimum
 // is the call's minimum). MEMSAFE_SYMMETRIC=off turns it off (core/env.hpp).
 #pragma once
-#include <algorithm>
+#include "../../core/algo.hpp"
 #include <cstddef>
 #include <limits>
 #include <string>

@@ -4,7 +4,7 @@
 // (`workspace_bytes`, used by the planner) and carves it from the thread's accounted buffer
 // (`bind`). `fill` writes entries (i0+r, j0+c) to out[r*ld + c].
 #pragma once
-#include <algorithm>
+#include "../../core/algo.hpp"
 #include <cstddef>
 
 #include "kernels.hpp"
