@@ -49,7 +49,8 @@ struct cuda_backend {
   }
   template <class X>
   std::string explain(const X& x) const {
-    return "this rank's shard, on its GPU: " + x.str() + "\n" + plan(x, budget()).describe();
+    return memsafe::detail::cat(
+        memsafe::detail::msg{"this rank's shard, on its GPU: ", x.str(), "\n", plan(x, budget()).describe()});
   }
   /// The plan of one ring chunk as eval will make it: X where it is, the chunk (host memory) and
   /// the outputs (host vectors) staged — the memory spaces queried, as eval queries them, so that a
@@ -85,9 +86,9 @@ struct cuda_backend {
     if (src.rows() == 0 || src.cols() == 0) return;
     const bool rows_ok = src.col_stride() == 1 && (src.row_stride() >= src.cols() || src.rows() == 1);
     if (!rows_ok && memsafe::cuda::detail::space_of(src.data()) == memsafe::cuda::detail::memory_space::device)
-      throw argument_error("memsafe::mpi: shard_both on the GPU: the sharded operand " + src.shape() +
-                           " is on the device with strides (" + std::to_string(src.row_stride()) + ", " +
-                           std::to_string(src.col_stride()) + "); give it unit column stride and row-major rows");
+      throw argument_error(memsafe::detail::cat(memsafe::detail::msg{
+          "memsafe::mpi: shard_both on the GPU: the sharded operand ", src.shape(), " is on the device with strides (",
+          src.row_stride(), ", ", src.col_stride(), "); give it unit column stride and row-major rows"}));
   }
 };
 

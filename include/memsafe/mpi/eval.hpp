@@ -155,7 +155,7 @@ inline void check_mpi(int rc, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw error(std::string("memsafe::mpi: ") + call + " failed: " + std::string(text, std::size_t(len)));
+  throw error(cat(msg{"memsafe::mpi: ", call, " failed: ", std::string_view(text, std::size_t(len))}));
 }
 
 inline void note_failure(rank_info& me, int kind, const char* what) {
@@ -174,14 +174,13 @@ inline std::vector<rank_info> agree(rank_info me, MPI_Comm comm, int rank) {
   for (int r = 0; r < ranks; ++r) {
     const rank_info& x = all[std::size_t(r)];
     if (!x.failed) continue;
-    const std::string msg = r == rank ? std::string(x.message)
-                                      : "memsafe::mpi: rank " + std::to_string(r) + " cannot evaluate its shard: " +
-                                            std::string(x.message);
+    const std::string text = r == rank ? std::string(x.message)
+                                       : cat(msg{"memsafe::mpi: rank ", r, " cannot evaluate its shard: ", x.message});
     switch (x.failed) {
-      case 1: throw budget_error(msg, x.budget, x.need);
-      case 2: throw shape_error(msg);
-      case 3: throw argument_error(msg);
-      default: throw error(msg);
+      case 1: throw budget_error(text, x.budget, x.need);
+      case 2: throw shape_error(text);
+      case 3: throw argument_error(text);
+      default: throw error(text);
     }
   }
   return all;
@@ -300,11 +299,11 @@ template <class X, class Rule>
 void check_global_k(const X& x, const Rule& rule, std::size_t global) {
   if constexpr (requires { rule.k; }) {
     if (global == 0)
-      throw argument_error("memsafe::mpi: " + x.str() + ": the reduced index is empty on every rank, so there is no "
-                           "index to return");
+      throw argument_error(cat(msg{"memsafe::mpi: ", x.str(),
+                                   ": the reduced index is empty on every rank, so there is no index to return"}));
     if (rule.k > global)
-      throw argument_error("memsafe::mpi: " + x.str() + ": k = " + std::to_string(rule.k) +
-                           " is larger than the reduced extent over all ranks (" + std::to_string(global) + ")");
+      throw argument_error(cat(msg{"memsafe::mpi: ", x.str(), ": k = ", rule.k,
+                                   " is larger than the reduced extent over all ranks (", global, ")"}));
   }
 }
 
@@ -327,7 +326,8 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
     me.budget = d.budget;
     std::size_t need = 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
     if (!d.empty) need = std::max(need, minimum_partial(be, d.local));
-    if (need > d.budget) memsafe::plan::too_small("the shard of " + x.str() + " and its communication buffers", d.budget, need);
+    if (need > d.budget)
+      memsafe::plan::too_small(cat(msg{"the shard of ", x.str(), " and its communication buffers"}), d.budget, need);
     const std::size_t cap = std::size_t(INT_MAX) / 2;
     me.chunk_rows = std::max<std::size_t>(1, std::min(d.budget, cap) / 2 / d.rule.row_bytes());
     return need;
@@ -338,10 +338,10 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
   for (int r = 0; r < ranks; ++r) {
     const rank_info& a = all[std::size_t(r)];
     if (a.rows != me.rows || a.cols != me.cols)
-      throw shape_error("memsafe::mpi: shard_reduced: every rank must have a result of the same shape, but rank " +
-                        std::to_string(r) + "'s is " + shape_str(a.rows, a.cols) + " and rank " + std::to_string(rank) +
-                        "'s is " + shape_str(me.rows, me.cols) + " (the reduced index is the sharded one: " + x.str() +
-                        ")");
+      throw shape_error(cat(msg{"memsafe::mpi: shard_reduced: every rank must have a result of the same shape, ",
+                                "but rank ", r, "'s is ", shape_str(a.rows, a.cols), " and rank ", rank, "'s is ",
+                                shape_str(me.rows, me.cols), " (the reduced index is the sharded one: ", x.str(),
+                                ")"}));
     global += a.extent;
     if (r < rank) offset += a.extent;
     chunk = std::min<std::size_t>(chunk, a.chunk_rows);
@@ -489,7 +489,7 @@ std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
   const mpi::plan p = plan_of(x, comm, s, be);
   std::string out = p.describe();
   if constexpr (std::is_same_v<Shard, shard_both_t>)
-    out = "as written:   " + x.str() + "\n" + out;  // describe() ends with the plan of one chunk
+    out = cat(msg{"as written:   ", x.str(), "\n", out});  // describe() ends with the plan of one chunk
   else if (!p.local_empty)  // the local explain already holds the local plan: print it once
     out = be.explain(localize(x, p.local_extent ? p.local_extent : x.cols())) + p.describe(false);
   return out;

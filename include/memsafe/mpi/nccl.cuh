@@ -76,16 +76,16 @@ class nccl_comm {
     for (int a = 0; a < ranks_; ++a)
       for (int b = a + 1; b < ranks_; ++b)
         if (std::equal(all.begin() + a * u, all.begin() + (a + 1) * u, all.begin() + b * u))
-          throw argument_error("memsafe::mpi::nccl_comm: NCCL needs one GPU per rank, but ranks " + std::to_string(a) +
-                               " and " + std::to_string(b) +
-                               " both use the same device; select each rank's GPU (cudaSetDevice(local rank % "
-                               "device count)) before making the communicator, or merge on the host "
-                               "(mpi::eval without nccl_comm)");
+          throw argument_error(memsafe::detail::cat(memsafe::detail::msg{
+              "memsafe::mpi::nccl_comm: NCCL needs one GPU per rank, but ranks ", a, " and ", b,
+              " both use the same device; select each rank's GPU (cudaSetDevice(local rank % device count)) before "
+              "making the communicator, or merge on the host (mpi::eval without nccl_comm)"}));
   }
 
   /// memsafe::error naming the NCCL call and NCCL's reason.
   static void check(ncclResult_t r, const char* call) {
-    if (r != ncclSuccess) throw error(std::string("memsafe::mpi: ") + call + " failed: " + ncclGetErrorString(r));
+    if (r != ncclSuccess)
+      throw error(memsafe::detail::cat(memsafe::detail::msg{"memsafe::mpi: ", call, " failed: ", ncclGetErrorString(r)}));
   }
 
  private:
@@ -187,11 +187,14 @@ void gather_and_merge(const Rule& rule, const mpi::plan& p, std::size_t budget, 
   for (std::size_t r = 0; r < P; ++r)
     if (budgets[r] < least) least = budgets[r], poorest = int(r);
   if (least < per_row + rounding) {
-    const std::string what = "the gathered lists of one row (" + std::to_string(P) + " ranks × k = " +
-                             std::to_string(k) + " keys of 16 bytes, with the send and merge buffers)";
-    if (poorest == p.rank) memsafe::plan::too_small("memsafe::mpi (NCCL): " + what, budget, per_row + rounding);
-    throw budget_error("memsafe::mpi: rank " + std::to_string(poorest) + " cannot hold " + what + " within its budget",
-                       std::size_t(least), per_row + rounding);
+    const std::string what = memsafe::detail::cat(memsafe::detail::msg{
+        "the gathered lists of one row (", P, " ranks × k = ", k, " keys of 16 bytes, with the send and merge buffers)"});
+    if (poorest == p.rank)
+      memsafe::plan::too_small(memsafe::detail::cat(memsafe::detail::msg{"memsafe::mpi (NCCL): ", what}), budget,
+                               per_row + rounding);
+    throw budget_error(
+        memsafe::detail::cat(memsafe::detail::msg{"memsafe::mpi: rank ", poorest, " cannot hold ", what, " within its budget"}),
+        std::size_t(least), per_row + rounding);
   }
   const std::size_t chunk =
       std::max<std::size_t>(1, std::min<std::size_t>((std::size_t(least) - rounding) / per_row, p.rows));

@@ -183,10 +183,10 @@ matrix_view<const T> ring_operand(const X& x) {
   retarget::col_views(x.e, v);
   for (const auto& w : v)
     if (!rewrite::same_view(w, v.front()))
-      throw argument_error("memsafe::mpi: shard_both: " + x.str() +
-                           ": every pairwise leaf must take the same (sharded) points as its reduced operand — one "
-                           "point set travels around the ring; here they differ (" + v.front().shape() + " and " +
-                           w.shape() + ")");
+      throw argument_error(cat(msg{"memsafe::mpi: shard_both: ", x.str(),
+                                   ": every pairwise leaf must take the same (sharded) points as its reduced operand — "
+                                   "one point set travels around the ring; here they differ (",
+                                   v.front().shape(), " and ", w.shape(), ")"}));
   return v.front();
 }
 
@@ -251,8 +251,9 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
     me.budget = g.budget;
     if constexpr (requires { x.transpose_out; })
       if (x.transpose_out)
-        throw argument_error("memsafe::mpi: shard_both: " + x.str() +
-                             ": M*K (a transposed result) is not supported; write it as K^T*M^T, or use shard_reduced");
+        throw argument_error(cat(msg{"memsafe::mpi: shard_both: ", x.str(),
+                                     ": M*K (a transposed result) is not supported; write it as K^T*M^T, or use "
+                                     "shard_reduced"}));
     g.y = ring_operand(x);
     if constexpr (ring_node<X>::has_rhs) g.rhs = ring_node<X>::rhs(x);
     g.d = g.y.cols();
@@ -277,8 +278,8 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
     }
     const std::size_t need = g.fixed + (ring ? 2 * g.payload : 0) + min_eval;
     if (need > g.budget)
-      memsafe::plan::too_small("the rows of " + x.str() + ", their running partials and two chunks of the ring", g.budget,
-                               need);
+      memsafe::plan::too_small(cat(msg{"the rows of ", x.str(), ", their running partials and two chunks of the ring"}),
+                               g.budget, need);
     // Half of what is left after the partials and the evaluation's minimum goes to the two buffers.
     const std::size_t left = g.budget - g.fixed - min_eval;
     me.chunk_rows = std::max<std::size_t>(1, std::min<std::size_t>(std::size_t(INT_MAX) / g.payload, left / 2 / (2 * g.payload)));
@@ -294,23 +295,22 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   std::size_t global = 0;
   for (int r = 0; r < ranks; ++r) {
     const rank_info& a = all[std::size_t(r)];
-    const std::string who = "memsafe::mpi: shard_both: rank " + std::to_string(r) + "'s ";
-    const std::string mine = " but rank " + std::to_string(rank) + "'s ";
+    const char* who = "memsafe::mpi: shard_both: rank ";
     if (a.elem != me.elem)
-      throw argument_error(who + "values are " + std::to_string(a.elem * 8) + "-bit" + mine + "are " +
-                           std::to_string(me.elem * 8) + "-bit (" + x.str() + ")");
+      throw argument_error(cat(msg{who, r, "'s values are ", a.elem * 8, "-bit but rank ", rank, "'s are ",
+                                   me.elem * 8, "-bit (", x.str(), ")"}));
     if (a.kind != me.kind)
-      throw argument_error(who + "expression is another kind of reduction than rank " + std::to_string(rank) + "'s (" +
-                           x.str() + ")");
+      throw argument_error(cat(msg{who, r, "'s expression is another kind of reduction than rank ", rank, "'s (",
+                                   x.str(), ")"}));
     if (a.dim != me.dim)
-      throw shape_error(who + "points have d = " + std::to_string(a.dim) + mine + "have d = " + std::to_string(me.dim) +
-                        " (" + x.str() + ")");
+      throw shape_error(cat(msg{who, r, "'s points have d = ", a.dim, " but rank ", rank, "'s have d = ", me.dim,
+                                " (", x.str(), ")"}));
     if (a.rhs_cols != me.rhs_cols)
-      throw shape_error(who + "dense operand (v / M / V) has " + std::to_string(a.rhs_cols) + " column(s)" + mine +
-                        "has " + std::to_string(me.rhs_cols) + " (" + x.str() + ")");
+      throw shape_error(cat(msg{who, r, "'s dense operand (v / M / V) has ", a.rhs_cols, " column(s) but rank ", rank,
+                                "'s has ", me.rhs_cols, " (", x.str(), ")"}));
     if (a.cols != me.cols)
-      throw shape_error(who + "result has " + std::to_string(a.cols) + " column(s) per row" + mine + "has " +
-                        std::to_string(me.cols) + " (the same k, or c, everywhere: " + x.str() + ")");
+      throw shape_error(cat(msg{who, r, "'s result has ", a.cols, " column(s) per row but rank ", rank, "'s has ",
+                                me.cols, " (the same k, or c, everywhere: ", x.str(), ")"}));
     g.extents[std::size_t(r)] = a.extent;
     g.offsets[std::size_t(r)] = global;
     global += a.extent;
@@ -364,8 +364,8 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
       p.local = plan_chunk(planning_chunk(x, dummy, g.chunk, g.d, g.c));
       if constexpr (is_softmax<X>) (void)plan_chunk(make_reduce<red::logsumexp>(planning_chunk(x, dummy, g.chunk, g.d, g.c).e));
     } catch (const budget_error& e) {
-      memsafe::plan::too_small("the rows of " + x.str() + " against a chunk of " + std::to_string(g.chunk) + " row(s)",
-                               g.budget, g.fixed + p.buffer_bytes + e.minimum_bytes);
+      memsafe::plan::too_small(cat(msg{"the rows of ", x.str(), " against a chunk of ", g.chunk, " row(s)"}), g.budget,
+                               g.fixed + p.buffer_bytes + e.minimum_bytes);
     }
     return std::size_t(0);
   });
@@ -477,8 +477,8 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
   check_mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
   if (failed) std::rethrow_exception(failed);
   if (first)
-    throw error("memsafe::mpi: shard_both: rank " + std::to_string(first - 1) + " failed while evaluating its rows "
-                "against the ring's chunks (its own error is raised there)");
+    throw error(cat(msg{"memsafe::mpi: shard_both: rank ", first - 1,
+                        " failed while evaluating its rows against the ring's chunks (its own error is raised there)"}));
   out.stats = last;
   out.stats.plan = p.local;
   out.stats.budget_bytes = g.budget;

@@ -176,6 +176,8 @@ void allreduce_sum(Seg&& seg, std::size_t total, std::size_t chunk, memsafe::det
 inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const memsafe::gp::inducing_view& I,
                         const memsafe::gp::hyperparameters& h, const memsafe::gp::sgpr_options& o = {}) {
   namespace dg = memsafe::detail::gp;
+  using memsafe::detail::cat;
+  using memsafe::detail::msg;
   using clock_type = std::chrono::steady_clock;
   const auto seconds_since = [](clock_type::time_point t) {
     return std::chrono::duration<double>(clock_type::now() - t).count();
@@ -214,13 +216,13 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
   me.cols = I.d;
   me.extent = D.n;
   detail::plan_guarded(me, [&]() -> std::size_t {
-    const std::string f = fn + ": ";
+    const std::string f = cat(msg{fn, ": "});
     dg::validate_model(I, h, f);
     if (D.n > 0 && D.d != I.d)
-      throw shape_error(f + "this rank's training points have d = " + std::to_string(D.d) +
-                        " but the inducing points have d = " + std::to_string(I.d));
+      throw shape_error(cat(msg{f, "this rank's training points have d = ", D.d, " but the inducing points have d = ",
+                                I.d}));
     if (D.n > 0 && (!D.X || !D.y))
-      throw argument_error(f + "null data pointer (X or y) for " + std::to_string(D.n) + " training points");
+      throw argument_error(cat(msg{f, "null data pointer (X or y) for ", D.n, " training points"}));
     if (D.n > 0) {
       dg::check_finite(D.X, D.n, D.d, "this rank's training input", f);
       dg::check_finite(D.y, D.n, 1, "this rank's training target", f);
@@ -244,25 +246,24 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
   for (int r = 0; r < ranks; ++r) {
     const detail::rank_info& a = all[std::size_t(r)];
     if (a.rows != me.rows || a.cols != me.cols)
-      throw shape_error(fn + ": the inducing points are replicated, so every rank must pass the same m and d, but rank " +
-                        std::to_string(r) + " has m = " + std::to_string(a.rows) + ", d = " + std::to_string(a.cols) +
-                        " and rank " + std::to_string(rank) + " has m = " + std::to_string(me.rows) +
-                        ", d = " + std::to_string(me.cols));
+      throw shape_error(cat(msg{fn, ": the inducing points are replicated, so every rank must pass the same m and d, ",
+                                "but rank ", r, " has m = ", a.rows, ", d = ", a.cols, " and rank ", rank,
+                                " has m = ", me.rows, ", d = ", me.cols}));
     n_global += a.extent;
     if (r < rank) offset += a.extent;
     chunk = std::min<std::size_t>(chunk, a.chunk_rows);
   }
   if (!same_z)
-    throw argument_error(fn + ": the inducing points Z differ between the ranks (they are replicated: every rank must "
-                              "pass the same m×d values; compared by a 64-bit checksum)");
+    throw argument_error(cat(msg{fn, ": the inducing points Z differ between the ranks (they are replicated: every "
+                                     "rank must pass the same m×d values; compared by a 64-bit checksum)"}));
   if (!same_h)
-    throw argument_error(fn + ": the hyperparameters (kernel, variance, lengthscales, noise, jitter) differ between "
-                              "the ranks (they are replicated: every rank must pass the same values)");
+    throw argument_error(cat(msg{fn, ": the hyperparameters (kernel, variance, lengthscales, noise, jitter) differ "
+                                     "between the ranks (they are replicated: every rank must pass the same values)"}));
   if (!same_o)
-    throw argument_error(fn + ": the options differ between the ranks (gradient and whitened must be the same on "
-                              "every rank; budget and threads may differ)");
+    throw argument_error(cat(msg{fn, ": the options differ between the ranks (gradient and whitened must be the same "
+                                     "on every rank; budget and threads may differ)"}));
   if (n_global == 0)
-    throw shape_error(fn + ": no training data on any of the " + std::to_string(ranks) + " rank(s)");
+    throw shape_error(cat(msg{fn, ": no training data on any of the ", ranks, " rank(s)"}));
 
   dg::sgpr_call& c = *call;
   const std::size_t m = c.m, d = c.d;

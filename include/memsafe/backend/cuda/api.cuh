@@ -55,10 +55,10 @@ template <class X>
 void check_diag_operand(const X& x) {
   if constexpr (diag_product<X>) {
     if (x.rhs.data() && space_of(x.rhs.data()) != memory_space::host)
-      throw argument_error("memsafe::cuda::eval: " + x.str() +
-                           ": a product with diagonal terms, (K + D)·M, adds D·M on the host after the device "
-                           "pass, so M must be in host memory on the GPU backend (or evaluate K·M and add D·M "
-                           "yourself)");
+      throw argument_error(cat(msg{"memsafe::cuda::eval: ", x.str(),
+                                   ": a product with diagonal terms, (K + D)·M, adds D·M on the host after the device "
+                                   "pass, so M must be in host memory on the GPU backend (or evaluate K·M and add D·M "
+                                   "yourself)"}));
   }
 }
 /// plan_for takes the inputs as device-resident and reads none: the dense factor of (K + D)·M goes

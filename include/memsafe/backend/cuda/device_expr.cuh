@@ -142,10 +142,10 @@ struct dev_map_of<guarded<Fast, Slow>> {
   using type = std::conditional_t<both, pair_type, typename dev_map_of<Fast>::type>;
   static void require_fast(const guarded<Fast, Slow>& e) {
     if (!e.use_fast)
-      throw argument_error("memsafe::cuda: " + e.slow.str() +
-                           ": the rewrite's run-time guard failed and the form kept as written (a broadcast tensor "
-                           "that does not reduce to a pairwise formula, or diagonal terms with a non-finite "
-                           "operand) is evaluated on the host only");
+      throw argument_error(cat(msg{"memsafe::cuda: ", e.slow.str(),
+                                   ": the rewrite's run-time guard failed and the form kept as written (a broadcast "
+                                   "tensor that does not reduce to a pairwise formula, or diagonal terms with a "
+                                   "non-finite operand) is evaluated on the host only"}));
   }
   static type make(const guarded<Fast, Slow>& e) {
     if constexpr (both) {

@@ -69,7 +69,7 @@ inline product_layout plan_product(const product_shape& s, std::size_t budget, c
       cands, budget, [&](const product_layout& c) { return product_bytes(s, c.tp, c.tq, c.tt); },
       [](const product_layout&) { return 0; });
   if (k != plan::npos) L.tp = cands[k].tp, L.tq = cands[k].tq, L.tt = cands[k].tt;
-  if (!L.tp) plan::too_small(what + " on the GPU", budget, L.min_bytes);
+  if (!L.tp) plan::too_small(cat(msg{what, " on the GPU"}), budget, L.min_bytes);
   L.bytes = product_bytes(s, L.tp, L.tq, L.tt);
   return L;
 }
@@ -120,8 +120,8 @@ template <class EA, class EB, class T>
 tile_plan describe(const jobs::product_job<EA, EB, T>& job, const product_shape& s, const product_layout& L,
                    std::size_t budget) {
   tile_plan p;
-  p.expression = job.a.str() + " * " + job.b.str();
-  if (job.post.scale != 1) p.expression = std::to_string(job.post.scale) + " * (" + p.expression + ")";
+  p.expression = cat(msg{job.a.str(), " * ", job.b.str()});
+  if (job.post.scale != 1) p.expression = cat(msg{job.post.scale, " * (", p.expression, ")"});
   p.reduction = path_name(kernel_path::product);
   if (s.symmetric) p.reduction += "; symmetric: the blocks on and below the diagonal, each mirrored";
   p.rows = s.P, p.cols = s.Q, p.inner = s.N;

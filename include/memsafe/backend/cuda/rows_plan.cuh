@@ -183,7 +183,7 @@ inline layout plan_layout(const job_shape& s, std::size_t budget, const std::str
     }
   if (const auto L = first_fit(s, cands, budget)) return *L;
   const std::size_t minimum = layout_bytes(s, 1, tjs.back(), 1);
-  plan::too_small(what + " on the GPU", budget, minimum);
+  plan::too_small(cat(msg{what, " on the GPU"}), budget, minimum);
 }
 
 // ---- plan_job: shape, checks, layout, the plan as shown ---------------------------------------------
@@ -263,8 +263,8 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
 template <class T>
 void check_shape(const job_shape& s, const matrix_view<const T>& operand) {
   if (s.k > topk_max_k)
-    throw argument_error("memsafe::cuda: argkmin/argkmax: k = " + std::to_string(s.k) +
-                         " is above the GPU backend's limit of " + std::to_string(topk_max_k));
+    throw argument_error(cat(msg{"memsafe::cuda: argkmin/argkmax: k = ", s.k, " is above the GPU backend's limit of ",
+                                 topk_max_k}));
   const bool gemm_reads = s.path == kernel_path::tile_matmul || s.path == kernel_path::tile_softmax;
   if (gemm_reads && !s.rhs_host && s.n > 0 && s.m > 0 && operand.col_stride() != 1 && operand.row_stride() != 1)
     throw argument_error(operand_stride_message);
@@ -275,11 +275,11 @@ template <class E, class R, class T>
 tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const layout& L, std::size_t budget) {
   tile_plan p;
   p.expression = jobs::shown(job);
-  p.reduction = std::string(R::name) + " on the GPU: " + path_name(s.path) +
-                (s.screen ? " (cuBLAS X·Yᵀ screen, exact re-evaluation)" : s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : "") +
-                (s.symmetric ? "; symmetric: K = k(X, X), each pair once, folded into its row and its column, in bands of " +
-                                   std::to_string(L.ti) + " rows"
-                             : "");
+  p.reduction = cat(msg{R::name, " on the GPU: ", path_name(s.path),
+                        s.screen ? " (cuBLAS X·Yᵀ screen, exact re-evaluation)" : s.gemm ? " (cuBLAS X·Yᵀ + epilogue)" : ""});
+  if (s.symmetric)
+    p.reduction = cat(msg{p.reduction, "; symmetric: K = k(X, X), each pair once, folded into its row and its column, ",
+                          "in bands of ", L.ti, " rows"});
   p.symmetric = s.symmetric;
   p.rows = s.n;
   p.cols = s.m;
@@ -311,16 +311,16 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
   static_assert(red_known<R, T>, "memsafe::cuda: this reduction has no device implementation");
   const bool out_host = output_on_host(b.out.values, where);
   if (!b.job.post.diags.empty() && !out_host)
-    throw argument_error("memsafe::cuda: " + what +
-                         ": a product or sum with diagonal terms (K + D) needs host outputs on the GPU backend");
+    throw argument_error(cat(msg{"memsafe::cuda: ", what,
+                                 ": a product or sum with diagonal terms (K + D) needs host outputs on the GPU backend"}));
   // The diagonal terms are applied on the host, reading diag(d)'s d there (the dense factor M of
   // (K + D)·M is checked before the lowering reads it: api.cuh, check_diag_operand).
   if (where != residency::assumed)
     for (const auto& [coef, dg] : b.job.post.diags)
       if (dg.vector && dg.vector->d.data() && space_of(dg.vector->d.data()) != memory_space::host)
-        throw argument_error("memsafe::cuda: " + what +
-                             ": a sum or product with diagonal terms diag(d) adds them on the host after the device "
-                             "pass, so d must be in host memory on the GPU backend");
+        throw argument_error(cat(msg{"memsafe::cuda: ", what,
+                                     ": a sum or product with diagonal terms diag(d) adds them on the host after the "
+                                     "device pass, so d must be in host memory on the GPU backend"}));
   rows_plan P;
   P.s = rows_shape(b.job, out_host, where, dev.sms);
   check_shape(P.s, column_operand<R, T>(b.job.red));

@@ -40,6 +40,9 @@ struct device_out_of_memory : cuda_error {
 
 namespace detail {
 
+using memsafe::detail::cat;
+using memsafe::detail::msg;
+
 inline const char* cublas_status_text(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -59,20 +62,19 @@ inline const char* cublas_status_text(cublasStatus_t s) {
 inline void check(cudaError_t e, const char* call, const char* file, int line) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();  // clear a sticky-free error so later calls are not blamed for it
-  std::string msg = std::string("memsafe::cuda: ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
-                    cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  const std::string text = cat(msg{"memsafe::cuda: ", call, " failed at ", file, ":", line, ": ", cudaGetErrorName(e),
+                                    " (", cudaGetErrorString(e), ")"});
   if (e == cudaErrorMemoryAllocation)
-    throw device_out_of_memory(msg + ": the GPU has no free memory for the request (another process may hold it); "
-                                     "lower the budget or free device memory",
+    throw device_out_of_memory(cat(msg{text, ": the GPU has no free memory for the request (another process may hold "
+                                             "it); lower the budget or free device memory"}),
                                int(e));
-  throw cuda_error(msg, int(e));
+  throw cuda_error(text, int(e));
 }
 inline void check(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
-  std::string msg = std::string("memsafe::cuda: ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
-                    cublas_status_text(s);
-  if (s == CUBLAS_STATUS_ALLOC_FAILED) throw device_out_of_memory(msg, int(s));
-  throw cuda_error(msg, int(s));
+  const std::string text = cat(msg{"memsafe::cuda: ", call, " failed at ", file, ":", line, ": ", cublas_status_text(s)});
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) throw device_out_of_memory(text, int(s));
+  throw cuda_error(text, int(s));
 }
 
 #define MEMSAFE_CUDA_CHECK(call) ::memsafe::cuda::detail::check((call), #call, __FILE__, __LINE__)
@@ -321,8 +323,8 @@ class blas {
 inline void check_no_pending_error(const char* entry) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return;
-  throw cuda_error(std::string(entry) + ": a CUDA error was pending before the call (raised by earlier work, not by "
-                                        "memsafe): " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")",
+  throw cuda_error(cat(msg{entry, ": a CUDA error was pending before the call (raised by earlier work, not by memsafe): ",
+                           cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"}),
                    int(e));
 }
 
