@@ -459,6 +459,172 @@ TEST_CASE("both sharded: errors on any rank are raised on every rank, before any
   CHECK(r.indices == rows_of(want.indices, sx, 3));
 }
 
+// ---- eval_into: the caller's buffers --------------------------------------------------------------
+
+/// Buffers of `count` entries filled with a sentinel, one more past the end to catch an overrun.
+template <class V>
+V sentinel_buffer(std::size_t count, typename V::value_type mark) {
+  return V(count + 1, mark);
+}
+template <class V>
+bool untouched_tail(const V& b, typename V::value_type mark) {
+  return b.back() == mark;
+}
+template <class V>
+V first(const V& b, std::size_t count) {
+  return V(b.begin(), b.begin() + std::ptrdiff_t(count));
+}
+
+TEST_CASE_TEMPLATE("eval_into writes what eval returns into the caller buffers on every layout, within the budget", T,
+                   float, double) {
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  const std::size_t n = 17, m = 61, d = 3, c = 2;
+  auto x = data<T>(n, d, 31, true), y = data<T>(m, d, 32, true), v = data<T>(m, 1, 33), M = data<T>(m, c, 34);
+  const auto Xall = memsafe::points(x.data(), n, d), Yall = memsafe::points(y.data(), m, d);
+  const auto Mall = memsafe::matrix(static_cast<const T*>(M.data()), m, c);
+  const auto& W = MPI_COMM_WORLD;
+  const T mark = T(-12345);
+  const memsafe::index_t imark = -777;
+  const std::size_t budget = std::size_t(48) << 10;
+  const memsafe::options o{budget, 1};
+  for (const char* layout : layouts) {
+    const span s = shard_of(m, layout, rank(), ranks());
+    INFO("layout " << layout << ", rank " << rank() << " holds [" << s.b << ", " << s.e << ")");
+    const auto Y = memsafe::points(y.data() + s.b * d, s.size(), d);
+    // Selections over the sharded points: k = 40 is more than some shards hold (their k-best are
+    // spread over the buffers and padded before the merge); the whole result on every rank.
+    for (std::size_t k : {std::size_t(1), std::size_t(7), std::size_t(40)}) {
+      const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xall, Yall), k), unlimited_opts);
+      auto vals = sentinel_buffer<std::vector<T>>(n * k, mark);
+      auto idx = sentinel_buffer<std::vector<memsafe::index_t>>(n * k, imark);
+      const auto st = memsafe::mpi::eval_into(memsafe::mpi::argkmin(memsafe::sqdist(Xall, Y), k), W,
+                                              memsafe::mpi::shard_reduced, vals.data(), idx.data(), o);
+      INFO("k " << k);
+      CHECK(first(idx, n * k) == want.indices);
+      CHECK(same_values(first(vals, n * k), want.values));
+      CHECK(untouched_tail(vals, mark));
+      CHECK(untouched_tail(idx, imark));
+      CHECK(st.stats.peak_temp_bytes <= budget);
+      CHECK(st.comm.global_extent == m);
+      CHECK(st.comm.offset == s.b);
+    }
+    {
+      const auto want = memsafe::eval(memsafe::min(memsafe::sqdist(Xall, Yall)), unlimited_opts);
+      auto vals = sentinel_buffer<std::vector<T>>(n, mark);
+      (void)memsafe::mpi::eval_into(memsafe::min(memsafe::sqdist(Xall, Y)), W, memsafe::mpi::shard_reduced, vals.data(),
+                                    nullptr, o);
+      CHECK(same_values(first(vals, n), want.values));
+      CHECK(untouched_tail(vals, mark));
+    }
+    // Sums: K·M, logsumexp and softmax_sum (its outputs and the log-sum-exps merged together).
+    const auto Ms = memsafe::matrix(static_cast<const T*>(M.data()) + s.b * c, s.size(), c);
+    {
+      const auto want = memsafe::eval(memsafe::matern32(Xall, Yall, 1.3) * Mall, unlimited_opts);
+      auto vals = sentinel_buffer<std::vector<T>>(n * c, mark);
+      const auto st = memsafe::mpi::eval_into(memsafe::matern32(Xall, Y, 1.3) * Ms, W, memsafe::mpi::shard_reduced,
+                                              vals.data(), nullptr, o);
+      CHECK(mismatches(first(vals, n * c), want.values, tol) == 0);
+      CHECK(untouched_tail(vals, mark));
+      CHECK(st.stats.peak_temp_bytes <= budget);
+    }
+    {
+      const auto want = memsafe::eval(memsafe::logsumexp(-memsafe::sqdist(Xall, Yall)), unlimited_opts);
+      auto vals = sentinel_buffer<std::vector<T>>(n, mark);
+      (void)memsafe::mpi::eval_into(memsafe::logsumexp(-memsafe::sqdist(Xall, Y)), W, memsafe::mpi::shard_reduced,
+                                    vals.data(), nullptr, o);
+      CHECK(mismatches(first(vals, n), want.values, tol) == 0);
+    }
+    {
+      const auto want = memsafe::eval(memsafe::softmax_sum(-memsafe::sqdist(Xall, Yall), Mall), unlimited_opts);
+      auto vals = sentinel_buffer<std::vector<T>>(n * c, mark);
+      (void)memsafe::mpi::eval_into(memsafe::softmax_sum(-memsafe::sqdist(Xall, Y), Ms), W, memsafe::mpi::shard_reduced,
+                                    vals.data(), nullptr, o);
+      CHECK(mismatches(first(vals, n * c), want.values, tol) == 0);
+      CHECK(untouched_tail(vals, mark));
+    }
+    // Rows sharded: this rank's rows only.
+    {
+      const span sx = shard_of(n, layout, rank(), ranks());
+      const auto X = memsafe::points(x.data() + sx.b * d, sx.size(), d);
+      const auto want = memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xall, Yall), 5), unlimited_opts);
+      auto vals = sentinel_buffer<std::vector<T>>(sx.size() * 5, mark);
+      auto idx = sentinel_buffer<std::vector<memsafe::index_t>>(sx.size() * 5, imark);
+      (void)memsafe::mpi::eval_into(memsafe::argkmin(memsafe::sqdist(X, Yall), 5), W, memsafe::mpi::shard_rows,
+                                    vals.data(), idx.data(), o);
+      CHECK(first(idx, sx.size() * 5) == rows_of(want.indices, sx, 5));
+      CHECK(same_values(first(vals, sx.size() * 5), rows_of(want.values, sx, 5)));
+      CHECK(untouched_tail(idx, imark));
+      // Both sharded: this rank's rows against every rank's points, around the ring.
+      const auto wk = memsafe::eval(memsafe::argkmin(memsafe::sqdist(Xall, Yall), 6), unlimited_opts);
+      auto bv = sentinel_buffer<std::vector<T>>(sx.size() * 6, mark);
+      auto bi = sentinel_buffer<std::vector<memsafe::index_t>>(sx.size() * 6, imark);
+      const auto st = memsafe::mpi::eval_into(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), 6), W,
+                                              memsafe::mpi::shard_both_t{.max_chunk_rows = 5}, bv.data(), bi.data(), o);
+      CHECK(first(bi, sx.size() * 6) == rows_of(wk.indices, sx, 6));
+      CHECK(same_values(first(bv, sx.size() * 6), rows_of(wk.values, sx, 6)));
+      CHECK(untouched_tail(bv, mark));
+      CHECK(st.stats.peak_temp_bytes <= budget);
+      const auto wM = memsafe::eval(memsafe::rbf(Xall, Yall, 0.8) * Mall, unlimited_opts);
+      auto mv = sentinel_buffer<std::vector<T>>(sx.size() * c, mark);
+      (void)memsafe::mpi::eval_into(memsafe::rbf(X, Y, 0.8) * Ms, W, memsafe::mpi::shard_both_t{.max_chunk_rows = 5},
+                                    mv.data(), nullptr, o);
+      CHECK(mismatches(first(mv, sx.size() * c), rows_of(wM.values, sx, c), tol) == 0);
+      CHECK(untouched_tail(mv, mark));
+    }
+  }
+}
+
+TEST_CASE("eval_into errors on any rank, outputs over an input among them, are raised on every rank before any output is written") {
+  const std::size_t n = 20, m = 64, d = 2, k = 3;
+  auto x = data<double>(n, d, 41), y = data<double>(m, d, 42);
+  const span s = shard_of(m, "even", rank(), ranks());
+  const auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data() + s.b * d, s.size(), d);
+  const auto e = memsafe::mpi::argkmin(memsafe::sqdist(X, Y), k);
+  const int bad = ranks() - 1;
+  std::vector<double> vals(n * k, -1.0);
+  std::vector<memsafe::index_t> idx(n * k, -2);
+  // On the last rank the values are written over the queries themselves (n·k ≥ n·d doubles).
+  std::vector<double> xq(x);
+  const auto Xq = memsafe::points(xq.data(), n, d);
+  const auto eq = memsafe::mpi::argkmin(memsafe::sqdist(Xq, Y), k);
+  double* out = rank() == bad ? xq.data() : vals.data();
+  const std::vector<double> xq_before = xq;
+  try {
+    (void)memsafe::mpi::eval_into(eq, MPI_COMM_WORLD, memsafe::mpi::shard_reduced, out, idx.data());
+    FAIL("no argument_error");
+  } catch (const memsafe::argument_error& err) {
+    const std::string w = err.what();
+    CHECK(w.find("memsafe::mpi::eval_into") != std::string::npos);
+    if (rank() != bad) CHECK(w.find("rank " + std::to_string(bad)) != std::string::npos);
+  }
+  CHECK(xq == xq_before);
+  CHECK(std::all_of(vals.begin(), vals.end(), [](double a) { return a == -1.0; }));
+  CHECK(std::all_of(idx.begin(), idx.end(), [](memsafe::index_t a) { return a == -2; }));
+  // Missing indices for an arg-reduction, on the last rank only.
+  CHECK_THROWS_AS((void)memsafe::mpi::eval_into(e, MPI_COMM_WORLD, memsafe::mpi::shard_reduced, vals.data(),
+                                                rank() == bad ? nullptr : idx.data()),
+                  memsafe::argument_error);
+  // The same for shard_rows and shard_both: values and indices in one buffer on the last rank.
+  std::vector<double> both(2 * n * k);
+  auto* shared_idx = reinterpret_cast<memsafe::index_t*>(both.data());
+  CHECK_THROWS_AS((void)memsafe::mpi::eval_into(e, MPI_COMM_WORLD, memsafe::mpi::shard_rows,
+                                                rank() == bad ? both.data() : vals.data(),
+                                                rank() == bad ? shared_idx : idx.data()),
+                  memsafe::argument_error);
+  CHECK_THROWS_AS((void)memsafe::mpi::eval_into(e, MPI_COMM_WORLD, memsafe::mpi::shard_both,
+                                                rank() == bad ? both.data() : vals.data(),
+                                                rank() == bad ? shared_idx : idx.data()),
+                  memsafe::argument_error);
+  // A budget too small on the last rank: budget_error everywhere, nothing written.
+  CHECK_THROWS_AS((void)memsafe::mpi::eval_into(e, MPI_COMM_WORLD, memsafe::mpi::shard_reduced, vals.data(), idx.data(),
+                                                memsafe::options{rank() == bad ? std::size_t(64) : std::size_t(1) << 20, 1}),
+                  memsafe::budget_error);
+  CHECK(std::all_of(vals.begin(), vals.end(), [](double a) { return a == -1.0; }));
+  // And the communicator is still in step: the next call writes the result.
+  (void)memsafe::mpi::eval_into(e, MPI_COMM_WORLD, memsafe::mpi::shard_reduced, vals.data(), idx.data());
+  CHECK(idx == memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, memsafe::points(y.data(), m, d)), k), unlimited_opts).indices);
+}
+
 }  // TEST_SUITE
 
 int main(int argc, char** argv) { return mpi_test::main(argc, argv); }

@@ -97,15 +97,15 @@ struct cuda_backend {
 /// As mpi::eval with memsafe::options, each rank's shard evaluated on its GPU.
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_reduced_t, const memsafe::cuda::options& o) {
-  return detail::run_reduced(x, comm, detail::cuda_backend{o});
+  return detail::rank_result(x, [&](auto&& target) { return detail::run_reduced(x, comm, detail::cuda_backend{o}, target); });
 }
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_rows_t, const memsafe::cuda::options& o) {
-  return detail::run_rows(x, comm, detail::cuda_backend{o});
+  return detail::rank_result(x, [&](auto&& target) { return detail::run_rows(x, comm, detail::cuda_backend{o}, target); });
 }
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_both_t s, const memsafe::cuda::options& o) {
-  return detail::run_both(x, comm, s, detail::cuda_backend{o});
+  return detail::rank_result(x, [&](auto&& target) { return detail::run_both(x, comm, s, detail::cuda_backend{o}, target); });
 }
 template <evaluable X, class Shard>
 mpi::plan plan_for(const X& x, MPI_Comm comm, Shard s, const memsafe::cuda::options& o) {

@@ -19,6 +19,10 @@
 //                  (mpi/merge.hpp). Each rank gets its own rows, equal to one process's; no rank
 //                  ever holds another rank's whole shard.
 //
+// mpi::eval returns the rank's result; mpi::eval_into writes it into the caller's buffers (the same
+// code: with shard_reduced the rank's partial result is evaluated into those outputs and the merged
+// rows replace it there, so the rank holds the result once).
+//
 // Every call is collective and starts with an agreement (one MPI_Allgather of a fixed-size record
 // per rank): each rank plans its shard first, and a budget too small, a bad argument or
 // inconsistent shapes on any rank raises the same error on every rank before any work — never a
@@ -74,6 +78,12 @@ struct comm_stats {
 /// A rank's result: memsafe::result plus what the distribution did.
 template <class T>
 struct result : memsafe::result<T> {
+  comm_stats comm;
+};
+
+/// What mpi::eval_into did on this rank: its local evaluation and its communication.
+struct rank_stats {
+  eval_stats stats;  ///< the local evaluation's (with shard_reduced, the peak of the communication buffers included)
   comm_stats comm;
 };
 
@@ -186,6 +196,12 @@ inline std::vector<rank_info> agree(rank_info me, MPI_Comm comm, int rank) {
   return all;
 }
 
+/// A rank's own checks before it plans (mpi::eval_into's outputs), run inside the agreement so that
+/// their error is raised on every rank: none.
+struct no_check {
+  void operator()() const {}
+};
+
 /// Runs `plan_local` (which returns the bytes the local evaluation needs at least), catching what
 /// it throws into `me` so that the agreement can raise it on every rank.
 template <class F>
@@ -235,6 +251,11 @@ struct host_backend {
   template <class X>
   memsafe::result<typename X::value_type> eval(const X& x, std::size_t b) const {
     return memsafe::eval(x, options{b, o.threads});
+  }
+  /// Into row-major outputs in host memory (checked by mpi::eval_into against the whole expression).
+  template <class X>
+  eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, std::size_t b) const {
+    return host::run(x, values, indices, options{b, o.threads});
   }
   template <class X>
   std::string explain(const X& x) const {
@@ -307,8 +328,8 @@ void check_global_k(const X& x, const Rule& rule, std::size_t global) {
   }
 }
 
-template <class X, class B>
-distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
+template <class X, class B, class Pre = no_check>
+distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre& pre = {}) {
   static_assert(rule_of<X>::supported,
                 "memsafe::mpi: shard_reduced merges reductions (sum, min, max, argmin, argmax, argkmin, argkmax, "
                 "logsumexp), products K*v, K*M, v*K, M*K, softmax_sum and lazy x lazy products; shard dense(E), "
@@ -322,6 +343,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be) {
   me.cols = x.cols();
   me.extent = d.extent;
   plan_guarded(me, [&] {
+    pre();
     d.budget = be.budget();
     me.budget = d.budget;
     std::size_t need = 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
@@ -393,53 +415,96 @@ void tree_allreduce(const Rule& rule, std::byte* buf, std::byte* tmp, std::size_
   cs.bytes_broadcast += std::size_t(bytes);
 }
 
-template <class X, class B, class T = typename X::value_type>
-mpi::result<T> run_reduced(const X& x, MPI_Comm comm, const B& be) {
+/// A target's own checks (mpi::eval_into's buffers), if it has any.
+template <class X, class Target>
+void check_target(const X& x, const Target& t) {
+  if constexpr (requires { t.check(x); }) t.check(x);
+}
+
+/// A selection's rows of kl < k entries (a shard with fewer than k points), written at the front of
+/// outputs sized for k per row: moved to their places k apart, from the last entry back (none is
+/// overwritten before it has moved), and padded with "nothing" (NaN, index −1), which the merge
+/// ranks after every point.
+template <class T>
+void spread_rows(T* values, index_t* indices, std::size_t rows, std::size_t kl, std::size_t k) {
+  for (std::size_t r = rows; r-- > 0;)
+    for (std::size_t q = k; q-- > 0;) {
+      values[r * k + q] = q < kl ? values[r * kl + q] : std::numeric_limits<T>::quiet_NaN();
+      if (indices) indices[r * k + q] = q < kl ? indices[r * kl + q] : -1;
+    }
+}
+
+/// The backend's evaluation of `x` into row-major outputs: straight into them where the backend
+/// evaluates into caller memory (the host's), else through its result, copied.
+template <class B, class X, class T = typename X::value_type>
+eval_stats eval_to(const B& be, const X& x, std::size_t budget, T* values, index_t* indices) {
+  if constexpr (requires { be.eval_into(x, values, indices, budget); }) {
+    return be.eval_into(x, values, indices, budget);
+  } else {
+    const memsafe::result<T> r = be.eval(x, budget);
+    std::copy(r.values.begin(), r.values.end(), values);
+    if constexpr (X::has_indices) std::copy(r.indices.begin(), r.indices.end(), indices);
+    return r.stats;
+  }
+}
+
+template <class X, class B, class Target, class T = typename X::value_type>
+rank_stats run_reduced(const X& x, MPI_Comm comm, const B& be, Target&& target) {
   const auto t0 = std::chrono::steady_clock::now();
-  distributed<X> d = prepare_reduced(x, comm, be);
+  distributed<X> d = prepare_reduced(x, comm, be, [&] { check_target(x, target); });
   const mpi::plan& p = d.p;
   const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const output<T> out = target(x.rows(), x.cols());  // the rank's outputs, once all is agreed and planned
 
-  // The shard's partial result (and, for softmax_sum, its log-sum-exp).
-  memsafe::result<T> loc, lse;
-  if (!d.empty) eval_partial(be, d.local, d.budget, loc, lse);
-
-  mpi::result<T> out;
-  out.rows = x.rows();
-  out.cols = x.cols();
-  out.values.assign(out.rows * out.cols, T(0));
-  if constexpr (X::has_indices) out.indices.assign(out.rows * out.cols, -1);
-  out.stats = loc.stats;
-  out.stats.budget_bytes = d.budget;
-  out.stats.peak_temp_bytes = std::max(loc.stats.peak_temp_bytes, lse.stats.peak_temp_bytes);
+  // The shard's partial result, evaluated into the outputs themselves (each chunk of rows is
+  // packed into the communication buffer before its merged rows are unpacked over it); for
+  // softmax_sum also the log-sum-exp of its scores.
+  rank_stats st;
+  memsafe::result<T> lse;
+  std::size_t kl = d.kl;
+  if (!d.empty) {
+    st.stats = eval_to(be, d.local, d.budget, out.values, out.indices);
+    if constexpr (is_softmax<X>) {
+      lse = be.eval(make_reduce<red::logsumexp>(d.local.e), d.budget);
+      st.stats.peak_temp_bytes = std::max(st.stats.peak_temp_bytes, lse.stats.peak_temp_bytes);
+    }
+    if constexpr (requires { d.rule.k; })
+      if (kl < d.rule.k) {
+        spread_rows(out.values, out.indices, p.rows, kl, d.rule.k);
+        kl = d.rule.k;
+      }
+  }
+  st.stats.budget_bytes = d.budget;
+  const partial<T> loc{out.values, out.indices, lse.values.data()};
 
   const auto t1 = std::chrono::steady_clock::now();
-  out.comm = planned_comm(p);
-  comm_stats& cs = out.comm;
+  st.comm = planned_comm(p);
+  comm_stats& cs = st.comm;
   {
     accountant acc(d.budget);
     temp_buffer<std::byte> mine(acc, p.chunk_rows * p.record_bytes), theirs(acc, p.chunk_rows * p.record_bytes);
     for (std::size_t r0 = 0; r0 < p.rows; r0 += p.chunk_rows) {
       const std::size_t nr = std::min(p.chunk_rows, p.rows - r0);
-      pack_rows(d.rule, loc, lse, d.empty, d.kl, index_t(p.offset), r0, nr, mine.data());
+      pack_rows(d.rule, loc, d.empty, kl, index_t(p.offset), r0, nr, mine.data());
       tree_allreduce(d.rule, mine.data(), theirs.data(), nr, comm, p.rank, p.ranks, cs);
       d.rule.unpack(mine.data(), r0, nr, out);
     }
-    out.stats.peak_temp_bytes = std::max(out.stats.peak_temp_bytes, acc.peak());
+    st.stats.peak_temp_bytes = std::max(st.stats.peak_temp_bytes, acc.peak());
   }
   cs.seconds = t_agree + std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  out.stats.min_budget_bytes = std::max<std::size_t>(out.stats.min_budget_bytes, 2 * p.record_bytes);
-  out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return out;
+  st.stats.min_budget_bytes = std::max<std::size_t>(st.stats.min_budget_bytes, 2 * p.record_bytes);
+  st.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
 }
 
-template <class X, class B>
-mpi::plan prepare_rows(const X& x, MPI_Comm comm, const B& be, std::size_t& budget) {
+template <class X, class B, class Pre = no_check>
+mpi::plan prepare_rows(const X& x, MPI_Comm comm, const B& be, std::size_t& budget, const Pre& pre = {}) {
   const int rank = rank_of(comm);
   rank_info me{};
   me.rows = x.rows();
   me.cols = x.cols();
   plan_guarded(me, [&] {
+    pre();
     budget = be.budget();
     me.budget = budget;
     const std::size_t need = be.minimum(x);
@@ -456,18 +521,19 @@ mpi::plan prepare_rows(const X& x, MPI_Comm comm, const B& be, std::size_t& budg
   return p;
 }
 
-template <class X, class B>
-mpi::result<typename X::value_type> run_rows(const X& x, MPI_Comm comm, const B& be) {
+template <class X, class B, class Target>
+rank_stats run_rows(const X& x, MPI_Comm comm, const B& be, Target&& target) {
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t budget = 0;
-  const mpi::plan p = prepare_rows(x, comm, be, budget);
+  const mpi::plan p = prepare_rows(x, comm, be, budget, [&] { check_target(x, target); });
   const double t_agree = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  mpi::result<typename X::value_type> out;
-  static_cast<memsafe::result<typename X::value_type>&>(out) = be.eval(x, budget);
-  out.comm.ranks = p.ranks;
-  out.comm.rank = p.rank;
-  out.comm.seconds = t_agree;
-  return out;
+  const auto out = target(x.rows(), x.cols());
+  rank_stats st;
+  st.stats = eval_to(be, x, budget, out.values, out.indices);
+  st.comm.ranks = p.ranks;
+  st.comm.rank = p.rank;
+  st.comm.seconds = t_agree;
+  return st;
 }
 
 template <class X, class B>
@@ -481,8 +547,36 @@ mpi::plan plan_of(const X& x, MPI_Comm comm, shard_rows_t, const B& be) {
 }
 template <class X, class B>
 mpi::plan plan_of(const X& x, MPI_Comm comm, shard_both_t s, const B& be);  // mpi/ring.hpp
-template <class X, class B>
-mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_both_t s, const B& be);  // mpi/ring.hpp
+template <class X, class B, class Target>
+rank_stats run_both(const X& x, MPI_Comm comm, shard_both_t s, const B& be, Target&& target);  // mpi/ring.hpp
+
+/// mpi::eval's result, sized once the ranks have agreed and planned (a budget error allocates nothing).
+template <class X, class Run, class T = typename X::value_type>
+mpi::result<T> rank_result(const X&, Run&& run) {
+  mpi::result<T> r;
+  const rank_stats st = run([&](std::size_t rows, std::size_t cols) {
+    r.rows = rows;
+    r.cols = cols;
+    r.values.assign(rows * cols, T(0));
+    if constexpr (X::has_indices) r.indices.assign(rows * cols, -1);
+    return output<T>{r.values.data(), X::has_indices ? r.indices.data() : nullptr};
+  });
+  r.stats = st.stats;
+  r.comm = st.comm;
+  return r;
+}
+/// mpi::eval_into's target: the caller's buffers, checked against the inputs and each other
+/// (check, run inside the agreement: an error on one rank is raised on every rank).
+template <class T>
+struct caller_buffers {
+  T* values;
+  index_t* indices;
+  template <class X>
+  void check(const X& x) const {
+    check_outputs(x, values, indices, "memsafe::mpi::eval_into");
+  }
+  output<T> operator()(std::size_t, std::size_t) const { return {values, indices}; }
+};
 
 template <class X, class Shard, class B>
 std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
@@ -501,20 +595,40 @@ std::string explain_of(const X& x, MPI_Comm comm, Shard s, const B& be) {
 /// Every rank gets the whole result.
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_reduced_t, const options& o = {}) {
-  return detail::run_reduced(x, comm, detail::host_backend{o});
+  return detail::rank_result(x, [&](auto&& target) { return detail::run_reduced(x, comm, detail::host_backend{o}, target); });
 }
 /// Evaluate an expression whose result rows are sharded across the ranks of `comm` (collective:
 /// the ranks agree on the plans first). Each rank gets its own rows.
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_rows_t, const options& o = {}) {
-  return detail::run_rows(x, comm, detail::host_backend{o});
+  return detail::rank_result(x, [&](auto&& target) { return detail::run_rows(x, comm, detail::host_backend{o}, target); });
 }
 /// Evaluate a reduction whose result rows (X) and reduced operand (Y, with v / M / V) are both
 /// sharded across the ranks of `comm` (collective): the Y shards travel around a ring in chunks.
 /// Each rank gets its own rows, indices global (into the concatenation of the Y shards).
 template <evaluable X>
 mpi::result<typename X::value_type> eval(const X& x, MPI_Comm comm, shard_both_t s, const options& o = {}) {
-  return detail::run_both(x, comm, s, detail::host_backend{o});
+  return detail::rank_result(x, [&](auto&& target) { return detail::run_both(x, comm, s, detail::host_backend{o}, target); });
+}
+/// mpi::eval into the caller's buffers: `values` (and `indices` for arg-reductions), contiguous
+/// row-major rows × cols of what this rank gets — the whole result with shard_reduced, its own
+/// rows with shard_rows and shard_both — host memory, as memsafe::eval_into takes them. Nothing
+/// is allocated for the result: with shard_reduced the rank's partial result is evaluated into
+/// the outputs and the merged rows replace it there. Collective; the same agreement first (an
+/// error on any rank is raised on every rank before any output is written), which also checks the
+/// outputs as memsafe::eval_into does: argument_error, on every rank, when on any rank an output
+/// is null, an index output is missing, or an output shares memory with an input or the other.
+template <evaluable X, class Shard>
+rank_stats eval_into(const X& x, MPI_Comm comm, Shard s, typename X::value_type* values, index_t* indices,
+                     const options& o = {}) {
+  static_assert(std::is_same_v<Shard, shard_reduced_t> || std::is_same_v<Shard, shard_rows_t> ||
+                    std::is_same_v<Shard, shard_both_t>,
+                "memsafe::mpi::eval_into: the layout is mpi::shard_reduced, mpi::shard_rows or mpi::shard_both");
+  const detail::caller_buffers<typename X::value_type> target{values, X::has_indices ? indices : nullptr};
+  const detail::host_backend be{o};
+  if constexpr (std::is_same_v<Shard, shard_reduced_t>) return detail::run_reduced(x, comm, be, target);
+  else if constexpr (std::is_same_v<Shard, shard_rows_t>) return detail::run_rows(x, comm, be, target);
+  else return detail::run_both(x, comm, s, be, target);
 }
 /// The distributed plan on this rank (collective; nothing evaluated).
 template <evaluable X, class Shard>

@@ -34,6 +34,22 @@ using host::ranked;
 using host::ranks_before;
 inline constexpr index_t none = std::numeric_limits<index_t>::max();
 
+/// A partial result as the rules read it: row-major values (and, for arg-selections, indices;
+/// for softmax_sum the log-sum-exp of each row's scores), wherever they live — a
+/// memsafe::result's vectors or the caller's buffers of mpi::eval_into.
+template <class T>
+struct partial {
+  const T* values = nullptr;
+  const index_t* indices = nullptr;
+  const T* lse = nullptr;
+};
+/// Where the merged rows go: row-major rows × cols values (and indices for arg-selections).
+template <class T>
+struct output {
+  T* values = nullptr;
+  index_t* indices = nullptr;
+};
+
 /// Selections: k pairs per row.
 template <class T, bool Max, bool WithIndex>
 struct select_rule {
@@ -43,7 +59,7 @@ struct select_rule {
 
   std::size_t row_bytes() const { return k * sizeof(rec); }
   /// Rows [r0, r0 + nr) of a local result with `kl` entries per row (kl ≤ k; kl = 0: empty shard).
-  void pack(const memsafe::result<T>& loc, std::size_t kl, index_t offset, std::size_t r0, std::size_t nr,
+  void pack(const partial<T>& loc, std::size_t kl, index_t offset, std::size_t r0, std::size_t nr,
             std::byte* buf) const {
     rec* out = reinterpret_cast<rec*>(buf);
     for (std::size_t r = 0; r < nr; ++r)
@@ -82,7 +98,7 @@ struct select_rule {
       }
     }
   }
-  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, const output<T>& out) const {
     const rec* in = reinterpret_cast<const rec*>(buf);
     for (std::size_t r = 0; r < nr; ++r)
       for (std::size_t q = 0; q < k; ++q) {
@@ -106,18 +122,18 @@ struct sum_rule {
   std::size_t c = 1;
   static constexpr const char* name = "sum of the partial results";
   std::size_t row_bytes() const { return c * sizeof(T); }
-  void pack(const memsafe::result<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
+  void pack(const partial<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
     T* out = reinterpret_cast<T*>(buf);
     if (empty) std::fill(out, out + nr * c, T(0));
-    else std::memcpy(out, loc.values.data() + r0 * c, nr * c * sizeof(T));
+    else std::memcpy(out, loc.values + r0 * c, nr * c * sizeof(T));
   }
   void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
     T* d = reinterpret_cast<T*>(dst);
     const T* s = reinterpret_cast<const T*>(src);
     for (std::size_t q = 0; q < nr * c; ++q) d[q] += s[q];
   }
-  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
-    std::memcpy(out.values.data() + r0 * c, buf, nr * c * sizeof(T));
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, const output<T>& out) const {
+    std::memcpy(out.values + r0 * c, buf, nr * c * sizeof(T));
   }
 };
 
@@ -137,7 +153,7 @@ template <class T>
 struct lse_rule {
   static constexpr const char* name = "max + log-sum-exp of the partial log-sum-exps";
   std::size_t row_bytes() const { return sizeof(T); }
-  void pack(const memsafe::result<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
+  void pack(const partial<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
     T* out = reinterpret_cast<T*>(buf);
     for (std::size_t r = 0; r < nr; ++r) out[r] = empty ? -std::numeric_limits<T>::infinity() : loc.values[r0 + r];
   }
@@ -146,8 +162,8 @@ struct lse_rule {
     const T* s = reinterpret_cast<const T*>(src);
     for (std::size_t r = 0; r < nr; ++r) d[r] = T(lse_combine(double(d[r]), double(s[r])));
   }
-  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
-    std::memcpy(out.values.data() + r0, buf, nr * sizeof(T));
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, const output<T>& out) const {
+    std::memcpy(out.values + r0, buf, nr * sizeof(T));
   }
 };
 
@@ -157,8 +173,7 @@ struct softmax_rule {
   std::size_t dv = 1;
   static constexpr const char* name = "rescaled sum of the partial softmax outputs (by their log-sum-exps)";
   std::size_t row_bytes() const { return (1 + dv) * sizeof(T); }
-  void pack(const memsafe::result<T>& out_loc, const memsafe::result<T>& lse_loc, bool empty, std::size_t r0,
-            std::size_t nr, std::byte* buf) const {
+  void pack(const partial<T>& loc, bool empty, std::size_t r0, std::size_t nr, std::byte* buf) const {
     T* o = reinterpret_cast<T*>(buf);
     for (std::size_t r = 0; r < nr; ++r) {
       T* row = o + r * (1 + dv);
@@ -166,8 +181,8 @@ struct softmax_rule {
         row[0] = -std::numeric_limits<T>::infinity();
         std::fill(row + 1, row + 1 + dv, T(0));
       } else {
-        row[0] = lse_loc.values[r0 + r];
-        std::memcpy(row + 1, out_loc.values.data() + (r0 + r) * dv, dv * sizeof(T));
+        row[0] = loc.lse[r0 + r];
+        std::memcpy(row + 1, loc.values + (r0 + r) * dv, dv * sizeof(T));
       }
     }
   }
@@ -190,7 +205,7 @@ struct softmax_rule {
       a[0] = T(l);
     }
   }
-  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, memsafe::result<T>& out) const {
+  void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, const output<T>& out) const {
     constexpr T inf = std::numeric_limits<T>::infinity();
     for (std::size_t r = 0; r < nr; ++r) {
       const T* row = reinterpret_cast<const T*>(buf) + r * (1 + dv);
@@ -203,14 +218,12 @@ struct softmax_rule {
 
 /// Rows [r0, r0 + nr) of a partial result as records, whatever the rule's pack takes: a selection
 /// its `kl` entries per row (kl ≤ k; the shard's, or a chunk's, reduced extent) and the global
-/// offset of its first point; softmax_sum the log-sum-exps of its scores (`lse`). `empty`: the
-/// partial of no points at all (the rule's identity: "nothing", 0, −inf).
+/// offset of its first point. `empty`: the partial of no points at all (the rule's identity:
+/// "nothing", 0, −inf; nothing is read).
 template <class Rule, class T>
-void pack_rows(const Rule& rule, const memsafe::result<T>& loc, const memsafe::result<T>& lse, bool empty,
-               std::size_t kl, index_t offset, std::size_t r0, std::size_t nr, std::byte* buf) {
-  if constexpr (std::is_same_v<Rule, softmax_rule<T>>)
-    rule.pack(loc, lse, empty, r0, nr, buf);
-  else if constexpr (requires { rule.k; })
+void pack_rows(const Rule& rule, const partial<T>& loc, bool empty, std::size_t kl, index_t offset, std::size_t r0,
+               std::size_t nr, std::byte* buf) {
+  if constexpr (requires { rule.k; })
     rule.pack(loc, empty ? 0 : kl, offset, r0, nr, buf);
   else
     rule.pack(loc, empty, r0, nr, buf);

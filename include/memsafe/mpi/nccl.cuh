@@ -94,11 +94,9 @@ class nccl_comm {
   int rank_ = 0, ranks_ = 1;
 };
 
-/// What a device-output distributed evaluation did on this rank.
-struct device_stats {
-  eval_stats stats;  ///< the local evaluation's, with the peak of the gather buffers included
-  comm_stats comm;
-};
+/// What a device-output distributed evaluation did on this rank (`stats` includes the peak of the
+/// gather buffers): the host eval_into's rank_stats.
+using device_stats = rank_stats;
 
 namespace detail {
 namespace nccl_kernels {
@@ -241,13 +239,15 @@ device_stats eval_into(const X& x, const nccl_comm& nc, shard_reduced_t, typenam
                 "with memsafe::cuda::options");
   namespace cd = memsafe::cuda::detail;
   const auto t0 = std::chrono::steady_clock::now();
-  memsafe::detail::check_outputs(x, values, indices, "memsafe::mpi::eval_into (NCCL)");
-  if (x.rows() * x.cols() > 0 && (cd::space_of(values) != cd::memory_space::device ||
-                                  (indices && cd::space_of(indices) != cd::memory_space::device)))
-    throw argument_error("memsafe::mpi::eval_into (NCCL): the outputs must be device memory (NCCL merges them on "
-                         "the GPUs); for host outputs use memsafe::mpi::eval with memsafe::cuda::options");
   const detail::cuda_backend be{o};
-  detail::distributed<X> d = detail::prepare_reduced(x, nc.mpi(), be);
+  // The outputs' checks run inside the agreement: an error on one rank is raised on every rank.
+  detail::distributed<X> d = detail::prepare_reduced(x, nc.mpi(), be, [&] {
+    memsafe::detail::check_outputs(x, values, indices, "memsafe::mpi::eval_into (NCCL)");
+    if (x.rows() * x.cols() > 0 && (cd::space_of(values) != cd::memory_space::device ||
+                                    (indices && cd::space_of(indices) != cd::memory_space::device)))
+      throw argument_error("memsafe::mpi::eval_into (NCCL): the outputs must be device memory (NCCL merges them on "
+                           "the GPUs); for host outputs use memsafe::mpi::eval with memsafe::cuda::options");
+  });
   const mpi::plan& p = d.p;
 
   std::unique_ptr<cd::stream> own;

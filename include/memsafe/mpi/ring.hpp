@@ -225,8 +225,8 @@ auto planning_chunk(const X& x, const std::vector<T>& dummy, std::size_t nr, std
   return chunk_expr(x, matrix_view<const T>(dummy.data(), nr, d, 0, 1), matrix_view<const T>(dummy.data() + d, nr, c, 0, 1));
 }
 
-template <class X, class B>
-ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B& be) {
+template <class X, class B, class Pre = no_check>
+ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B& be, const Pre& pre = {}) {
   static_assert(ring_node<X>::supported,
                 "memsafe::mpi: shard_both ships the reduced operand around a ring: it supports reductions over j "
                 "(sum, min, max, argmin, argmax, argkmin, argkmax, logsumexp), K*v, K*M, v*K and softmax_sum of "
@@ -247,6 +247,7 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   me.kind = fnv1a(typeid(typename rule_of<X>::type).name()) ^ (ring_node<X>::has_rhs ? 1u : 0u);
   std::size_t min_eval = 0;
   plan_guarded(me, [&] {
+    pre();
     g.budget = be.budget();
     me.budget = g.budget;
     if constexpr (requires { x.transpose_out; })
@@ -373,23 +374,20 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   return g;
 }
 
-template <class X, class B>
-mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_both_t opt, const B& be) {
+template <class X, class B, class Target>
+rank_stats run_both(const X& x, MPI_Comm comm, shard_both_t opt, const B& be, Target&& target) {
   using T = typename X::value_type;
   using clock = std::chrono::steady_clock;
   const auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const auto t0 = clock::now();
-  const ring_setup<X> g = prepare_both(x, comm, opt, be);
+  const ring_setup<X> g = prepare_both(x, comm, opt, be, [&] { check_target(x, target); });
   const mpi::plan& p = g.p;
   double t_comm = since(t0);
 
-  mpi::result<T> out;
-  out.rows = x.rows();
-  out.cols = x.cols();
-  out.values.assign(out.rows * out.cols, T(0));
-  if constexpr (X::has_indices) out.indices.assign(out.rows * out.cols, -1);
-  out.comm = planned_comm(p);
-  comm_stats& cs = out.comm;
+  const output<T> out = target(x.rows(), x.cols());  // the rank's outputs, once all is agreed and planned
+  rank_stats st;
+  st.comm = planned_comm(p);
+  comm_stats& cs = st.comm;
 
   const std::size_t rec = g.rule.row_bytes(), C = g.chunk, d = g.d, c = g.c;
   const int P = p.ranks, r = p.rank, next = (r + 1) % P, prev = (r + P - 1) % P;
@@ -401,8 +399,7 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
     const std::size_t bufsize = P > 1 ? C * g.payload : 0;
     temp_buffer<std::byte> buf_a(acc, bufsize), buf_b(acc, bufsize), part(acc, g.rows * rec),
         scratch(acc, g.scratch_rows * rec);
-    const memsafe::result<T> nothing;
-    pack_rows(g.rule, nothing, nothing, true, 0, 0, 0, g.rows, part.data());  // the identity of the merge
+    pack_rows(g.rule, partial<T>{}, true, 0, 0, 0, g.rows, part.data());  // the identity of the merge
     std::byte* cur = buf_a.data();
     std::byte* nxt = buf_b.data();
     for (std::size_t t = 0; t < g.rounds; ++t)
@@ -453,7 +450,8 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
           const index_t off = index_t(g.offsets[q] + t * C);
           for (std::size_t r0 = 0; r0 < g.rows; r0 += g.scratch_rows) {
             const std::size_t n2 = std::min(g.scratch_rows, g.rows - r0);
-            pack_rows(g.rule, loc, lse, false, kl, off, r0, n2, scratch.data());
+            pack_rows(g.rule, partial<T>{loc.values.data(), loc.indices.data(), lse.values.data()}, false, kl, off, r0,
+                      n2, scratch.data());
             g.rule.merge(part.data() + r0 * rec, scratch.data(), n2);
           }
           last = loc.stats;
@@ -479,15 +477,15 @@ mpi::result<typename X::value_type> run_both(const X& x, MPI_Comm comm, shard_bo
   if (first)
     throw error(cat(msg{"memsafe::mpi: shard_both: rank ", first - 1,
                         " failed while evaluating its rows against the ring's chunks (its own error is raised there)"}));
-  out.stats = last;
-  out.stats.plan = p.local;
-  out.stats.budget_bytes = g.budget;
-  out.stats.peak_temp_bytes = peak;
-  out.stats.planned_temp_bytes = g.fixed + p.buffer_bytes + p.local.planned_bytes;
-  out.stats.min_budget_bytes = g.need;
+  st.stats = last;
+  st.stats.plan = p.local;
+  st.stats.budget_bytes = g.budget;
+  st.stats.peak_temp_bytes = peak;
+  st.stats.planned_temp_bytes = g.fixed + p.buffer_bytes + p.local.planned_bytes;
+  st.stats.min_budget_bytes = g.need;
   cs.seconds = t_comm;
-  out.stats.seconds = since(t0);
-  return out;
+  st.stats.seconds = since(t0);
+  return st;
 }
 
 template <class X, class B>
