@@ -138,7 +138,8 @@ inline std::size_t resolve_threads(unsigned requested) {
   return cores;
 }
 
-inline std::vector<std::size_t> candidates(std::size_t extent, std::initializer_list<std::size_t> prefs) {
+template <class = void>
+std::vector<std::size_t> candidates(std::size_t extent, std::initializer_list<std::size_t> prefs) {
   std::vector<std::size_t> v;
   for (std::size_t p : prefs) {
     std::size_t c = std::min(p, extent);

@@ -21,9 +21,11 @@ using namespace memsafe::detail;
 /// The rules applied to one expression, in the order they fired (each listed once).
 struct rule_log {
   std::vector<std::string> fired;
+  template <class = void>
   void add(const std::string& r) {
     if (std::find(fired.begin(), fired.end(), r) == fired.end()) fired.push_back(r);
   }
+  template <class = void>
   MEMSAFE_COLD std::string str() const {
     if (fired.empty()) return "(none)";
     std::string s;

@@ -584,7 +584,8 @@ const char* screen_name(screen_mode m) {
          : sizeof(T) == 8        ? "fp64"
                                  : "fp32";
 }
-inline screen_mode parse_screen(const std::string& s) {
+template <class = void>
+screen_mode parse_screen(const std::string& s) {
   return s == "bf16"  ? screen_mode::bf16
          : s == "amx" ? screen_mode::amx
          : s == "i16" ? screen_mode::i16
@@ -605,7 +606,8 @@ std::vector<std::size_t> select_tile_cols(std::size_t d) {
 /// 256 KiB, in L2 — each block of 32 query rows streams the whole tile through the tiles while its
 /// own pairs stay in L1; tiles as small as select_tile_cols' L1-sized ones reload the rows' pairs
 /// from L2 every few panels (1.3× slower at d = 100 here; docs/design.md).
-inline std::vector<std::size_t> amx_tile_cols(std::size_t d) {
+template <class = void>
+std::vector<std::size_t> amx_tile_cols(std::size_t d) {
   const std::size_t target = std::max<std::size_t>(64, (std::size_t{256} << 10) / (bf16_pairs(d, screen_mode::amx) * 4));
   std::vector<std::size_t> v;
   for (std::size_t c = 8192; c >= 1; c /= 2)
