@@ -197,6 +197,48 @@ TEST_CASE("results do not depend on the budget; small budgets chunk the communic
   CHECK(ex.find("temporaries:", first + 1) == std::string::npos);
 }
 
+TEST_CASE_TEMPLATE("softmax_sum over a sharded reduced index holds its log-sum-exps within the budget", T, float, double) {
+  // Many rows, few columns: the per-row log-sum-exps (n values) outweigh a communication chunk, so
+  // a budget that left them out would be passed.
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  const std::size_t n = 3000, m = 97, d = 4, c = 2;
+  auto x = data<T>(n, d, 21), y = data<T>(m, d, 22), M = data<T>(m, c, 23);
+  const span s = shard_of(m, "even", rank(), ranks());
+  const auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data() + s.b * d, s.size(), d);
+  const auto e = memsafe::softmax_sum(-memsafe::sqdist(X, Y), memsafe::matrix(M.data() + s.b * c, s.size(), c));
+  const auto want = memsafe::eval(memsafe::softmax_sum(-memsafe::sqdist(X, memsafe::points(y.data(), m, d)),
+                                                       memsafe::matrix(M.data(), m, c)),
+                                  unlimited_opts);
+  const auto sh = memsafe::mpi::shard_reduced;
+  const auto free_run = memsafe::mpi::eval(e, MPI_COMM_WORLD, sh, memsafe::options{memsafe::unlimited, 1});
+  CHECK(free_run.stats.min_budget_bytes > n * sizeof(T));
+  unsigned long mine = free_run.stats.min_budget_bytes, need = 0;
+  MPI_Allreduce(&mine, &need, 1, MPI_UNSIGNED_LONG, MPI_MAX, MPI_COMM_WORLD);
+  for (std::size_t b : {std::size_t(need), std::size_t(need) + (std::size_t(4) << 10), std::size_t(1) << 20}) {
+    INFO("budget " << b);
+    const auto r = memsafe::mpi::eval(e, MPI_COMM_WORLD, sh, memsafe::options{b, 1});
+    CHECK(mismatches(r.values, want.values, tol) == 0);
+    CHECK(r.stats.peak_temp_bytes <= b);
+    CHECK(r.stats.peak_temp_bytes >= n * sizeof(T));  // the log-sum-exps are counted
+    std::vector<T> out(n * c, T(-1));
+    const auto st = memsafe::mpi::eval_into(e, MPI_COMM_WORLD, sh, out.data(), nullptr, memsafe::options{b, 1});
+    CHECK(st.stats.peak_temp_bytes <= b);
+    CHECK(out == r.values);
+  }
+  // One byte less on the rank that needs most: every rank raises the budget error, which names
+  // the log-sum-exps and the minimum.
+  const memsafe::options tight{mine == need ? std::size_t(need) - 1 : std::size_t(need), 1};
+  try {
+    (void)memsafe::mpi::eval(e, MPI_COMM_WORLD, sh, tight);
+    FAIL("no budget_error");
+  } catch (const memsafe::budget_error& err) {
+    CHECK(err.minimum_bytes == need);
+    CHECK(std::string(err.what()).find("log-sum-exps") != std::string::npos);
+  }
+  const std::string ex = memsafe::mpi::explain(e, MPI_COMM_WORLD, sh, memsafe::options{std::size_t(1) << 20, 1});
+  CHECK(ex.find("log-sum-exps of the scores: ") != std::string::npos);
+}
+
 TEST_CASE("rows sharded: each rank gets its own rows, equal to one process's") {
   const std::size_t n = 103, m = 211, d = 3;
   auto x = data<float>(n, d, 9), y = data<float>(m, d, 10);

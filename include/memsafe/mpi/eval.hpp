@@ -99,7 +99,8 @@ struct plan {
   // shard_both: the ring.
   std::size_t payload_row_bytes = 0;  ///< bytes of one row of the reduced operand on the wire (Y row + v/M/V row)
   std::size_t steps = 0;              ///< ring phases (chunk rounds × ranks), each one message per rank at most
-  std::size_t partial_bytes = 0;      ///< running partials, a chunk's local result and the packing scratch
+  std::size_t partial_bytes = 0;      ///< running partials, a chunk's local result and the packing scratch;
+                                      ///< shard_reduced: softmax_sum's log-sum-exps, held through the merge
   std::size_t eval_budget = 0;        ///< what a chunk's local evaluation may use (budget − buffers − partials)
   std::size_t bytes_received = 0;     ///< ring: what this rank receives
   tile_plan local;              ///< the local evaluation's plan (empty for an empty shard)
@@ -116,6 +117,9 @@ struct plan {
         << " per message, in " << chunks << " chunk(s) of ≤ " << chunk_rows << " row(s); at most "
         << format_bytes(bytes_per_rank) << " sent per rank; buffers " << format_bytes(buffer_bytes)
         << " counted in the budget\n";
+      if (partial_bytes)
+        s << "  log-sum-exps of the scores: " << format_bytes(partial_bytes)
+          << ", held through the merge, counted in the budget\n";
     } else if (layout == "shard_both") {
       s << "  result rows: this rank's " << rows << "; reduced index: this rank holds [" << offset << ", "
         << offset + local_extent << ") of " << global_extent << "\n";
@@ -284,6 +288,8 @@ struct distributed {
   X local;
   rule_t rule;
   std::size_t extent = 0, kl = 0, budget = 0;
+  std::size_t lse_bytes = 0;  ///< shard_reduced, softmax_sum: its scores' log-sum-exps, held through the merge
+  std::size_t need = 0;       ///< the least budget this rank's evaluation fits in
   bool empty = false;
   mpi::plan p;
 };
@@ -335,7 +341,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
                 "logsumexp), products K*v, K*M, v*K, M*K, softmax_sum and lazy x lazy products; shard dense(E), "
                 "product chains and batches by rows (memsafe::mpi::shard_rows)");
   const int rank = rank_of(comm);
-  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x), 0, 0, 0, false, {}};
+  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x), 0, 0, 0, 0, 0, false, {}};
   d.extent = rule_of<X>::extent(x);
   d.empty = d.extent == 0;
   rank_info me{};
@@ -346,12 +352,23 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
     pre();
     d.budget = be.budget();
     me.budget = d.budget;
-    std::size_t need = 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
-    if (!d.empty) need = std::max(need, minimum_partial(be, d.local));
+    // softmax_sum: the log-sum-exps of its scores (one per row) are evaluated after its partial
+    // sums and held, in the budget, through the merge beside the communication buffers.
+    if constexpr (is_softmax<X>)
+      if (!d.empty)
+        d.lse_bytes = checked_mul(x.rows(), sizeof(typename X::value_type), "memsafe::mpi: the log-sum-exps");
+    std::size_t need = d.lse_bytes + 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
+    if (!d.empty) {
+      need = std::max(need, be.minimum(d.local));
+      if constexpr (is_softmax<X>) need = std::max(need, d.lse_bytes + be.minimum(make_reduce<red::logsumexp>(d.local.e)));
+    }
+    d.need = need;
     if (need > d.budget)
-      memsafe::plan::too_small(cat(msg{"the shard of ", x.str(), " and its communication buffers"}), d.budget, need);
+      memsafe::plan::too_small(cat(msg{"the shard of ", x.str(), is_softmax<X> ? ", its log-sum-exps" : "",
+                                       " and its communication buffers"}),
+                               d.budget, need);
     const std::size_t cap = std::size_t(INT_MAX) / 2;
-    me.chunk_rows = std::max<std::size_t>(1, std::min(d.budget, cap) / 2 / d.rule.row_bytes());
+    me.chunk_rows = std::max<std::size_t>(1, std::min(d.budget - d.lse_bytes, cap) / 2 / d.rule.row_bytes());
     return need;
   });
   const auto all = agree(me, comm, rank);
@@ -387,6 +404,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   while ((std::size_t(1) << steps) < std::size_t(ranks)) ++steps;
   p.tree_steps = steps;
   p.bytes_per_rank = ranks > 1 ? p.rows * p.record_bytes * (1 + steps) : 0;
+  p.partial_bytes = d.lse_bytes;
   p.local_empty = d.empty;
   if (!d.empty) p.local = be.plan(d.local, d.budget);
   return d;
@@ -460,13 +478,16 @@ rank_stats run_reduced(const X& x, MPI_Comm comm, const B& be, Target&& target) 
   // packed into the communication buffer before its merged rows are unpacked over it); for
   // softmax_sum also the log-sum-exp of its scores.
   rank_stats st;
-  memsafe::result<T> lse;
   std::size_t kl = d.kl;
+  if (!d.empty) st.stats = eval_to(be, d.local, d.budget, out.values, out.indices);
+  accountant acc(d.budget);
+  // softmax_sum: the log-sum-exps of its scores, evaluated under what they leave of the budget.
+  temp_buffer<T> lse(acc, d.lse_bytes / sizeof(T));
   if (!d.empty) {
-    st.stats = eval_to(be, d.local, d.budget, out.values, out.indices);
     if constexpr (is_softmax<X>) {
-      lse = be.eval(make_reduce<red::logsumexp>(d.local.e), d.budget);
-      st.stats.peak_temp_bytes = std::max(st.stats.peak_temp_bytes, lse.stats.peak_temp_bytes);
+      const eval_stats ls = eval_to(be, make_reduce<red::logsumexp>(d.local.e), d.budget - d.lse_bytes, lse.data(),
+                                    static_cast<index_t*>(nullptr));
+      st.stats.peak_temp_bytes = std::max(st.stats.peak_temp_bytes, d.lse_bytes + ls.peak_temp_bytes);
     }
     if constexpr (requires { d.rule.k; })
       if (kl < d.rule.k) {
@@ -475,13 +496,12 @@ rank_stats run_reduced(const X& x, MPI_Comm comm, const B& be, Target&& target) 
       }
   }
   st.stats.budget_bytes = d.budget;
-  const partial<T> loc{out.values, out.indices, lse.values.data()};
+  const partial<T> loc{out.values, out.indices, lse.data()};
 
   const auto t1 = std::chrono::steady_clock::now();
   st.comm = planned_comm(p);
   comm_stats& cs = st.comm;
   {
-    accountant acc(d.budget);
     temp_buffer<std::byte> mine(acc, p.chunk_rows * p.record_bytes), theirs(acc, p.chunk_rows * p.record_bytes);
     for (std::size_t r0 = 0; r0 < p.rows; r0 += p.chunk_rows) {
       const std::size_t nr = std::min(p.chunk_rows, p.rows - r0);
@@ -492,7 +512,7 @@ rank_stats run_reduced(const X& x, MPI_Comm comm, const B& be, Target&& target) 
     st.stats.peak_temp_bytes = std::max(st.stats.peak_temp_bytes, acc.peak());
   }
   cs.seconds = t_agree + std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  st.stats.min_budget_bytes = std::max<std::size_t>(st.stats.min_budget_bytes, 2 * p.record_bytes);
+  st.stats.min_budget_bytes = std::max<std::size_t>(st.stats.min_budget_bytes, d.need);
   st.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
