@@ -4,8 +4,10 @@
 //
 // Each rank runs memsafe::cuda::eval on its shard (the rank's current device; inputs on the device
 // or on the host, as memsafe::cuda::eval takes them), under its budget of device and pinned
-// memory; the partial results come back as host vectors, as memsafe::cuda::eval returns them, and
-// merge on the host exactly as the host path's do (mpi/merge.hpp): the records are small for
+// memory; memsafe::cuda::eval_into writes the partial results straight into the rank's host
+// outputs (mpi::eval's result, or mpi::eval_into's buffers: the result is held once on the host,
+// not first in a vector of its own and then copied), and they merge on the host exactly as the
+// host path's do (mpi/merge.hpp): the records are small for
 // selections (k pairs per row) and one output for sums. Any MPI works, CUDA-aware or not; device
 // buffers never go through MPI. The agreement also covers a rank without a usable GPU: its
 // cuda_error is raised on every rank.
@@ -46,6 +48,12 @@ struct cuda_backend {
   template <class X>
   memsafe::result<typename X::value_type> eval(const X& x, std::size_t b) const {
     return memsafe::cuda::eval(x, with(b));
+  }
+  /// Into row-major outputs in host memory (the rank's result or the caller's buffers), written
+  /// by memsafe::cuda::eval_into itself: no host vector of the partial result beside them.
+  template <class X>
+  eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, std::size_t b) const {
+    return memsafe::cuda::eval_into(x, values, indices, with(b));
   }
   template <class X>
   std::string explain(const X& x) const {
