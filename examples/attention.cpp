@@ -282,9 +282,7 @@ int run(const config& c) {
   // outputs O, lse, dO, dQ, dK, dV (and the bias and its gradient) are caller memory: count them with the inputs
   const auto rss =
       mx::make_rss_limit(c.run.rss_slack, (3 * n + 5 * n + B * H * Tn + 2 * nb) * sizeof(T), sf.budget_bytes);
-  rss.add_to(j, peak_rss);
-  j.print();
-  return pass && rss.pass(peak_rss) ? 0 : 1;
+  return rss.finish(j, peak_rss, pass);
 }
 
 }  // namespace

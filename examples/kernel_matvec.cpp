@@ -170,9 +170,7 @@ int run(const config& c) {
     j.add("check_max_rel_err", max_rel);
   j.add("check", rows.empty() ? "skipped" : (pass ? "pass" : "fail"));
   const auto rss = mx::make_rss_limit(c.run.rss_slack, (n * d + n) * sizeof(T), st.budget_bytes);
-  rss.add_to(j, peak_rss);
-  j.print();
-  return pass && rss.pass(peak_rss) ? 0 : 1;
+  return rss.finish(j, peak_rss, pass);
 }
 
 }  // namespace

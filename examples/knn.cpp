@@ -255,9 +255,7 @@ int run(const config& c) {
       .add("check_mismatches", mismatches)
       .add("check", r == 0 ? "skipped" : (mismatches == 0 ? "pass" : "fail"));
   const auto rss = mx::make_rss_limit(c.run.rss_slack, (n + m) * d * sizeof(T), st.budget_bytes);
-  rss.add_to(j, peak_rss);
-  j.print();
-  return mismatches == 0 && rss.pass(peak_rss) ? 0 : 1;
+  return rss.finish(j, peak_rss, mismatches == 0);
 }
 
 }  // namespace

@@ -438,9 +438,7 @@ int run(const config& cfg, const Kern& kern) {
     if (!check_note.empty()) j.add("check_note", check_note);
   }
   j.add("check", !cfg.check ? "skipped" : (check_pass ? "pass" : "fail"));
-  rss.add_to(j, peak_rss);
-  j.print();
-  return check_pass && rss.pass(peak_rss) ? 0 : 1;
+  return rss.finish(j, peak_rss, check_pass);
 }
 
 }  // namespace

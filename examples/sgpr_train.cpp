@@ -623,9 +623,7 @@ int run_main(int argc, char** argv) {
           .add("cpu_seconds_bound_grad_median", median(cpu_grad));
     }
     j.add("input_bytes", input_bytes).add("max_rss_bytes", peak_rss);
-    rss.add_to(j, peak_rss);
-    j.print();
-    return rss.pass(peak_rss) ? 0 : 1;
+    return rss.finish(j, peak_rss, true);
   } catch (const std::exception& e) {
     return mx::print_json_failure(e);
   }

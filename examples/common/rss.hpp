@@ -48,6 +48,14 @@ struct rss_limit {
     if (enabled) j.add("rss_limit_bytes", limit);
     j.add("rss_check", verdict(max_rss));
   }
+  /// An example's last step: the RSS fields added, the JSON line printed, and its exit status
+  /// (0 only when its own check `pass`ed and the RSS stayed within the limit).
+  template <class Json>
+  int finish(Json& j, std::size_t max_rss, bool pass) const {
+    add_to(j, max_rss);
+    j.print();
+    return pass && this->pass(max_rss) ? 0 : 1;
+  }
 };
 inline rss_limit make_rss_limit(const std::string& slack_text, std::size_t input_bytes, std::size_t budget_bytes) {
   rss_limit r;
