@@ -74,3 +74,12 @@ if(exe_mpi)
 else()
   message(STATUS "consumer.${MODE}: no memsafe::mpi (MPI not found): the MPI consumer is not built")
 endif()
+
+# The memsafe::nccl consumer (package mode), built where the install has the component and nvcc is
+# found: not run, NCCL's communicators need GPUs.
+find_program(exe_nccl memsafe_consumer_nccl PATHS ${dir}/consumer-build ${dir}/consumer-build/Release NO_DEFAULT_PATH)
+if(exe_nccl)
+  message(STATUS "consumer.${MODE}: memsafe_consumer_nccl built against memsafe::nccl (not run: needs GPUs)")
+elseif(MODE STREQUAL "find_package")
+  message(STATUS "consumer.${MODE}: no memsafe::nccl in the install, or no nvcc here: the NCCL consumer is not built")
+endif()
