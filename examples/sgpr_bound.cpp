@@ -416,6 +416,7 @@ int run(const config& cfg, const Kern& kern) {
       .add("evaluations", ev.evaluations)
       .add("threads", memsafe::plan::resolve_threads(cfg.run.threads))
       .add("blas_threads", ev.initial_blas_threads)
+      .add("blas_core", la::blas_core())
       .add("seconds_load", seconds_load)
       .add("seconds_kuu", fit.seconds_kuu)
       .add("seconds_product", fit.seconds_product)
@@ -458,6 +459,7 @@ int main(int argc, char** argv) {
       .option("check-n", "0", "points of the dense --check (the first training points; 0 = all that fit 2 GiB of Kuf)");
   mx::add_eval_options(args);  // the budget applies to every memsafe evaluation
   args.parse(argc, argv);
+  if (const std::string note = la::blas_core_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
 
   config cfg;
   cfg.data_dir = args.get_string("data-dir");

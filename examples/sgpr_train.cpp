@@ -417,6 +417,8 @@ int run_main(int argc, char** argv) {
   if (m == 0) args.fail("--m must be positive");
   if (!(time_limit >= 0)) args.fail("--time-limit must be a number of seconds >= 0");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
+  if (const std::string note = memsafe::linalg::blas_core_note(); !note.empty() && writer_rank())
+    std::fprintf(stderr, "%s\n", note.c_str());
 
   try {
     const auto t_start = clock_type::now();
@@ -607,6 +609,7 @@ int run_main(int argc, char** argv) {
         .add("budget_bytes", budget)
         .add("threads", memsafe::plan::resolve_threads(run.threads))
         .add("blas_threads", memsafe::linalg::blas_threads())
+        .add("blas_core", memsafe::linalg::blas_core())
         .add("seconds_load", seconds_load)
         .add("seconds_init_z", seconds_init)
         .add("seconds_train", seconds_train)

@@ -374,4 +374,46 @@ TEST_CASE("linalg lazy times lazy in double through DGEMM matches a naive produc
 #endif
 }
 }
+
+TEST_CASE("linalg blas_core_note speaks only when OpenBLAS runs kernels narrower than the CPU") {
+  using memsafe::linalg::detail::blas_core_note_for;
+  const std::string dyn = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64";
+  const auto has = [](const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; };
+  for (const char* core : {"Haswell", "Zen", "Sandybridge"}) {
+    CAPTURE(core);
+    // An AVX2 set on an AVX-512 CPU, chosen by OpenBLAS: the note names the set and the variable.
+    const std::string own = blas_core_note_for(core, true, nullptr, dyn);
+    CHECK(has(own, std::string("runs its ") + core + " kernels"));
+    CHECK(has(own, "OPENBLAS_CORETYPE=SkylakeX"));
+    CHECK(has(own, dyn));
+    // Chosen by the environment: the note names the variable and its value.
+    const std::string env = blas_core_note_for(core, true, core, dyn);
+    CHECK(has(env, std::string("OPENBLAS_CORETYPE=") + core + " in the environment"));
+    CHECK(has(env, std::string("run its ") + core + " kernels"));
+  }
+  // Silent: OpenBLAS's AVX-512 sets (any letter case, whoever chose them), a CPU without AVX-512, not OpenBLAS.
+  for (const char* core : {"SkylakeX", "skylakex", "Cooperlake", "SAPPHIRERAPIDS"}) {
+    CAPTURE(core);
+    CHECK(blas_core_note_for(core, true, nullptr, dyn).empty());
+    CHECK(blas_core_note_for(core, true, "SkylakeX", dyn).empty());
+  }
+  CHECK(blas_core_note_for("Haswell", false, nullptr, dyn).empty());
+  CHECK(blas_core_note_for("Haswell", false, "Haswell", dyn).empty());
+  CHECK(blas_core_note_for("", true, nullptr, "").empty());
+  // A build for one target only: the variable would not help, so the note says what would.
+  const std::string fixed = blas_core_note_for("Haswell", true, nullptr, "OpenBLAS 0.3.21 NO_LAPACKE Haswell MAX_THREADS=64");
+  CHECK(has(fixed, "built for its Haswell kernels only"));
+  CHECK_FALSE(has(fixed, "OPENBLAS_CORETYPE"));
+  // What the linked BLAS says: OpenBLAS names a set, which its build line lists too (DYNAMIC_ARCH
+  // builds name the set they run; single-target builds their target).
+  const std::string_view core = memsafe::linalg::blas_core(), config = memsafe::linalg::blas_config();
+  if (memsafe::linalg::blas_is_openblas()) {
+    CHECK_FALSE(core.empty());
+    CHECK(config.find(core) != std::string_view::npos);
+    const std::string seen = std::string("OpenBLAS kernel set: ") + std::string(core) + " (" + std::string(config) + ")";
+    MESSAGE(seen);
+  } else {
+    CHECK(core.empty());
+  }
+}
 #endif  // MEMSAFE_HAS_LAPACK
