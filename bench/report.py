@@ -19,6 +19,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,6 +75,8 @@ def row_key(r: dict) -> tuple:
         key += (r.get("build") or "native",)
     if r.get("suite") == "mpi":  # one row per task, ranks and threads per rank
         key += (r.get("task"), r.get("ranks"), r.get("threads_per_rank"))
+    if r.get("suite") == "blas_core_ab":  # one row per data set, OpenBLAS kernel set and round
+        key += (r.get("dataset"), r.get("split"), r.get("openblas_coretype"), r.get("round"))
     return key
 
 
@@ -750,6 +753,42 @@ def sgpr_rows(rows, every_machine: bool = False) -> list[dict]:
     return list(latest.values())
 
 
+AVX512_BLAS_CORES = ("skylakex", "cooperlake", "sapphirerapids")  # OpenBLAS's AVX-512 kernel sets
+
+
+def blas_ab_section(rows) -> list[str]:
+    """bench/gp/blas_core_ab.sh's rows: sgpr_train --bench under each OpenBLAS kernel set, per machine."""
+    ab = [r for r in rows if r.get("suite") == "blas_core_ab" and r.get("status") == "ok"]
+    if not ab:
+        return []
+    med = statistics.median
+    body = []
+    for cpu, ds, m in sorted({(cpu_of(r), r.get("dataset"), r.get("m")) for r in ab}, key=str):
+        mine = [r for r in ab if (cpu_of(r), r.get("dataset"), r.get("m")) == (cpu, ds, m)]
+        by = {}
+        for r in mine:
+            by.setdefault(r.get("openblas_coretype"), []).append(r)
+        base = by.get("Haswell")
+        base_t = med([r["seconds_bound_grad_median"] for r in base]) if base else None
+        for req in sorted(by, key=str):
+            rs = by[req]
+            t = med([r["seconds_bound_grad_median"] for r in rs])
+            body.append([cpu, f"{ds} (n = {rs[0].get('n_train'):,})", f"{m:,}", str(req),
+                         ", ".join(sorted({str(r.get("blas_core")) for r in rs})), str(len(rs)),
+                         f"{sig(min(r['seconds_bound_min'] for r in rs))} / {sig(med([r['seconds_bound_median'] for r in rs]))} s",
+                         f"{sig(min(r['seconds_bound_grad_min'] for r in rs))} / {sig(t)} s",
+                         f"{base_t / t:.2f}×" if base_t else "—"])
+    head = ["machine", "data set", "m", "OPENBLAS_CORETYPE", "OpenBLAS ran", "runs", "bound (min / median)",
+            "bound + gradient (min / median)", "Haswell's median / this median"]
+    return ["### OpenBLAS's kernel set under the bound and gradient", "",
+            "`bash bench/gp/blas_core_ab.sh` — `sgpr_train --bench` (the bound, and the bound with its gradient, at the "
+            "initial point; no training) with `OPENBLAS_CORETYPE` set to each kernel set in alternating rounds (`unset`: "
+            "OpenBLAS's own choice for the CPU): the n-sized SYRK and GEMMs and the m×m factorisations run on "
+            "OpenBLAS, the kernel evaluations on memsafe's own dispatched kernels. Min and median over the runs' "
+            "own minima and medians (each run times `--bench` evaluations); `bench/results/gp_blas_core.jsonl`.", "",
+            table(head, body), ""]
+
+
 def stopped_by_time_limit(r) -> bool:
     """An sgpr_train run that --time-limit stopped before its iteration budget."""
     return r.get("lbfgs_status") == "time_limit"
@@ -893,8 +932,9 @@ def section_sgpr(rows, img) -> str:
                     if r.get("status") == "ok" and not r.get("cpu_shared"):
                         timed.setdefault(r.get("split"), {})[cpu_of(r)] = r["seconds_per_evaluation"]
                 per_split[impl] = (timed, shown)
+                wide = impl == "memsafe" and any(str(r.get("blas_core", "")).lower() in AVX512_BLAS_CORES for r in good)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
-                          sig(t) + (" †" if shared else ""),
+                          sig(t) + (" †" if shared else "") + (" §" if wide else ""),
                           "/".join(str(r.get("iterations")) + (" ‡" if stopped_by_time_limit(r) else "")
                                    for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
@@ -932,6 +972,19 @@ def section_sgpr(rows, img) -> str:
     if any(stopped_by_time_limit(r) for r in sg):
         s += ["‡ Stopped by `sgpr_train --time-limit` (`TIME_LIMIT` in sweep.sh) before the iteration budget: the "
               "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
+    mem = [r for r in sg if r.get("impl") == "memsafe"]
+    if any(str(r.get("blas_core", "")).lower() in AVX512_BLAS_CORES for r in mem):
+        s += ["§ At least one of these memsafe runs had OpenBLAS on its AVX-512 kernels (`blas_core` in the row: "
+              "sweep.sh's `BLAS_CORETYPE`, default `OPENBLAS_CORETYPE=SkylakeX` on an AVX-512 CPU).", ""]
+    s += ["memsafe's dense steps (the n-sized SYRK and GEMMs, the m×m factorisations) run on OpenBLAS, whose kernel "
+          "set the environment can choose: on 2026-12-02 this project's machine set `OPENBLAS_CORETYPE=Haswell`, "
+          "OpenBLAS's AVX2 kernels, on an AVX-512 CPU. Rows from then on record the set that ran (`blas_core`); "
+          f"{sum(1 for r in mem if not r.get('blas_core'))} of the {len(mem)} memsafe rows shown are older and "
+          "did not record it: they ran on whatever their machine's environment chose, on 2026-12-02's machine the "
+          "Haswell kernels. The peers do not use OpenBLAS (GPflow: TensorFlow's Eigen and oneDNN; GPyTorch: "
+          "PyTorch's bundled BLAS), so on an AVX-512 CPU those memsafe times may be upper bounds"
+          + (" (the table below)." if blas_ab_section(rows) else "."), ""]
+    s += blas_ab_section(rows)
     if img:
         s += [f"![SGPR RMSE and NLPD against m]({img})", "",
               "In the plot a hollow marker is a mean over fewer splits than the rest of its line (memsafe's) or than "
@@ -1879,9 +1932,10 @@ def main(argv=None) -> int:
         "Peak temp is memsafe's own count of temporary bytes (for naive: its dense matrix); "
         "`max_rss_bytes` in the results is the process's peak resident memory. "
         "FAISS and the naive peer call OpenBLAS's sgemm; their rows record `openblas_coretype`: `bench/run.py` "
-        "sets `OPENBLAS_CORETYPE=SkylakeX` (OpenBLAS's AVX-512 kernels) on an AVX-512 CPU, because an OpenBLAS "
-        "older than the CPU falls back to its Haswell (AVX2) kernels — Debian 12's 0.3.21 does on this Zen 5 "
-        "(dgemm 121 against 200 GFLOP/s, FAISS kNN d = 100 1.2× slower). Rows taken before 2026-11-26 13:00 "
+        "sets `OPENBLAS_CORETYPE=SkylakeX` (OpenBLAS's AVX-512 kernels) on an AVX-512 CPU, because the environment "
+        "of this project's machine sets `OPENBLAS_CORETYPE=Haswell` (found on 2026-12-02; an OpenBLAS older than "
+        "a CPU may also take it for an older one) and OpenBLAS's Haswell (AVX2) kernels are slower there (on the "
+        "Zen 5 dgemm 121 against 200 GFLOP/s, FAISS kNN d = 100 1.2× slower). Rows taken before 2026-11-26 13:00 "
         "(no `openblas_coretype`) ran FAISS on those AVX2 kernels.", "",
         "**FP32 peak.** " + pk_text + ". " + peak_per_cycle_text(pk, mach) + "In a virtual machine `cpu MHz` "
         "is the nominal clock; if the core boosts above it the measured share of peak is overstated.", "",

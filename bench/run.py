@@ -302,9 +302,10 @@ class Runner:
     @property
     def blas_coretype(self) -> str | None:
         """OPENBLAS_CORETYPE for the BLAS-backed peers (FAISS's and the naive code's sgemm): --blas-coretype,
-        or with "auto" SkylakeX (OpenBLAS's AVX-512 kernels) on a CPU with AVX-512 F/BW/DQ/VL — an older
-        OpenBLAS takes a CPU newer than itself for Haswell (AVX2: Debian 12's 0.3.21 on Zen 5 runs sgemm
-        1.65× slower there) — else OpenBLAS's own choice."""
+        or with "auto" SkylakeX (OpenBLAS's AVX-512 kernels) on a CPU with AVX-512 F/BW/DQ/VL — the
+        environment may force Haswell (this project's machine sets OPENBLAS_CORETYPE=Haswell; on a Zen 5
+        its AVX2 sgemm runs 1.65× slower), and an OpenBLAS older than a CPU may take it for an older one —
+        else the environment's setting, or OpenBLAS's own choice."""
         c = self.a.blas_coretype
         if c == "auto":
             return "SkylakeX" if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= cpu_flags() else None

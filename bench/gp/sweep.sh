@@ -15,8 +15,13 @@
 # GPFLOW_PY (the GPflow venv's python, bench/.cache/venv-gpflow/bin/python), GPYTORCH_PY (the GPyTorch
 # venv's python, bench/.cache/venv-gpytorch/bin/python), TIME_LIMIT (memsafe only: sgpr_train's
 # --time-limit, seconds after which training stops at the end of an iteration; the row's
-# lbfgs_status then reads "time_limit" and the report marks it). Each run's row also records the machine's
-# 1-minute load average at its start (load_1m): the machine may be shared.
+# lbfgs_status then reads "time_limit" and the report marks it), BLAS_CORETYPE (memsafe only: the
+# OpenBLAS kernel set its dense steps run on, as OPENBLAS_CORETYPE — an environment may force an older
+# one, e.g. OPENBLAS_CORETYPE=Haswell: auto (default) is SkylakeX, OpenBLAS's AVX-512 kernels, on a CPU
+# with AVX-512 F/BW/DQ/VL, else unset; unset is OpenBLAS's own choice; inherit keeps the environment's;
+# a name sets it. The row records the request as openblas_coretype (null for inherit) and the set that
+# ran as blas_core). Each run's row also records the machine's 1-minute load average at its start
+# (load_1m): the machine may be shared.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 BIN=${BIN:-build/examples/sgpr_train}
@@ -30,6 +35,13 @@ THREADS=${THREADS:-2}
 OUT=${OUT:-bench/results/gp_sgpr.jsonl}
 TIMEOUT=${TIMEOUT:-36000}
 TIME_LIMIT=${TIME_LIMIT:-}
+BLAS_CORETYPE=${BLAS_CORETYPE:-auto}
+if [[ $BLAS_CORETYPE == auto ]]; then
+  flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+  BLAS_CORETYPE=unset
+  if [[ " $flags " == *" avx512f "* && " $flags " == *" avx512bw "* && " $flags " == *" avx512dq "* &&
+        " $flags " == *" avx512vl "* ]]; then BLAS_CORETYPE=SkylakeX; fi
+fi
 [[ -x $BIN ]] || { echo "sweep.sh: $BIN not built (cmake --build build --target sgpr_train; needs liblbfgs-dev)" >&2; exit 1; }
 mkdir -p "$(dirname "$OUT")"
 IMPLS=${IMPLS:-memsafe}
@@ -51,16 +63,23 @@ for ds in $DATASETS; do
         fi
         echo "sweep.sh: ${cmd[*]}" >&2
         load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo null)
-        line=$(OPENBLAS_NUM_THREADS=$THREADS timeout "$TIMEOUT" "${cmd[@]}" 2>>"${OUT%.jsonl}.log" | tail -n 1)
+        envs=(OPENBLAS_NUM_THREADS="$THREADS")
+        coretype=inherit
+        if [[ $impl == memsafe && $BLAS_CORETYPE != inherit ]]; then
+          coretype=$BLAS_CORETYPE
+          if [[ $coretype == unset ]]; then envs=(-u OPENBLAS_CORETYPE "${envs[@]}"); else envs+=(OPENBLAS_CORETYPE="$coretype"); fi
+        fi
+        line=$(env "${envs[@]}" timeout "$TIMEOUT" "${cmd[@]}" 2>>"${OUT%.jsonl}.log" | tail -n 1)
         rc=$?
         if [[ $rc -eq 124 ]]; then line="{\"status\": \"timeout\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"; fi
         [[ -n $line ]] || line="{\"status\": \"no output (exit $rc)\", \"dataset\": \"$ds\", \"split\": $s, \"m\": $m}"
         python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cmd"]=sys.argv[2]; r["impl"]=sys.argv[3]
 r["load_1m"]=float(sys.argv[4]) if sys.argv[4] != "null" else None; r.setdefault("iters_max", int(sys.argv[5]))
+if sys.argv[3] == "memsafe": r["openblas_coretype"]=sys.argv[6] if sys.argv[6] != "inherit" else None
 r["suite"]="sgpr_train"; import datetime; sys.path.insert(0, "bench"); from bench_common import cpu_model
 r.setdefault("host_cpu", cpu_model()); r["timestamp"]=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 r.setdefault("status", "ok" if r.get("rmse") is not None else "error"); print(json.dumps(r))' \
-          "$line" "${cmd[*]}" "$impl" "$load" "$ITERS" >> "$OUT"
+          "$line" "${cmd[*]}" "$impl" "$load" "$ITERS" "$coretype" >> "$OUT"
       done
     done
   done
