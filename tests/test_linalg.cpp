@@ -400,6 +400,14 @@ TEST_CASE("linalg blas_core_note speaks only when OpenBLAS runs kernels narrower
   CHECK(blas_core_note_for("Haswell", false, nullptr, dyn).empty());
   CHECK(blas_core_note_for("Haswell", false, "Haswell", dyn).empty());
   CHECK(blas_core_note_for("", true, nullptr, "").empty());
+  // An empty or unknown OPENBLAS_CORETYPE, which OpenBLAS ignores, did not choose the set: the note
+  // speaks of OpenBLAS's own choice.
+  for (const char* ignored : {"", "NoSuchCore"}) {
+    CAPTURE(ignored);
+    const std::string own = blas_core_note_for("Haswell", true, ignored, dyn);
+    CHECK(has(own, "older than the CPU"));
+    CHECK_FALSE(has(own, "in the environment makes"));
+  }
   // A build for one target only: the variable would not help, so the note says what would.
   const std::string fixed = blas_core_note_for("Haswell", true, nullptr, "OpenBLAS 0.3.21 NO_LAPACKE Haswell MAX_THREADS=64");
   CHECK(has(fixed, "built for its Haswell kernels only"));

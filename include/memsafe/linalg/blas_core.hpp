@@ -6,8 +6,9 @@
 // than the CPU may not recognise it and fall back to an older set). memsafe's dense steps — gemm,
 // syrk, cholesky; the SGPR bound and gradient's SYRK and GEMMs over the n-sized chunks — run on
 // those kernels: on a Zen 5, Debian 12's 0.3.21 chooses its Cooperlake (AVX-512) set, and with
-// OPENBLAS_CORETYPE=Haswell in the environment (set on the machine where this was measured) its AVX2 set
-// runs the SGPR bound and gradient ≈ 1.4× slower (docs/design.md, "OpenBLAS's kernel set").
+// OPENBLAS_CORETYPE=Haswell in the environment (set on the machine where this was measured) its
+// AVX2 set runs the SGPR bound and gradient 1.27–1.50× slower (docs/design.md, *Kernels* under
+// "Dependencies").
 // memsafe cannot change the choice once the library is loaded; it can say what was chosen
 // (blas_core) and when another choice would be faster (blas_core_note), for programs to print.
 #pragma once
@@ -71,7 +72,8 @@ inline bool same_letters(std::string_view a, std::string_view b) {
 
 /// blas_core_note's decision and text, from what it asks (a pure function, for the tests): `core`
 /// OpenBLAS's kernel set ("" when not OpenBLAS), `cpu_avx512` cpu_has_avx512_skx(), `coretype` the
-/// value of OPENBLAS_CORETYPE (null when unset), `config` blas_config().
+/// value of OPENBLAS_CORETYPE (null when unset), `config` blas_config(). The environment chose the
+/// set when the variable names it; an empty or unknown name, which OpenBLAS ignores, did not.
 template <class = void>
 std::string blas_core_note_for(std::string_view core, bool cpu_avx512, const char* coretype, std::string_view config) {
   using memsafe::detail::cat;
@@ -81,7 +83,7 @@ std::string blas_core_note_for(std::string_view core, bool cpu_avx512, const cha
     if (same_letters(core, wide)) return {};
   const char* faster =
       "its AVX-512 kernels, on which memsafe's dense steps (gemm, syrk, cholesky; the GP module's) run faster";
-  if (coretype)
+  if (coretype && same_letters(coretype, core))
     return cat(msg{"memsafe: OPENBLAS_CORETYPE=", coretype, " in the environment makes OpenBLAS (", config, ") run its ",
                    core, " kernels on this CPU, which has AVX-512 (F, CD, BW, DQ, VL): unset it (OpenBLAS then "
                    "chooses for the CPU it recognises), or set OPENBLAS_CORETYPE=SkylakeX for ", faster});
