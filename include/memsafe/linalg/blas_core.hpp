@@ -60,16 +60,6 @@ inline bool cpu_has_avx512_skx() {
   return has;
 }
 
-inline bool same_letters(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const char x = (a[i] >= 'A' && a[i] <= 'Z') ? char(a[i] - 'A' + 'a') : a[i];
-    const char y = (b[i] >= 'A' && b[i] <= 'Z') ? char(b[i] - 'A' + 'a') : b[i];
-    if (x != y) return false;
-  }
-  return true;
-}
-
 /// blas_core_note's decision and text, from what it asks (a pure function, for the tests): `core`
 /// OpenBLAS's kernel set ("" when not OpenBLAS), `cpu_avx512` cpu_has_avx512_skx(), `coretype` the
 /// value of OPENBLAS_CORETYPE (null when unset), `config` blas_config(). The environment chose the
@@ -80,10 +70,10 @@ std::string blas_core_note_for(std::string_view core, bool cpu_avx512, const cha
   using memsafe::detail::msg;
   if (core.empty() || !cpu_avx512) return {};
   for (std::string_view wide : {"SkylakeX", "Cooperlake", "SapphireRapids"})  // OpenBLAS's AVX-512 sets
-    if (same_letters(core, wide)) return {};
+    if (host::ascii_iequal(core, wide)) return {};
   const char* faster =
       "its AVX-512 kernels, on which memsafe's dense steps (gemm, syrk, cholesky; the GP module's) run faster";
-  if (coretype && same_letters(coretype, core))
+  if (coretype && host::ascii_iequal(coretype, core))
     return cat(msg{"memsafe: OPENBLAS_CORETYPE=", coretype, " in the environment makes OpenBLAS (", config, ") run its ",
                    core, " kernels on this CPU, which has AVX-512 (F, CD, BW, DQ, VL): unset it (OpenBLAS then "
                    "chooses for the CPU it recognises), or set OPENBLAS_CORETYPE=SkylakeX for ", faster});

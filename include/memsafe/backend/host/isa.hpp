@@ -176,18 +176,20 @@ inline isa best_isa(unsigned set) {
   return isa::portable;
 }
 
+/// Whether a and b are the same text but for the case of ASCII letters.
+inline bool ascii_iequal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    if (std::tolower(static_cast<unsigned char>(a[k])) != std::tolower(static_cast<unsigned char>(b[k]))) return false;
+  return true;
+}
+
 /// "avx512", "avx2" or "portable", case insensitive, surrounding spaces allowed; nullopt otherwise.
 inline std::optional<isa> parse_isa(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  for (isa i : isa_all) {
-    const std::string_view n = isa_name(i);
-    if (n.size() != s.size()) continue;
-    bool eq = true;
-    for (std::size_t k = 0; k < n.size(); ++k)
-      eq = eq && std::tolower(static_cast<unsigned char>(s[k])) == static_cast<unsigned char>(n[k]);
-    if (eq) return i;
-  }
+  for (isa i : isa_all)
+    if (ascii_iequal(s, isa_name(i))) return i;
   return std::nullopt;
 }
 
