@@ -42,6 +42,26 @@ def default_data_dir(repo: str) -> str:
     return shared if os.path.isdir(shared) else os.path.join(repo, "data")
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def openblas_avx512_coretype() -> str | None:
+    """SkylakeX, OpenBLAS's AVX-512 kernel set, on a CPU with AVX-512 F/BW/DQ/VL, else None: what the
+    benchmarks set as OPENBLAS_CORETYPE by default (bench/run.py --blas-coretype auto, bench/gp/sweep.sh's
+    BLAS_CORETYPE auto), since the environment may force an older set (this project's machine sets
+    OPENBLAS_CORETYPE=Haswell) and an OpenBLAS older than a CPU may take it for an older one."""
+    return "SkylakeX" if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= cpu_flags() else None
+
+
 def cpu_model() -> str:
     """The CPU's model name, with its family and model numbers where /proc/cpuinfo has them: a virtual
     machine's model name can be as vague as "AMD EPYC" for several generations (Zen 3 and Zen 5 alike)."""

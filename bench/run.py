@@ -55,7 +55,8 @@ UNLIMITED = "1TiB"  # stands for "no budget": far above anything this machine ca
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 if HERE not in sys.path:
     sys.path.insert(0, HERE)  # also when bench/gpu/run_gpu.py loads this file
-from bench_common import KIB, MIB, GIB, TIB, cpu_model, default_data_dir, parse_bytes  # noqa: E402
+from bench_common import (KIB, MIB, GIB, TIB, cpu_flags, cpu_model, default_data_dir,  # noqa: E402
+                          openblas_avx512_coretype, parse_bytes)
 
 
 def fmt_bytes(b: int) -> str:
@@ -308,7 +309,7 @@ class Runner:
         else the environment's setting, or OpenBLAS's own choice."""
         c = self.a.blas_coretype
         if c == "auto":
-            return "SkylakeX" if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= cpu_flags() else None
+            return openblas_avx512_coretype()
         return c or None
 
     def wants(self, impl: str) -> bool:
@@ -724,17 +725,6 @@ def suite_peak(R: Runner) -> None:
             rows.append(r)
             log(f"[peak] {r['threads']} threads: {r['fp32_gflops']} GFLOP/s FP32")
     R.write("peak", rows)
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def suite_isa(R: Runner) -> None:

@@ -36,11 +36,9 @@ OUT=${OUT:-bench/results/gp_sgpr.jsonl}
 TIMEOUT=${TIMEOUT:-36000}
 TIME_LIMIT=${TIME_LIMIT:-}
 BLAS_CORETYPE=${BLAS_CORETYPE:-auto}
-if [[ $BLAS_CORETYPE == auto ]]; then
-  flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
-  BLAS_CORETYPE=unset
-  if [[ " $flags " == *" avx512f "* && " $flags " == *" avx512bw "* && " $flags " == *" avx512dq "* &&
-        " $flags " == *" avx512vl "* ]]; then BLAS_CORETYPE=SkylakeX; fi
+if [[ $BLAS_CORETYPE == auto ]]; then  # the rule bench/run.py's --blas-coretype auto follows
+  BLAS_CORETYPE=$(python3 -c 'import sys; sys.path.insert(0, "bench"); from bench_common import openblas_avx512_coretype as f
+print(f() or "unset")')
 fi
 [[ -x $BIN ]] || { echo "sweep.sh: $BIN not built (cmake --build build --target sgpr_train; needs liblbfgs-dev)" >&2; exit 1; }
 mkdir -p "$(dirname "$OUT")"
