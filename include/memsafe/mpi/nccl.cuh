@@ -208,7 +208,7 @@ void gather_and_merge(const Rule& rule, const mpi::plan& p, std::size_t budget, 
           std::int64_t(nr), index_t(p.offset), send.data());
       MEMSAFE_CUDA_LAUNCHED("pack_keys");
       nccl_comm::check(ncclAllGather(send.data(), all.data(), nr * k * 2, ncclUint64, nc.get(), st), "ncclAllGather");
-      nccl_kernels::merge_keys<Max, T><<<cd::blocks_for(std::int64_t(nr)), 128, 0, st>>>(
+      nccl_kernels::merge_keys<Max, T><<<cd::blocks_for(std::int64_t(nr), 128), 128, 0, st>>>(
           all.data(), scratch.data(), int(P), std::int64_t(nr), std::int64_t(k), std::int64_t(r0), values,
           WithIndex ? indices : nullptr);
       MEMSAFE_CUDA_LAUNCHED("merge_keys");
