@@ -1,7 +1,7 @@
 // shard_reduced into device outputs merged by NCCL (labels gpu and mpi; run under mpirun where a
 // GPU per rank is): the same answers as one host process — exactly for selections (integer data:
-// every distance is exact) —, empty and uneven shards, and a too-small budget on one rank raised on
-// every rank.
+// every distance is exact), to rounding for sums, logsumexp and softmax_sum (NaN and −inf rows
+// included) —, empty and uneven shards, and a too-small budget on one rank raised on every rank.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <memsafe/mpi_nccl.cuh>
@@ -10,7 +10,10 @@
 #include "device_vector.cuh"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -130,6 +133,54 @@ TEST_CASE("NCCL: K*v and Kuf*Kuf^T summed on the GPUs equal one host process to 
   const auto pw = memsafe::eval(Kh * memsafe::transpose(Kh), memsafe::options{memsafe::unlimited, 2});
   const auto pg = P.host();
   for (std::size_t q = 0; q < n * n; ++q) CHECK(pg[q] == doctest::Approx(pw.values[q]).epsilon(1e-10).scale(double(m)));
+}
+
+/// got equals want where want is a number (to rel · (1 + |want|)), NaN where want is NaN and the same
+/// infinity where want is infinite (the host merge's special rows).
+template <class T>
+void check_rows(const std::vector<T>& got, const std::vector<T>& want, double rel, const char* what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0;
+  for (std::size_t q = 0; q < want.size(); ++q) {
+    const double g = double(got[q]), w = double(want[q]);
+    const bool ok = std::isnan(w) ? std::isnan(g) : std::isinf(w) ? g == w : std::abs(g - w) <= rel * (1 + std::abs(w));
+    if (!ok && bad++ < 4) MESSAGE(what << ": entry " << q << " is " << g << ", one process gives " << w);
+  }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " entries differ from one process's");
+}
+
+TEST_CASE_TEMPLATE("NCCL: logsumexp and softmax_sum over uneven shards equal one host process, special rows included",
+                   T, float, double) {
+  if (shared_gpu_refused()) return;
+  memsafe::mpi::nccl_comm nc(MPI_COMM_WORLD);
+  const std::size_t n = 300, m = 4000, d = 6, c = 5;
+  auto x = ints<T>(n, d, 8), y = ints<T>(m, d, 9), v = ints<T>(m, c, 10);
+  for (auto& a : x) a /= T(4);  // scores -|x - y|^2 of a few units: the exponentials matter
+  for (auto& a : y) a /= T(4);
+  x[0] = std::numeric_limits<T>::quiet_NaN();  // row 0: NaN scores (NaN for both)
+  x[d] = std::numeric_limits<T>::infinity();   // row 1: every score -inf (-inf, and NaN for softmax_sum)
+  const auto [b, e] = shard(m);
+  dvec<T> X(x), Y(std::vector<T>(y.begin() + std::ptrdiff_t(b * d), y.begin() + std::ptrdiff_t(e * d))),
+      V(std::vector<T>(v.begin() + std::ptrdiff_t(b * c), v.begin() + std::ptrdiff_t(e * c)));
+  const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(Y.p, e - b, d);
+  const auto Xh = memsafe::points(x.data(), n, d), Yh = memsafe::points(y.data(), m, d);
+  const double rel = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  const auto lse_want = memsafe::eval(memsafe::logsumexp(-memsafe::sqdist(Xh, Yh)), memsafe::options{memsafe::unlimited, 2});
+  const auto sm_want = memsafe::eval(memsafe::softmax_sum(-memsafe::sqdist(Xh, Yh), memsafe::matrix(v.data(), m, c)),
+                                     memsafe::options{memsafe::unlimited, 2});
+  for (std::size_t budget : {std::size_t(16) << 20, std::size_t(1) << 20}) {
+    INFO("budget " << budget << ", rank " << rank() << " of " << ranks());
+    dvec<T> L(n), S(n * c);
+    const auto sl = memsafe::mpi::eval_into(memsafe::logsumexp(-memsafe::sqdist(Xd, Yd)), nc, memsafe::mpi::shard_reduced,
+                                            L.p, nullptr, memsafe::cuda::options{budget});
+    check_rows(L.host(), lse_want.values, rel, "logsumexp");
+    CHECK(sl.stats.peak_temp_bytes <= budget);
+    CHECK(sl.comm.ranks == ranks());
+    const auto ss = memsafe::mpi::eval_into(memsafe::softmax_sum(-memsafe::sqdist(Xd, Yd), memsafe::matrix(V.p, e - b, c)),
+                                            nc, memsafe::mpi::shard_reduced, S.p, nullptr, memsafe::cuda::options{budget});
+    check_rows(S.host(), sm_want.values, rel, "softmax_sum");
+    CHECK(ss.stats.peak_temp_bytes <= budget);
+  }
 }
 
 TEST_CASE("NCCL: a budget too small for the gathered lists on one rank is a budget_error on every rank") {

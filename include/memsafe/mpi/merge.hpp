@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "../api/eval.hpp"
+#include "../core/math.hpp"  // MEMSAFE_HD, inf_v, nan_v
 
 namespace memsafe::mpi::detail {
 
@@ -138,14 +139,15 @@ struct sum_rule {
 };
 
 /// log(exp(a) + exp(b)) with the host's special values: NaN wins, then +inf; −inf is nothing.
-inline double lse_combine(double a, double b) {
-  if (a != a || b != b) return std::numeric_limits<double>::quiet_NaN();
-  constexpr double inf = std::numeric_limits<double>::infinity();
+/// Host and device (the NCCL merge, mpi/nccl.cuh, combines the ranks' log-sum-exps with it on the GPU).
+MEMSAFE_HD inline double lse_combine(double a, double b) {
+  if (a != a || b != b) return memsafe::math::detail::nan_v<double>();
+  constexpr double inf = memsafe::math::detail::inf_v<double>();
   if (a == inf || b == inf) return inf;
   if (a == -inf) return b;
   if (b == -inf) return a;
-  const double m = std::max(a, b);
-  return m + std::log(std::exp(a - m) + std::exp(b - m));
+  const double m = a > b ? a : b;
+  return m + ::log(::exp(a - m) + ::exp(b - m));
 }
 
 /// logsumexp: one value per row.
