@@ -790,7 +790,7 @@ def blas_ab_section(rows) -> list[str]:
 
 
 def stopped_by_time_limit(r) -> bool:
-    """An sgpr_train run that --time-limit stopped before its iteration budget."""
+    """An sgpr_train (or gpflow_train.py) run that --time-limit stopped before its iteration budget."""
     return r.get("lbfgs_status") == "time_limit"
 
 
@@ -970,8 +970,9 @@ def section_sgpr(rows, img) -> str:
               "or paused while a benchmark was timed): the time per evaluation is an upper bound, not a speed "
               "comparison, and those splits are left out of the ratio; RMSE, NLPD and iterations do not depend on it.", ""]
     if any(stopped_by_time_limit(r) for r in sg):
-        s += ["‡ Stopped by `sgpr_train --time-limit` (`TIME_LIMIT` in sweep.sh) before the iteration budget: the "
-              "model after that many L-BFGS iterations, not a converged or full-budget one.", ""]
+        s += ["‡ Stopped by its time limit (`TIME_LIMIT` in sweep.sh: `sgpr_train --time-limit`, "
+              "`gpflow_train.py --time-limit`) before the iteration budget: the model after that many L-BFGS "
+              "iterations, not a converged or full-budget one.", ""]
     mem = [r for r in sg if r.get("impl") == "memsafe"]
     if any(str(r.get("blas_core", "")).lower() in AVX512_BLAS_CORES for r in mem):
         s += ["§ At least one of these memsafe runs had OpenBLAS on its AVX-512 kernels (`blas_core` in the row: "
