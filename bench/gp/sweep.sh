@@ -13,9 +13,9 @@
 # THREADS (2), OUT (bench/results/gp_sgpr.jsonl), TIMEOUT seconds per run (36000; a run that passes
 # it is recorded as {"status": "timeout"}), IMPLS (memsafe; add gpflow and/or gpytorch for the peers),
 # GPFLOW_PY (the GPflow venv's python, bench/.cache/venv-gpflow/bin/python), GPYTORCH_PY (the GPyTorch
-# venv's python, bench/.cache/venv-gpytorch/bin/python), TIME_LIMIT (memsafe only: sgpr_train's
-# --time-limit, seconds after which training stops at the end of an iteration; the row's
-# lbfgs_status then reads "time_limit" and the report marks it), BLAS_CORETYPE (memsafe only: the
+# venv's python, bench/.cache/venv-gpytorch/bin/python), TIME_LIMIT (memsafe and GPflow: sgpr_train's
+# and gpflow_train.py's --time-limit, seconds after which training stops at the end of an iteration;
+# the row's lbfgs_status then reads "time_limit" and the report marks it), BLAS_CORETYPE (memsafe only: the
 # OpenBLAS kernel set its dense steps run on, as OPENBLAS_CORETYPE — an environment may force an older
 # one, e.g. OPENBLAS_CORETYPE=Haswell: auto (default) is SkylakeX, OpenBLAS's AVX-512 kernels, on a CPU
 # with AVX-512 F/BW/DQ/VL, else unset; unset is OpenBLAS's own choice; inherit keeps the environment's;
@@ -51,7 +51,7 @@ for ds in $DATASETS; do
       for impl in $IMPLS; do
         if [[ $impl == gpflow ]]; then
           cmd=("$GPFLOW_PY" bench/gp/gpflow_train.py --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS"
-               --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN")
+               --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN" ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"})
         elif [[ $impl == gpytorch ]]; then
           cmd=("$GPYTORCH_PY" bench/gp/gpytorch_train.py --dataset "$ds" --split "$s" --m "$m" --iters "$ITERS"
                --kernel "$KERNEL" --threads "$THREADS" --sgpr-train "$BIN")
