@@ -290,6 +290,7 @@ struct distributed {
   std::size_t extent = 0, kl = 0, budget = 0;
   std::size_t lse_bytes = 0;  ///< shard_reduced, softmax_sum: its scores' log-sum-exps, held through the merge
   std::size_t need = 0;       ///< the least budget this rank's evaluation fits in
+  std::size_t lse_need = 0;   ///< softmax_sum: the least budget its log-sum-exps' evaluation fits in
   bool empty = false;
   mpi::plan p;
 };
@@ -341,7 +342,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
                 "logsumexp), products K*v, K*M, v*K, M*K, softmax_sum and lazy x lazy products; shard dense(E), "
                 "product chains and batches by rows (memsafe::mpi::shard_rows)");
   const int rank = rank_of(comm);
-  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x), 0, 0, 0, 0, 0, false, {}};
+  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x), 0, 0, 0, 0, 0, 0, false, {}};
   d.extent = rule_of<X>::extent(x);
   d.empty = d.extent == 0;
   rank_info me{};
@@ -360,7 +361,10 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
     std::size_t need = d.lse_bytes + 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
     if (!d.empty) {
       need = std::max(need, be.minimum(d.local));
-      if constexpr (is_softmax<X>) need = std::max(need, d.lse_bytes + be.minimum(make_reduce<red::logsumexp>(d.local.e)));
+      if constexpr (is_softmax<X>) {
+        d.lse_need = be.minimum(make_reduce<red::logsumexp>(d.local.e));
+        need = std::max(need, d.lse_bytes + d.lse_need);
+      }
     }
     d.need = need;
     if (need > d.budget)

@@ -150,6 +150,19 @@ MEMSAFE_HD inline double lse_combine(double a, double b) {
   return m + ::log(::exp(a - m) + ::exp(b - m));
 }
 
+/// Whether a row's combined log-sum-exp l weighs its parts: false where it is NaN, +inf (a NaN or
+/// +inf score) or −inf (no finite score on any rank), where softmax_sum's row is NaN.
+MEMSAFE_HD inline bool lse_finite(double l) {
+  constexpr double inf = memsafe::math::detail::inf_v<double>();
+  return l == l && l != inf && l != -inf;
+}
+
+/// The weight exp(own − l) of one part's normalised softmax_sum outputs in the row's, l its combined
+/// (finite) log-sum-exp; 0 for a part whose scores are all −inf (or that holds no point).
+MEMSAFE_HD inline double lse_weight(double own, double l) {
+  return own == -memsafe::math::detail::inf_v<double>() ? 0.0 : ::exp(own - l);
+}
+
 /// logsumexp: one value per row.
 template <class T>
 struct lse_rule {
@@ -189,17 +202,16 @@ struct softmax_rule {
     }
   }
   void merge(std::byte* dst, const std::byte* src, std::size_t nr) const {
-    constexpr double inf = std::numeric_limits<double>::infinity();
     for (std::size_t r = 0; r < nr; ++r) {
       T* a = reinterpret_cast<T*>(dst) + r * (1 + dv);
       const T* b = reinterpret_cast<const T*>(src) + r * (1 + dv);
       const double la = a[0], lb = b[0];
       const double l = lse_combine(la, lb);
-      if (l != l || l == inf || l == -inf) {  // NaN / +inf / nothing finite: no weights to apply
+      if (!lse_finite(l)) {  // NaN / +inf / nothing finite: no weights to apply
         a[0] = T(l);
         continue;
       }
-      const double wa = la == -inf ? 0.0 : std::exp(la - l), wb = lb == -inf ? 0.0 : std::exp(lb - l);
+      const double wa = lse_weight(la, l), wb = lse_weight(lb, l);
       for (std::size_t q = 1; q <= dv; ++q) {
         const double va = wa == 0.0 ? 0.0 : wa * double(a[q]), vb = wb == 0.0 ? 0.0 : wb * double(b[q]);
         a[q] = T(va + vb);
@@ -208,10 +220,9 @@ struct softmax_rule {
     }
   }
   void unpack(const std::byte* buf, std::size_t r0, std::size_t nr, const output<T>& out) const {
-    constexpr T inf = std::numeric_limits<T>::infinity();
     for (std::size_t r = 0; r < nr; ++r) {
       const T* row = reinterpret_cast<const T*>(buf) + r * (1 + dv);
-      const bool bad = row[0] != row[0] || row[0] == inf || row[0] == -inf;
+      const bool bad = !lse_finite(double(row[0]));
       for (std::size_t q = 0; q < dv; ++q)
         out.values[(r0 + r) * dv + q] = bad ? std::numeric_limits<T>::quiet_NaN() : row[1 + q];
     }

@@ -183,22 +183,20 @@ __global__ void merge_lse(const T* all, int P, std::int64_t nr, std::int64_t r0,
 /// (dv values per row) weighted by exp(lse_rank − lse), lse the row's log-sum-exp over all ranks;
 /// weight 0 (and the output not read) where this rank's scores are all −inf or it holds no point;
 /// NaN where the row has no finite log-sum-exp (a NaN or +inf score, or none finite), so that the
-/// sum is NaN there, as the host merge's.
+/// sum is NaN there, as the host merge's (the same lse_finite and lse_weight). One thread per row.
 template <class T>
 __global__ void weigh_softmax(const T* all, int P, int rank, std::int64_t nr, std::int64_t r0, std::int64_t dv,
                               T* values) {
-  const std::int64_t q = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (q >= nr * dv) return;
-  const std::int64_t r = q / dv;
-  const double l = lse_over_ranks(all, P, nr, r), own = double(all[std::int64_t(rank) * nr + r]);
-  constexpr double inf = math::detail::inf_v<double>();
-  T* v = values + (r0 + r) * dv + q % dv;
-  if (l != l || l == inf || l == -inf) {
-    *v = math::detail::nan_v<T>();
-  } else {
-    const double w = own == -inf ? 0.0 : ::exp(own - l);
-    *v = w == 0.0 ? T(0) : T(w * double(*v));
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= nr) return;
+  const double l = lse_over_ranks(all, P, nr, r);
+  T* v = values + (r0 + r) * dv;
+  if (!lse_finite(l)) {
+    for (std::int64_t q = 0; q < dv; ++q) v[q] = math::detail::nan_v<T>();
+    return;
   }
+  const double w = lse_weight(double(all[std::int64_t(rank) * nr + r]), l);
+  for (std::int64_t q = 0; q < dv; ++q) v[q] = w == 0.0 ? T(0) : T(w * double(v[q]));
 }
 
 }  // namespace nccl_kernels
@@ -318,7 +316,7 @@ void gather_lse(const mpi::plan& p, memsafe::cuda::detail::device_accountant& ac
     }
     nccl_comm::check(ncclAllGather(slot, all.data(), nr, nccl_type<T>(), nc.get(), st), "ncclAllGather");
     if constexpr (Softmax) {
-      nccl_kernels::weigh_softmax<T><<<cd::blocks_for(std::int64_t(nr * dv)), 256, 0, st>>>(
+      nccl_kernels::weigh_softmax<T><<<cd::blocks_for(std::int64_t(nr), 128), 128, 0, st>>>(
           all.data(), int(P), p.rank, std::int64_t(nr), std::int64_t(r0), std::int64_t(dv), values);
       MEMSAFE_CUDA_LAUNCHED("weigh_softmax");
     } else {
@@ -371,7 +369,7 @@ device_stats eval_into(const X& x, const nccl_comm& nc, shard_reduced_t, typenam
     const std::size_t per_row = std::size_t(p.ranks) * sizeof(T), fixed = lse_held + 256;
     std::size_t need = fixed + per_row;
     if constexpr (is_softmax)
-      if (!d.empty) need = std::max(need, lse_held + be.minimum(detail::local_lse(d.local)));
+      if (!d.empty) need = std::max(need, lse_held + d.lse_need);  // planned by prepare_reduced
     if (total)
       chunk = detail::agree_chunk(p, nc.mpi(), d.budget, need, fixed, per_row,
                                   memsafe::detail::cat(memsafe::detail::msg{
