@@ -39,6 +39,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../api/eval.hpp"
@@ -285,6 +286,7 @@ struct host_backend {
 template <class X>
 struct distributed {
   using rule_t = typename rule_of<X>::type;
+  distributed(X l, rule_t r) : local(std::move(l)), rule(r) {}
   X local;
   rule_t rule;
   std::size_t extent = 0, kl = 0, budget = 0;
@@ -307,19 +309,26 @@ typename rule_of<X>::type make_rule(const X& x) {
 template <class X>
 inline constexpr bool is_softmax = std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>;
 
+/// softmax_sum's log-sum-exps of its scores (of this rank's shard, or of a chunk), the second
+/// local evaluation beside its partial sums.
+template <class E>
+auto local_lse(const E& local) {
+  return make_reduce<red::logsumexp>(local.e);
+}
+
 /// The least bytes a partial result needs: the local evaluation's plan minimum (and, for
 /// softmax_sum, that of the log-sum-exp of its scores, the second local pass).
 template <class X, class B>
 std::size_t minimum_partial(const B& be, const X& local) {
   std::size_t need = be.minimum(local);
-  if constexpr (is_softmax<X>) need = std::max(need, be.minimum(make_reduce<red::logsumexp>(local.e)));
+  if constexpr (is_softmax<X>) need = std::max(need, be.minimum(local_lse(local)));
   return need;
 }
 /// A partial result: the local evaluation (and, for softmax_sum, the log-sum-exp of its scores).
 template <class X, class B, class T = typename X::value_type>
 void eval_partial(const B& be, const X& local, std::size_t budget, memsafe::result<T>& loc, memsafe::result<T>& lse) {
   loc = be.eval(local, budget);
-  if constexpr (is_softmax<X>) lse = be.eval(make_reduce<red::logsumexp>(local.e), budget);
+  if constexpr (is_softmax<X>) lse = be.eval(local_lse(local), budget);
 }
 /// A selection needs a point to return and k ≤ the reduced extent over all ranks (every rank
 /// checks the same numbers, so every rank raises the same error).
@@ -342,7 +351,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
                 "logsumexp), products K*v, K*M, v*K, M*K, softmax_sum and lazy x lazy products; shard dense(E), "
                 "product chains and batches by rows (memsafe::mpi::shard_rows)");
   const int rank = rank_of(comm);
-  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x), 0, 0, 0, 0, 0, 0, false, {}};
+  distributed<X> d{localize(x, rule_of<X>::extent(x)), make_rule(x)};
   d.extent = rule_of<X>::extent(x);
   d.empty = d.extent == 0;
   rank_info me{};
@@ -362,7 +371,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
     if (!d.empty) {
       need = std::max(need, be.minimum(d.local));
       if constexpr (is_softmax<X>) {
-        d.lse_need = be.minimum(make_reduce<red::logsumexp>(d.local.e));
+        d.lse_need = be.minimum(local_lse(d.local));
         need = std::max(need, d.lse_bytes + d.lse_need);
       }
     }
@@ -489,7 +498,7 @@ rank_stats run_reduced(const X& x, MPI_Comm comm, const B& be, Target&& target) 
   temp_buffer<T> lse(acc, d.lse_bytes / sizeof(T));
   if (!d.empty) {
     if constexpr (is_softmax<X>) {
-      const eval_stats ls = eval_to(be, make_reduce<red::logsumexp>(d.local.e), d.budget - d.lse_bytes, lse.data(),
+      const eval_stats ls = eval_to(be, local_lse(d.local), d.budget - d.lse_bytes, lse.data(),
                                     static_cast<index_t*>(nullptr));
       st.stats.peak_temp_bytes = std::max(st.stats.peak_temp_bytes, d.lse_bytes + ls.peak_temp_bytes);
     }

@@ -287,12 +287,6 @@ void gather_and_merge(const Rule& rule, const mpi::plan& p, std::size_t budget, 
   ds.stats.peak_temp_bytes = std::max(ds.stats.peak_temp_bytes, acc.counter().peak());
 }
 
-/// softmax_sum's log-sum-exps of its scores (this rank's shard), the second local evaluation.
-template <class E>
-auto local_lse(const E& local) {
-  return memsafe::detail::make_reduce<memsafe::red::logsumexp>(local.e);
-}
-
 /// logsumexp and softmax_sum: each chunk's log-sum-exps (this rank's `lse`, rows r0…; −inf for a
 /// shard with no points) gathered into `all` — in place, this rank's slot copied first — then
 /// combined per row: logsumexp's rows written as the result, softmax_sum's local outputs weighted

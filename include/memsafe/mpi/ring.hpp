@@ -363,7 +363,7 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
     };
     try {
       p.local = plan_chunk(planning_chunk(x, dummy, g.chunk, g.d, g.c));
-      if constexpr (is_softmax<X>) (void)plan_chunk(make_reduce<red::logsumexp>(planning_chunk(x, dummy, g.chunk, g.d, g.c).e));
+      if constexpr (is_softmax<X>) (void)plan_chunk(local_lse(planning_chunk(x, dummy, g.chunk, g.d, g.c)));
     } catch (const budget_error& e) {
       memsafe::plan::too_small(cat(msg{"the rows of ", x.str(), " against a chunk of ", g.chunk, " row(s)"}), g.budget,
                                g.fixed + p.buffer_bytes + e.minimum_bytes);
