@@ -794,6 +794,29 @@ def stopped_by_time_limit(r) -> bool:
     return r.get("lbfgs_status") == "time_limit"
 
 
+LINE_SEARCH_FAILURES = {"rounding_error", "max_linesearch", "minimum_step", "maximum_step", "width_too_small",
+                        "increase_gradient"}
+
+
+def stopped_by_line_search(r) -> bool:
+    """A run whose L-BFGS ended before its iteration budget because a line search failed (sgpr_train's
+    liblbfgs statuses, after any restarts; scipy's ABNORMAL_TERMINATION_IN_LNSRCH for gpflow_train.py)."""
+    failed = r.get("lbfgs_status") in LINE_SEARCH_FAILURES or "LNSRCH" in str(r.get("lbfgs_message", ""))
+    return failed and (r.get("iterations") or 0) < (r.get("iters_max") or 0)
+
+
+def iterations_cell(r) -> str:
+    """The iterations a run made, marked ‡ (time limit), ¶ (a failed line search) and ↻n (n restarts)."""
+    c = str(r.get("iterations"))
+    if stopped_by_time_limit(r):
+        c += " ‡"
+    if stopped_by_line_search(r):
+        c += " ¶"
+    if r.get("lbfgs_restarts"):
+        c += f" ↻{r['lbfgs_restarts']}"
+    return c
+
+
 def mean_spread(vals) -> str:
     vals = [v for v in vals if v is not None and v == v]
     if not vals:
@@ -935,8 +958,7 @@ def section_sgpr(rows, img) -> str:
                 wide = impl == "memsafe" and any(str(r.get("blas_core", "")).lower() in AVX512_BLAS_CORES for r in good)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
                           sig(t) + (" †" if shared else "") + (" §" if wide else ""),
-                          "/".join(str(r.get("iterations")) + (" ‡" if stopped_by_time_limit(r) else "")
-                                   for r in good),
+                          "/".join(iterations_cell(r) for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
             else:
                 why = ", ".join(sorted({str(r.get("status")) for r in bad})) or NM
@@ -973,6 +995,14 @@ def section_sgpr(rows, img) -> str:
         s += ["‡ Stopped by its time limit (`TIME_LIMIT` in sweep.sh: `sgpr_train --time-limit`, "
               "`gpflow_train.py --time-limit`) before the iteration budget: the model after that many L-BFGS "
               "iterations, not a converged or full-budget one.", ""]
+    if any(stopped_by_line_search(r) for r in sg):
+        s += ["¶ Stopped before the iteration budget by a line search that failed (liblbfgs's `rounding_error` and "
+              "kin, `lbfgs_status` in the row; scipy's `ABNORMAL_TERMINATION_IN_LNSRCH` for GPflow): the model at the "
+              "last accepted iterate. Runs before sgpr_train restarted L-BFGS after such a failure "
+              "(`--lbfgs-restarts`, default 5) stopped there.", ""]
+    if any(r.get("lbfgs_restarts") for r in sg):
+        s += ["↻n L-BFGS restarted n times (from the last accepted iterate, with an empty history) after failed line "
+              "searches; the iterations count all of its runs.", ""]
     mem = [r for r in sg if r.get("impl") == "memsafe"]
     if any(str(r.get("blas_core", "")).lower() in AVX512_BLAS_CORES for r in mem):
         s += ["§ At least one of these memsafe runs had OpenBLAS on its AVX-512 kernels (`blas_core` in the row: "

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -257,6 +258,7 @@ struct problem {
   gp::sgpr_options opts;
   // bookkeeping
   std::size_t evaluations = 0, failures = 0, peak_temp = 0, iterations = 0;
+  std::size_t iteration_offset = 0;  // iterations of the L-BFGS runs before the current restart
   double best_bound = -std::numeric_limits<double>::infinity();
   double seconds_eval = 0;
   double time_limit = 0;  // seconds of training after which L-BFGS stops at the next iteration's end (0: none)
@@ -330,8 +332,8 @@ constexpr int time_limit_reached = 1001, save_failed = 1002;
 int progress(void* inst, const lbfgsfloatval_t* t, const lbfgsfloatval_t*, const lbfgsfloatval_t fx,
              const lbfgsfloatval_t, const lbfgsfloatval_t gnorm, const lbfgsfloatval_t step, int, int k, int ls) {
   auto& P = *static_cast<problem*>(inst);
-  P.iterations = static_cast<std::size_t>(k);
-  std::fprintf(stderr, "iter %4d  bound %.10g  |grad| %.4g  step %.3g  evals %d  %.1f s\n", k,
+  P.iterations = P.iteration_offset + static_cast<std::size_t>(k);
+  std::fprintf(stderr, "iter %4zu  bound %.10g  |grad| %.4g  step %.3g  evals %d  %.1f s\n", P.iterations,
                -fx * static_cast<double>(P.n), gnorm * static_cast<double>(P.n), step, ls, since(P.t_start));
   // liblbfgs is C: nothing may throw through it. A failed save stops training; run_main reports it.
   try {
@@ -343,6 +345,12 @@ int progress(void* inst, const lbfgsfloatval_t* t, const lbfgsfloatval_t*, const
   const bool timed_out = rank0_decides(P.time_limit > 0 && since(P.t_train) >= P.time_limit);
   // Non-zero stops lbfgs(), which returns this value with t at the iterate just accepted.
   return timed_out ? time_limit_reached : 0;
+}
+
+/// A line search that failed: liblbfgs has put t back at the last accepted iterate.
+bool line_search_failed(int rc) {
+  return rc == LBFGSERR_ROUNDING_ERROR || rc == LBFGSERR_MAXIMUMLINESEARCH || rc == LBFGSERR_MINIMUMSTEP ||
+         rc == LBFGSERR_MAXIMUMSTEP || rc == LBFGSERR_WIDTHTOOSMALL || rc == LBFGSERR_INCREASEGRADIENT;
 }
 
 std::string lbfgs_status(int rc) {
@@ -357,6 +365,7 @@ std::string lbfgs_status(int rc) {
     case LBFGSERR_MINIMUMSTEP: return "minimum_step";
     case LBFGSERR_MAXIMUMSTEP: return "maximum_step";
     case LBFGSERR_INCREASEGRADIENT: return "increase_gradient";
+    case LBFGSERR_WIDTHTOOSMALL: return "width_too_small";
     case LBFGSERR_CANCELED: return "canceled";
     default: return "error_" + std::to_string(rc);
   }
@@ -388,6 +397,8 @@ int run_main(int argc, char** argv) {
       .option("seed", "0", "seed of the inducing-point initialisation")
       .option("init-subset", "20000", "k-means++ seeding runs over this many training points (at most)")
       .option("lbfgs-memory", "10", "L-BFGS history length")
+      .option("lbfgs-max-linesearch", "40", "function evaluations one line search may take before it fails")
+      .option("lbfgs-restarts", "5", "after a failed line search, restart L-BFGS (empty history) from the last accepted iterate at most this many times")
       .option("save-model", "", "write the model (hyperparameters and Z) to this file at the start, after every iteration and at the end")
       .option("init-model", "", "start from a model --save-model wrote (its hyperparameters, jitter and Z replace the initial values)")
       .option("time-limit", "0", "stop training at the end of the first iteration that ends after this many seconds (0: no limit)")
@@ -416,6 +427,7 @@ int run_main(int argc, char** argv) {
   const double time_limit = args.get_double("time-limit");
   if (m == 0) args.fail("--m must be positive");
   if (!(time_limit >= 0)) args.fail("--time-limit must be a number of seconds >= 0");
+  if (args.get_uint("lbfgs-max-linesearch") == 0) args.fail("--lbfgs-max-linesearch must be at least 1");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
   if (const std::string note = memsafe::linalg::blas_core_note(); !note.empty() && writer_rank())
     std::fprintf(stderr, "%s\n", note.c_str());
@@ -482,6 +494,9 @@ int run_main(int argc, char** argv) {
     mx::json_line j;
     std::string status = "not_run";
     double fx = 0, seconds_train = 0;
+    std::vector<double> restarts;     // the iteration after which each restart began
+    std::string restart_status;       // the failed line searches' statuses, comma-separated
+    const std::size_t max_restarts = args.get_uint("lbfgs-restarts");
     std::vector<double> bench_bound, bench_grad, cpu_bound, cpu_grad;
     if (dump) {  // for bench/gp/gpflow_check.py: the gradient at the initial point, in natural parameters
       const auto r = sgpr_all({sp.X_train.data(), sp.y_train.data(), n, d}, {t + P.z_offset(), m, d}, P.hyper(t), P.opts);
@@ -527,12 +542,31 @@ int run_main(int argc, char** argv) {
       lbfgs_parameter_t param;
       lbfgs_parameter_init(&param);
       param.m = static_cast<int>(args.get_uint("lbfgs-memory"));
-      param.max_iterations = static_cast<int>(iters);
       param.epsilon = 1e-8;
-      param.max_linesearch = 40;
+      param.max_linesearch = static_cast<int>(std::min<std::size_t>(args.get_uint("lbfgs-max-linesearch"), INT_MAX));
       t0 = clock_type::now();
       P.t_train = t0;
-      const int rc = lbfgs(static_cast<int>(nvar), t, &fx, evaluate, progress, &P, &param);
+      // A failed line search (liblbfgs's rounding_error and its kin: More–Thuente's interval of
+      // uncertainty breaks down where the bound's rounding or a sharp ridge contradicts its
+      // gradient; seen once, bike split 1 at m = 5000, iteration 33) ends lbfgs() with t at the last
+      // accepted iterate. Training restarts there with an empty history (a steepest-descent first
+      // step) for the iterations left, at most --lbfgs-restarts times, and stops when a restart
+      // accepts no iteration. Every rank sees the same bound, so all take the same decisions.
+      int rc = 0;
+      for (;;) {
+        P.iteration_offset = P.iterations;
+        param.max_iterations = static_cast<int>(iters - P.iterations);
+        rc = lbfgs(static_cast<int>(nvar), t, &fx, evaluate, progress, &P, &param);
+        if (!line_search_failed(rc) || P.iterations == P.iteration_offset || P.iterations >= iters ||
+            restarts.size() >= max_restarts)
+          break;
+        restarts.push_back(static_cast<double>(P.iterations));
+        const std::string why = lbfgs_status(rc);
+        restart_status += (restart_status.empty() ? "" : ",") + why;
+        if (writer_rank())
+          std::fprintf(stderr, "sgpr_train: line search failed after iteration %zu (%s); restarting L-BFGS there with an empty history\n",
+                       P.iterations, why.c_str());
+      }
       seconds_train = since(t0);
       status = lbfgs_status(rc);
       if (rc == save_failed) throw std::runtime_error(P.save_error);
@@ -599,6 +633,9 @@ int run_main(int argc, char** argv) {
         .add("nlpd", nlpd)
         .add("y_std", sp.y_std)
         .add("lbfgs_status", status)
+        .add("lbfgs_restarts", restarts.size())
+        .add_array("lbfgs_restart_after", restarts)
+        .add("lbfgs_restart_status", restart_status)
         .add("time_limit_s", P.time_limit)
         .add("init_model", init_path)
         .add("save_model", P.save_path)
