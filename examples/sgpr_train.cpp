@@ -494,7 +494,8 @@ int run_main(int argc, char** argv) {
     mx::json_line j;
     std::string status = "not_run";
     double fx = 0, seconds_train = 0;
-    std::vector<double> restarts;     // the iteration after which each restart began
+    std::vector<std::size_t> restarts;  // the iteration after which each restart began
+    bool stopped_by_line_search = false;  // L-BFGS ended early on a failed line search (after any restarts)
     std::string restart_status;       // the failed line searches' statuses, comma-separated
     const std::size_t max_restarts = args.get_uint("lbfgs-restarts");
     std::vector<double> bench_bound, bench_grad, cpu_bound, cpu_grad;
@@ -560,7 +561,7 @@ int run_main(int argc, char** argv) {
         if (!line_search_failed(rc) || P.iterations == P.iteration_offset || P.iterations >= iters ||
             restarts.size() >= max_restarts)
           break;
-        restarts.push_back(static_cast<double>(P.iterations));
+        restarts.push_back(P.iterations);
         const std::string why = lbfgs_status(rc);
         restart_status += (restart_status.empty() ? "" : ",") + why;
         if (writer_rank())
@@ -569,6 +570,7 @@ int run_main(int argc, char** argv) {
       }
       seconds_train = since(t0);
       status = lbfgs_status(rc);
+      stopped_by_line_search = line_search_failed(rc);
       if (rc == save_failed) throw std::runtime_error(P.save_error);
     }
     if (!dump && bench == 0) P.save(t);  // the model L-BFGS returned (or, with --iters 0, the initial one)
@@ -636,6 +638,7 @@ int run_main(int argc, char** argv) {
         .add("lbfgs_restarts", restarts.size())
         .add_array("lbfgs_restart_after", restarts)
         .add("lbfgs_restart_status", restart_status)
+        .add("stopped_by_line_search", stopped_by_line_search)
         .add("time_limit_s", P.time_limit)
         .add("init_model", init_path)
         .add("save_model", P.save_path)

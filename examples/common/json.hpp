@@ -74,13 +74,17 @@ class json_line {
   }
   json_line& add_null(std::string_view key) { return put(key, "null"); }
 
-  /// An array of numbers: [a, b, ...] (non-finite entries as null).
-  template <std::floating_point F>
-  json_line& add_array(std::string_view key, const std::vector<F>& values) {
+  /// An array of numbers: [a, b, ...] (integers exactly; non-finite floating entries as null).
+  template <class N>
+    requires((std::integral<N> && !std::same_as<N, bool>) || std::floating_point<N>)
+  json_line& add_array(std::string_view key, const std::vector<N>& values) {
     std::string s = "[";
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (i) s += ", ";
-      s += json_number(static_cast<double>(values[i]));
+      if constexpr (std::integral<N>)
+        s += std::to_string(values[i]);
+      else
+        s += json_number(static_cast<double>(values[i]));
     }
     s += ']';
     return put(key, std::move(s));
