@@ -219,10 +219,11 @@ saved_model load_model(const std::string& path) {
   if (in >> w) throw bad("unexpected '" + w + "' after Z's " + std::to_string(s.m) + " rows");
   bool finite = std::isfinite(s.h.jitter) && s.h.jitter >= 0;
   for (double v : s.Z) finite = finite && std::isfinite(v);
-  const bool positive = s.h.variance > 0 && s.h.noise > noise_floor &&
+  // noise == the floor: a model trained until softplus(t) fell below half an ulp of the floor.
+  const bool positive = s.h.variance > 0 && s.h.noise >= noise_floor &&
                         std::all_of(s.h.lengthscales.begin(), s.h.lengthscales.end(), [](double l) { return l > 0; });
   if (!finite || !positive || !std::isfinite(s.h.variance) || !std::isfinite(s.h.noise))
-    throw bad("variance, lengthscales and noise must be positive and finite (noise > 1e-6), Z and jitter finite");
+    throw bad("variance, lengthscales and noise must be positive and finite (noise >= 1e-6), Z and jitter finite");
   return s;
 }
 
@@ -267,6 +268,7 @@ struct problem {
   std::string dataset;
   std::size_t split = 0;
   std::string save_error;  // set when a save from within L-BFGS failed
+  std::exception_ptr error;  // an evaluation's error other than a rejected step: rethrown after lbfgs() returns
 
   /// t (the unconstrained vector) → hyperparameters and Z.
   gp::hyperparameters hyper(const double* t) const {
@@ -297,9 +299,12 @@ struct problem {
 
 lbfgsfloatval_t evaluate(void* inst, const lbfgsfloatval_t* t, lbfgsfloatval_t* g, const int nv, const lbfgsfloatval_t) {
   auto& P = *static_cast<problem*>(inst);
+  std::fill(g, g + nv, 0.0);
+  // After an error every evaluation answers at once: the line search fails (or, at the start, the
+  // zero gradient ends lbfgs()) without more work, and the error is rethrown once lbfgs() returns.
+  if (P.error) return 1e30;
   const auto t0 = clock_type::now();
   ++P.evaluations;
-  std::fill(g, g + nv, 0.0);
   const auto h = P.hyper(t);
   const double* Z = t + P.z_offset();
   const double scale = 1.0 / static_cast<double>(P.n);
@@ -320,6 +325,12 @@ lbfgsfloatval_t evaluate(void* inst, const lbfgsfloatval_t* t, lbfgsfloatval_t* 
     // huge objective so that the line search steps back.
     ++P.failures;
     std::fprintf(stderr, "sgpr_train: evaluation failed (%s); rejecting the step\n", e.what());
+    P.seconds_eval += since(t0);
+    return 1e30;
+  } catch (...) {
+    // liblbfgs is C: nothing may throw through it (its buffers would leak, and a build without unwind
+    // tables would terminate). A budget error, an allocation refused, an MPI failure: kept for later.
+    P.error = std::current_exception();
     P.seconds_eval += since(t0);
     return 1e30;
   }
@@ -428,6 +439,8 @@ int run_main(int argc, char** argv) {
   if (m == 0) args.fail("--m must be positive");
   if (!(time_limit >= 0)) args.fail("--time-limit must be a number of seconds >= 0");
   if (args.get_uint("lbfgs-max-linesearch") == 0) args.fail("--lbfgs-max-linesearch must be at least 1");
+  if (args.get_uint("lbfgs-memory") == 0 || args.get_uint("lbfgs-memory") > 1000)
+    args.fail("--lbfgs-memory must be between 1 and 1000");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
   if (const std::string note = memsafe::linalg::blas_core_note(); !note.empty() && writer_rank())
     std::fprintf(stderr, "%s\n", note.c_str());
@@ -486,7 +499,9 @@ int run_main(int argc, char** argv) {
     std::fill(t, t + nvar, 0.0);
     t[0] = gp::softplus_inverse(init ? init->h.variance : var0);
     for (std::size_t k = 0; k < d; ++k) t[1 + k] = gp::softplus_inverse(init ? init->h.lengthscales[k] : ell0);
-    t[1 + d] = gp::softplus_inverse((init ? init->h.noise : noise0) - noise_floor);
+    // A loaded noise may sit at the floor itself: start from the smallest positive excess (t ≈ −708),
+    // whose noise rounds to the floor again.
+    t[1 + d] = gp::softplus_inverse(std::max((init ? init->h.noise : noise0) - noise_floor, std::numeric_limits<double>::min()));
     std::copy(Z0.begin(), Z0.end(), t + P.z_offset());
     const bool dump = args.get_flag("dump-gradient");
     if (!dump && bench == 0) P.save(t);  // the initial model: a path that cannot be written fails here
@@ -558,6 +573,7 @@ int run_main(int argc, char** argv) {
         P.iteration_offset = P.iterations;
         param.max_iterations = static_cast<int>(iters - P.iterations);
         rc = lbfgs(static_cast<int>(nvar), t, &fx, evaluate, progress, &P, &param);
+        if (P.error) std::rethrow_exception(P.error);
         if (!line_search_failed(rc) || P.iterations == P.iteration_offset || P.iterations >= iters ||
             restarts.size() >= max_restarts)
           break;

@@ -11,6 +11,8 @@
 # 5. Line searches allowed two evaluations fail: without restarts (--lbfgs-restarts 0) training stops
 #    early with liblbfgs's status; with them it restarts from the last accepted iterate, goes further
 #    (a higher bound, within the iteration budget) and reports each restart.
+# 6. A model whose noise sits exactly at the 1e-6 floor (where training leaves it on noiseless
+#    targets) loads and evaluates; --lbfgs-memory 0 (which liblbfgs would divide by) is refused.
 set -eu
 bin=$1
 data=$2
@@ -77,4 +79,19 @@ if [ "$it5" -lt 40 ]; then
 else
   echo "SKIPPED: the restart check: no line search of 2 evaluations failed in 40 iterations on this machine"
 fi
+floor_model=$work/model_floor.txt
+sed 's/^\(variance [^ ]*\) noise [^ ]* /\1 noise 1e-06 /' "$model" > "$floor_model"
+grep -q '^variance [^ ]* noise 1e-06 jitter' "$floor_model" || fail "could not write a model with noise at the floor"
+run7=$("$bin" --dataset kin40k --m 40 --iters 0 --budget 1MiB --threads 2 --data-dir "$data" --init-model "$floor_model" 2>/dev/null || true)
+echo "noise at the floor: $run7"
+n7=$(field noise "$run7")
+b7=$(field bound "$run7")
+awk -v a="$n7" -v b="$b7" 'BEGIN { exit !(a == 1e-6 && b != "" && b != "null") }' ||
+  fail "a model with noise at the floor did not load and evaluate (noise '$n7', bound '$b7')"
+run8=$("$bin" --dataset kin40k --m 40 --iters 5 --lbfgs-memory 0 --budget 1MiB --threads 2 --data-dir "$data" 2>&1 || true)
+echo "history 0: $run8"
+case $run8 in
+  *"--lbfgs-memory must be between 1 and 1000"*) ;;
+  *) fail "--lbfgs-memory 0 was not refused clearly" ;;
+esac
 echo "sgpr_model_roundtrip: pass"
