@@ -774,6 +774,64 @@ TEST_CASE("attention: shape and argument errors") {
                                               memsafe::heads(b.data(), 2, 3, 6, 4)),
                   memsafe::shape_error);
 }
+
+TEST_CASE("attention: self-overlapping outputs, a non-finite V, O or dO and a scale too large for T are refused") {
+  std::vector<double> q(2 * 2 * 5 * 4, 0.25), k(2 * 2 * 6 * 4, 0.5), v(2 * 2 * 6 * 3, 1.0), o(2 * 2 * 5 * 3, 7.0),
+      lse(2 * 2 * 5, 7.0);
+  auto Q = memsafe::heads(q.data(), 2, 2, 5, 4);
+  auto K = memsafe::heads(k.data(), 2, 2, 6, 4);
+  auto V = memsafe::heads(v.data(), 2, 2, 6, 3);
+  auto A = memsafe::softmax_sum(0.5 * memsafe::dot(Q, K) + memsafe::causal, V);
+  const memsafe::options two{.budget = {}, .threads = 2};
+  // O with a batch stride of 0: both batches' rows would be written into one place by two workers
+  const memsafe::heads_view<double> Obcast(o.data(), 2, 2, 5, 3, 0, 5 * 3, 3, 1);
+  CHECK_THROWS_WITH_AS(memsafe::eval_into(A, Obcast, lse.data(), two),
+                       doctest::Contains("the output O's elements share memory with one another"),
+                       memsafe::argument_error);
+  // rows folded onto each other (row stride 1 < d = 3): refused too; nothing was written
+  const memsafe::heads_view<double> Ofold(o.data(), 2, 2, 5, 3, 2 * 5 * 3, 5 * 3, 1, 1);
+  CHECK_THROWS_AS(memsafe::eval_into(A, Ofold, lse.data(), two), memsafe::argument_error);
+  for (double x : o) CHECK(x == 7.0);
+  for (double x : lse) CHECK(x == 7.0);
+  // V non-finite at a key the first rows cannot see (causal, Tk − Tq = 1: row 0 sees keys 0 and 1):
+  // refused, named, before any work
+  v[((1 * 2 + 1) * 6 + 5) * 3 + 2] = std::numeric_limits<double>::infinity();
+  auto O = memsafe::heads(o.data(), 2, 2, 5, 3);
+  CHECK_THROWS_WITH_AS(memsafe::eval_into(A, O, lse.data()), doctest::Contains("V[1, 1, 5, 2] is inf"),
+                       memsafe::argument_error);
+  v[((1 * 2 + 1) * 6 + 5) * 3 + 2] = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(memsafe::eval_into(A, O, lse.data()), memsafe::argument_error);
+  for (double x : o) CHECK(x == 7.0);
+  v[((1 * 2 + 1) * 6 + 5) * 3 + 2] = 1.0;
+  memsafe::eval_into(A, O, lse.data());
+  for (double x : o) CHECK(x == doctest::Approx(1.0));  // every value 1: O = 1 wherever a key is seen
+  // the backward: a NaN in dO or O is refused; a dQ whose heads share memory too
+  std::vector<double> dO(o.size(), 0.5), dq(q.size()), dk(k.size()), dv(v.size());
+  auto dQ = memsafe::heads(dq.data(), 2, 2, 5, 4);
+  auto dK = memsafe::heads(dk.data(), 2, 2, 6, 4);
+  auto dV = memsafe::heads(dv.data(), 2, 2, 6, 3);
+  const auto backward = [&](memsafe::heads_view<double> dq_view) {
+    memsafe::attention_backward(A, memsafe::heads(o.data(), 2, 2, 5, 3), lse.data(),
+                                memsafe::heads(dO.data(), 2, 2, 5, 3), dq_view, dK, dV, two);
+  };
+  backward(dQ);
+  dO[7] = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(backward(dQ), doctest::Contains("dO[0, 0, 2, 1] is"), memsafe::argument_error);
+  dO[7] = 0.5;
+  o[4] = -std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(backward(dQ), doctest::Contains("O[0, 0, 1, 1] is -inf"), memsafe::argument_error);
+  o[4] = 1.0;
+  CHECK_THROWS_AS(backward(memsafe::heads_view<double>(dq.data(), 2, 2, 5, 4, 2 * 5 * 4, 0, 4, 1)),
+                  memsafe::argument_error);
+  // the scale: each factor finite and so is their product, in the value type
+  CHECK_THROWS_AS(1e200 * (1e200 * memsafe::dot(Q, K)), memsafe::argument_error);
+  std::vector<float> qf(2 * 2 * 5 * 4), kf(2 * 2 * 6 * 4);
+  auto Qf = memsafe::heads(qf.data(), 2, 2, 5, 4);
+  auto Kf = memsafe::heads(kf.data(), 2, 2, 6, 4);
+  CHECK_THROWS_AS(1e39 * memsafe::dot(Qf, Kf), memsafe::argument_error);  // finite as a double, not a float
+  CHECK_NOTHROW(3e38 * memsafe::dot(Qf, Kf));
+  CHECK_THROWS_AS(memsafe::dot(Qf, Kf) / 1e-40, memsafe::argument_error);
+}
 }  // TEST_SUITE
 
 TEST_CASE("attention: the AVX-512 and AVX2 kernels give the same bits, the portable loop agrees to rounding") {

@@ -87,6 +87,41 @@ TEST_CASE("overlap: the exact test agrees with an enumeration of the bytes of ra
   CHECK(dense_pairs > 0);
 }
 
+TEST_CASE("overlap: whether a block overlaps itself agrees with an enumeration of its elements") {
+  // An output whose own elements share bytes (a broadcast axis, folded or interleaved strides) is
+  // refused by check_apart; a disjoint interleaving (extent 2 stride 3 over extent 3 stride 2) passes.
+  std::mt19937 g(13);
+  std::uniform_int_distribution<std::size_t> R(1, 4), E(0, 5), S(0, 9), Z(1, 8);
+  int folded = 0, injective = 0, interleaved = 0;
+  for (int trial = 0; trial < 10000; ++trial) {
+    const std::size_t elem = Z(g) <= 4 ? 4 : 8, r = R(g);
+    std::vector<std::size_t> e(r), s(r);
+    for (std::size_t k = 0; k < r; ++k) e[k] = E(g), s[k] = S(g);
+    std::size_t count = 1, space = elem;
+    for (std::size_t k = 0; k < r; ++k) count *= e[k], space += (e[k] ? e[k] - 1 : 0) * s[k] * elem;
+    std::vector<int> hits(space, 0);
+    bool want = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::size_t rem = i, off = 0;
+      for (std::size_t k = r; k-- > 0;) {
+        off += (rem % e[k]) * s[k];
+        rem /= e[k];
+      }
+      for (std::size_t b = 0; b < elem; ++b) want = hits[off * elem + b]++ > 0 || want;
+    }
+    const mem_block blk(reinterpret_cast<const void*>(std::uintptr_t{1} << 20), elem, r, e.data(), s.data());
+    CAPTURE(trial);
+    CHECK(memsafe::detail::block_self_overlaps(blk) == want);
+    (want ? folded : injective)++;
+    if (!want && blk.rank >= 2 && blk.st[0] < blk.slice(0).span()) ++interleaved;
+  }
+  CHECK(folded > 1000);
+  CHECK(injective > 1000);
+  CHECK(interleaved > 50);
+  const std::size_t e[2] = {2, 3}, s[2] = {3, 2};
+  CHECK_FALSE(memsafe::detail::block_self_overlaps(mem_block(reinterpret_cast<const void*>(std::uintptr_t{64}), 1, 2, e, s)));
+}
+
 TEST_CASE("overlap: blocks of 9 and 10 axes - exact up to 8 strided axes, never missing an overlap beyond") {
   // Axes of extent 1 or stride 0 do not count: up to 8 others the test is exact; with more, a block
   // is taken as the byte range it spans (an interleaving may be refused, an overlap never missed).

@@ -20,11 +20,38 @@ void check_heads(const heads_view<U>& x, std::size_t B, std::size_t H, std::size
     throw shape_error(
         cat(msg{"memsafe: ", where, ": ", name, " is ", x.shape(), " but must be [", B, ", ", H, ", ", Tn, ", ", d, "]"}));
 }
+
+/// argument_error naming the first entry of v (V; the backward's O and dO) that is not finite. P·V
+/// (and dO·Vᵀ, D = rowsum(dO ∘ O)) are accumulated tile by tile, and a key a row cannot see (causal,
+/// padding, a −inf bias) still meets that row's products inside a tile it shares with visible keys,
+/// with P = 0: 0 · inf is NaN, so a non-finite value would reach some rows (or keys' gradients) and
+/// not others, depending on the budget's tiles. One read of each, next to the products' Tq / 64 or
+/// more reads of it.
+template <class T>
+void check_values_finite(const heads_view<const T>& v, const char* name, const char* where) {
+  const std::size_t dv = v.dim(), vs = v.stride(3);
+  for (std::size_t b = 0; b < v.batch(); ++b)
+    for (std::size_t h = 0; h < v.heads(); ++h)
+      for (std::size_t j = 0; j < v.length(); ++j) {
+        const T* row = v.row(b, h, j);
+        T z = 0;  // x − x is 0 for a finite x, NaN for inf and NaN
+        for (std::size_t c = 0; c < dv; ++c) z += row[c * vs] - row[c * vs];
+        if (z == z) continue;
+        std::size_t c = 0;
+        while (row[c * vs] - row[c * vs] == 0) ++c;
+        throw argument_error(cat(msg{"memsafe: ", where, ": ", name, "[", b, ", ", h, ", ", j, ", ", c, "] is ",
+                                     static_cast<double>(row[c * vs]), ": ", name,
+                                     " must be finite (a masked entry would still meet the others of its tile)"}));
+      }
+}
 }  // namespace detail
 
 /// Attention forward: O[b, h] = softmax(S[b, h]) V[b, h] into O ([B, H, Tq, dv], any strides), and
 /// the row logsumexp of S into lse (contiguous [B, H, Tq]; nullptr when not wanted; the backward
-/// needs it). A row whose every key is masked has O = 0 and lse = −inf. Temporaries stay within
+/// needs it). A row whose every key is masked has O = 0 and lse = −inf. V must be finite
+/// (argument_error naming the entry; Q, K and the bias may hold NaN or ±inf, which give the rows
+/// they reach NaN, as the naive formula does). Outputs must not overlap the inputs, one another or
+/// themselves (argument_error). Temporaries stay within
 /// the budget (o.budget, MEMSAFE_BUDGET, or the default); budget_error before any work when even
 /// one worker at one query row does not fit.
 template <real T>
@@ -36,6 +63,7 @@ eval_stats eval_into(const detail::attention_expr<T>& a, std::type_identity_t<he
   const detail::named_block out[2] = {{"O", detail::block_of(O)},
                                       {"lse", detail::contiguous_block(lse, a.batch() * a.heads() * a.queries())}};
   detail::check_apart(out, in, "eval_into(attention)");
+  detail::check_values_finite(a.v, "V", "eval_into(attention)");
   return detail::attn::forward(a, O, lse, o);
 }
 
@@ -66,6 +94,9 @@ eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O,
   const named_block out[4] = {{"dQ", block_of(dQ)}, {"dK", block_of(dK)}, {"dV", block_of(dV)},
                               {"dBias", dBias ? block_of(*dBias) : mem_block{}}};
   check_apart(out, in, where);
+  check_values_finite(a.v, "V", where);
+  check_values_finite(O, "O", where);
+  check_values_finite(dO, "dO", where);
   return attn::backward(a, O, lse, dO, dQ, dK, dV, dBias, o);
 }
 }  // namespace detail
@@ -73,8 +104,9 @@ eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O,
 /// Attention backward (the FlashAttention-2 scheme): from dO = ∂L/∂O and the forward's O and lse,
 /// writes dQ ([B, H, Tq, d]), dK ([B, H, Tk, d]) and dV ([B, H, Tk, dv]) — any strides — recomputing
 /// each score tile from lse (P = exp(S − lse), D = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − D)); masked
-/// entries have zero gradient. Same budget rules as the forward. The outputs must not overlap the
-/// inputs or one another (argument_error; packed layouts that share no element are fine).
+/// entries have zero gradient. Same budget rules as the forward. V, O and dO must be finite
+/// (argument_error naming the entry). The outputs must not overlap the inputs, one another or
+/// themselves (argument_error; packed layouts that share no element are fine).
 template <class T>
 eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<const T>> O,
                               std::type_identity_t<const T*> lse, std::type_identity_t<heads_view<const T>> dO,

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -263,6 +264,11 @@ template <class T, detail::scalar S>
 detail::attention_scores<T> operator*(S c, detail::attention_scores<T> s) {
   detail::check_scale(static_cast<double>(c), s.has_bias);
   s.scale *= static_cast<double>(c);
+  // each factor finite, their product too, and in T (the kernels scale in T): 1e39 · dot(Q, K) is
+  // finite as a double but not as a float
+  if (!(std::abs(s.scale) <= static_cast<double>(std::numeric_limits<T>::max())))
+    throw argument_error(detail::cat(detail::msg{"memsafe: attention scores: the scale ", s.scale,
+                                                 " is not finite in the value type; the scale must be finite"}));
   return s;
 }
 template <class T, detail::scalar S>

@@ -35,13 +35,16 @@ struct mem_block {
   std::size_t sz = 0, rank = 0;
   std::size_t ext[max_axes] = {}, st[max_axes] = {};
   bool empty = true;  ///< no element (a default block: an absent input or output)
+  bool broadcast = false;  ///< an axis of more than one element has stride 0 (dropped from the axes)
 
   mem_block() = default;
   mem_block(const void* p, std::size_t elem, std::size_t r, const std::size_t* e, const std::size_t* s)
       : base(reinterpret_cast<std::uintptr_t>(p)), sz(elem), empty(false) {
     std::size_t axes = 0, bytes = elem;  // (the views' constructors checked that the span is addressable)
-    for (std::size_t k = 0; k < r; ++k)
+    for (std::size_t k = 0; k < r; ++k) {
       if (e[k] > 1 && s[k] != 0) ++axes, bytes += (e[k] - 1) * s[k] * elem;
+      broadcast = broadcast || (e[k] > 1 && s[k] == 0);
+    }
     if (axes > max_axes) {
       for (std::size_t k = 0; k < r; ++k) empty = empty || e[k] == 0;
       sz = 1, rank = 1, ext[0] = bytes, st[0] = 1;
@@ -130,6 +133,29 @@ inline bool blocks_overlap(const mem_block& a, const mem_block& b) {
   return false;
 }
 
+/// Whether two different elements of b share a byte: a broadcast axis, or strides that fold the
+/// block onto itself. An output written through such a view would have one element written by
+/// several workers (a race) and hold only one of the values. Exact, as blocks_overlap: the slices
+/// along the largest stride are translates of slice 0, so only slice 0 against the slices that
+/// start within its span (k·stride < its span) need a test, and slice 0 itself, recursively. A
+/// block whose slices interleave more finely than max_interleave counts as overlapping (no layout
+/// a program writes through; the message says so). A block of more than max_axes strided axes (kept
+/// as its byte range) is taken as given.
+inline bool block_self_overlaps(const mem_block& b) {
+  constexpr std::size_t max_interleave = 1024;
+  if (b.empty) return false;
+  if (b.broadcast) return true;
+  if (b.rank <= 1) return false;
+  const mem_block s0 = b.slice(0);
+  if (block_self_overlaps(s0)) return true;
+  const std::size_t sub = s0.span();
+  for (std::size_t k = 1; k < b.ext[0] && k * b.st[0] < sub; ++k) {
+    if (k > max_interleave) return true;
+    if (blocks_overlap(s0, b.slice(k))) return true;
+  }
+  return false;
+}
+
 /// The block of a matrix or vector view.
 template <class T, std::size_t R, std::size_t C>
 mem_block block_of(const matrix_view<T, R, C>& m) {
@@ -184,13 +210,18 @@ struct named_block {
   const char* name;
   mem_block b;
 };
-/// argument_error when an output shares memory with an input or with another output (each
-/// evaluation that writes several outputs: attention's forward and backward, the GP predictions).
+/// argument_error when an output shares memory with an input or with another output, or its own
+/// elements share memory (a broadcast axis, folded strides) (each evaluation that writes several
+/// outputs: attention's forward and backward, the GP predictions).
 /// Messages start with prefix + where ("memsafe: eval_into(attention)", "memsafe::gp::predict").
 template <std::size_t NO, std::size_t NI>
 void check_apart(const named_block (&outs)[NO], const named_block (&ins)[NI], const char* where,
                  const char* prefix = "memsafe: ") {
   for (std::size_t o = 0; o < NO; ++o) {
+    if (block_self_overlaps(outs[o].b))
+      throw argument_error(cat(msg{prefix, where, ": the output ", outs[o].name,
+                                "'s elements share memory with one another (a stride of 0, or strides that fold it onto "
+                                "itself or interleave it too finely to check): each element must have its own memory"}));
     for (std::size_t i = 0; i < NI; ++i)
       if (blocks_overlap(outs[o].b, ins[i].b))
         throw argument_error(cat(msg{prefix, where, ": the output ", outs[o].name, " shares memory with the input ",

@@ -532,7 +532,10 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
         // passes over NaN, exp(+inf − +inf) is NaN): O and lse NaN, as the naive formula gives
         const bool empty = l[r] == T(0);
         const T inv = empty ? T(0) : T(1) / l[r];
-        for (std::size_t c = 0; c < dv; ++c) out[c * os] = Oa[r * dvp + c] * inv;
+        if (empty)  // 0 itself, whatever Oa holds
+          for (std::size_t c = 0; c < dv; ++c) out[c * os] = T(0);
+        else
+          for (std::size_t c = 0; c < dv; ++c) out[c * os] = Oa[r * dvp + c] * inv;
         if (lse) lse[(bh * Tq) + i0 + r] = empty ? neg_inf<T>() : m[r] + math::log(l[r]);
       }
     }
