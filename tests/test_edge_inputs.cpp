@@ -55,6 +55,53 @@ TEST_CASE("edge: parameter gradients of kernels over points with d = 0 (every di
   CHECK(gl.params.at(0).variance.at(0) == 0.0);
 }
 
+TEST_CASE("edge: gradients through maps whose derivative is infinite where the padded columns sit are finite") {
+  // The backward tiles pad their columns with zero points and zero weights to a multiple of the
+  // lanes. A padded column's u is |x|^2 (stationary) or 0 (dot): sqrt's and log's derivatives are
+  // infinite there when x is the origin, and 0 * inf would make the row's gradient NaN.
+  const std::size_t n = 3, m = 5, d = 2;  // m = 5: three padded columns in every tile
+  std::vector<double> x = {0, 0, 1, -1, 0.5, 2}, y = {1, 2, -1, 0.5, 3, -2, 0.25, 0.75, -1.5, -0.5},
+                      u = {1.0, -2.0, 0.5};
+  const auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data(), m, d);
+  for (std::size_t budget : {std::size_t{1} << 12, std::size_t{1} << 20}) {
+    CAPTURE(budget);
+    // L = sum_i u_i sum_j |x_i - y_j|: dL/dx_i = u_i sum_j (x_i - y_j) / |x_i - y_j|, dL/dy_j the opposite sums
+    auto g = memsafe::grad(memsafe::vjp(memsafe::sum(memsafe::sqrt(memsafe::sqdist(X, Y))), memsafe::vec(u.data(), n),
+                                        memsafe::wrt<double>(X, Y)),
+                           memsafe::budget_bytes(budget));
+    std::vector<double> gx(n * d, 0.0), gy(m * d, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j) {
+        const double a = x[i * d] - y[j * d], b = x[i * d + 1] - y[j * d + 1], r = std::sqrt(a * a + b * b);
+        gx[i * d] += u[i] * a / r, gx[i * d + 1] += u[i] * b / r;
+        gy[j * d] -= u[i] * a / r, gy[j * d + 1] -= u[i] * b / r;
+      }
+    for (std::size_t t = 0; t < n * d; ++t) CHECK(g.points.at(0).at(t) == doctest::Approx(gx[t]).epsilon(1e-12));
+    for (std::size_t t = 0; t < m * d; ++t) CHECK(g.points.at(1).at(t) == doctest::Approx(gy[t]).epsilon(1e-12));
+    CHECK(g.stats.peak_temp_bytes <= budget);
+    // the dot kind: a padded column's u is 0 exactly, where inv's derivative -1/u^2 is infinite.
+    // L = sum_i u_i sum_j log(x_i . y_j + 10): dL/dx_i = u_i sum_j y_j / (x_i . y_j + 10) (finite
+    // everywhere), and with inv(x_i . y_j): -u_i sum_j y_j / (x_i . y_j)^2
+    auto h = memsafe::grad(memsafe::vjp(memsafe::sum(memsafe::log(memsafe::dot(X, Y) + 10.0)), memsafe::vec(u.data(), n),
+                                        memsafe::wrt<double>(X)),
+                           memsafe::budget_bytes(budget));
+    auto k = memsafe::grad(memsafe::vjp(memsafe::sum(memsafe::inv(memsafe::dot(X, Y))), memsafe::vec(u.data(), n),
+                                        memsafe::wrt<double>(X)),
+                           memsafe::budget_bytes(budget));
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t c = 0; c < d; ++c) {
+        double want = 0, want_inv = 0;
+        for (std::size_t j = 0; j < m; ++j) {
+          const double s = x[i * d] * y[j * d] + x[i * d + 1] * y[j * d + 1];
+          want += u[i] * y[j * d + c] / (s + 10.0);
+          want_inv -= u[i] * y[j * d + c] / (s * s);
+        }
+        CHECK(h.points.at(0).at(i * d + c) == doctest::Approx(want).epsilon(1e-12));
+        if (i > 0) CHECK(k.points.at(0).at(i * d + c) == doctest::Approx(want_inv).epsilon(1e-12));  // row 0: x = 0, 1/0
+      }
+  }
+}
+
 TEST_CASE("edge: attention rows with a NaN or +inf score give NaN outputs and lse (the naive formula's), "
           "the other rows are untouched") {
   const std::size_t T = 4, d = 2;
