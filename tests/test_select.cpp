@@ -649,6 +649,21 @@ struct hit_log {
 };
 }  // namespace
 
+TEST_CASE("select: the int16 screen is chosen only where d leaves an int16 magnitude") {
+  // Beyond i16_screen_max_d, q = i16_qmax(d) is 0 and no scale 2^e makes a value fit: the screen
+  // would search forever for one. (Rows of 2 GiB: checked on the choice, not on data.)
+  CHECK(host::i16_qmax(host::i16_screen_max_d) >= 1);
+  CHECK(host::i16_qmax(host::i16_screen_max_d + 1) == 0);
+  if (std::getenv("MEMSAFE_SCREEN")) {
+    MESSAGE("skipped the default choice: MEMSAFE_SCREEN is set");
+    return;
+  }
+  using host::select_kind, host::screen_mode, host::isa;
+  CHECK(host::choose_screen<float, select_kind::sqdist>(isa::avx2, 100) == screen_mode::i16);
+  CHECK(host::choose_screen<float, select_kind::sqdist>(isa::avx2, host::i16_screen_max_d) == screen_mode::i16);
+  CHECK(host::choose_screen<float, select_kind::sqdist>(isa::avx2, host::i16_screen_max_d + 1) == screen_mode::native);
+}
+
 TEST_CASE("select: the int16 screen passes the same lanes with AVX-VNNI (VPDPWSSD) as with VPMADDWD") {
   if (!(host::cpu_isas() & host::isa_bit(host::isa::avx2)) || !host::cpu_has_avx_vnni()) {
     MESSAGE("skipped: this CPU has no AVX-VNNI (the int16 screen runs on VPMADDWD alone, tested with the selections)");

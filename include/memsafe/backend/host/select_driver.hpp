@@ -528,6 +528,9 @@ inline constexpr std::size_t amx_screen_min_d = 16;
 /// (per point and row block) costs what the faster products save (this Zen 5, AVX2 kernels,
 /// n = 2·10⁵, m = 1000: d = 8 a tie, d = 16 1.05×, d = 32 1.23×, d = 100 1.35×; docs/design.md).
 inline constexpr std::size_t i16_screen_min_d = 16;
+/// The int16 screen's largest d: i16_qmax(d) ≥ 1 (d·2² ≤ 2³¹ − 1). Beyond it no magnitude fits (q
+/// would be 0, and i16_exponent would search forever for a scale): the screen is not used there.
+inline constexpr std::size_t i16_screen_max_d = 536870911;
 
 /// The screen of the fused selection of (T, K) at dimension d with instruction set i. MEMSAFE_SCREEN
 /// (core/env.hpp) — fp32: T's own; bf16, amx or i16: that screen where it applies (bf16 and amx:
@@ -536,7 +539,8 @@ inline constexpr std::size_t i16_screen_min_d = 16;
 /// i16: the AVX2 kernels); unset: where it applies, on the AVX-512 kernels amx at
 /// d ≥ amx_screen_min_d where the tiles are there, else bf16 at d ≥ paired_screen_min_d where
 /// VDPBF16PS pays (cpu_dpbf16_pays; sqdist, cosine and dot alike), else fp32; on AVX2 i16 for sqdist
-/// at d ≥ i16_screen_min_d (VPMADDWD does 16 products per instruction against an FMA's 8).
+/// at i16_screen_min_d ≤ d ≤ i16_screen_max_d (VPMADDWD does 16 products per instruction against an
+/// FMA's 8).
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
@@ -567,12 +571,15 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
     if (i != isa::avx2)
       throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not ",
                                 isa_name(i), " (MEMSAFE_ISA=avx2 selects them)"}));
+    if (d > i16_screen_max_d)
+      throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN=i16: d = ", d, " features is more than the int16 screen's ",
+                                i16_screen_max_d, " (their products' sums would leave int32)"}));
     return screen_mode::i16;
   }
   if (amx && d >= amx_screen_min_d) return screen_mode::amx;
   if (bf16 && cpu_dpbf16_pays()) return d >= paired_screen_min_d ? screen_mode::bf16 : screen_mode::native;
   if (bf16 || !sq) return screen_mode::native;
-  return i == isa::avx2 && d >= i16_screen_min_d ? screen_mode::i16 : screen_mode::native;
+  return i == isa::avx2 && d >= i16_screen_min_d && d <= i16_screen_max_d ? screen_mode::i16 : screen_mode::native;
 }
 
 /// The plan's name of a screen (tile_plan::screen) and back.
