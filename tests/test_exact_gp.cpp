@@ -277,6 +277,26 @@ TEST_CASE("exact_solve: non-convergence is reported, not thrown") {
   CHECK(std::all_of(zr.alpha.begin(), zr.alpha.end(), [](double v) { return v == 0; }));
 }
 
+TEST_CASE("exact_solve: a column solved exactly before min_iterations converges, it is not a breakdown") {
+  // n = 1, K + σ²I = 1 + 1: one CG step gives α = 0.5 with r = 0 exactly; before, min_iterations
+  // kept the column going, p became 0, pᵀAp = 0 read as a breakdown and converged was false.
+  const vec x = {0.0}, y = {1.0};
+  gp::hyperparameters h;
+  h.kind = gp::kernel::rbf;
+  h.variance = 1.0;
+  h.noise = 1.0;
+  h.lengthscales = {1.0};
+  gp::exact_options o;
+  o.preconditioner_rank = 0;
+  o.min_iterations = 10;
+  const auto r = gp::exact_solve(gp::data_view{x.data(), y.data(), 1, 1}, h, o);
+  CHECK(r.converged);
+  CHECK_FALSE(r.breakdown);
+  CHECK(r.iterations == 1);
+  CHECK(r.alpha.at(0) == 0.5);
+  CHECK(r.residual.at(0) == 0.0);
+}
+
 TEST_CASE("exact_solve: a budget too small is an error before any work, naming the minimum") {
   problem p(200, 3, 2, gp::kernel::matern32);
   gp::exact_options o;

@@ -577,6 +577,13 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
         step[j] = 0;
         continue;
       }
+      if (rz[j] == 0) {  // r (or P⁻¹r) is 0: solved exactly while min_iterations kept it going, not a breakdown
+        done[j] = 1;
+        --active;
+        R.column_iterations[j] = it - 1;
+        step[j] = 0;
+        continue;
+      }
       if (!(step[j] > 0) || !std::isfinite(rz[j])) {  // breakdown: K + σ²I is SPD, so only rounding or NaN
         R.breakdown = true;
         done[j] = 1;
@@ -599,7 +606,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
       for (std::size_t i = 0; i < n; ++i) s += r[i * c + j] * r[i * c + j];
       res[j] = std::sqrt(s) / bnorm[j];
       R.column_iterations[j] = it;
-      if (res[j] <= o.tolerance && it >= o.min_iterations) {
+      if (res[j] <= o.tolerance && (it >= o.min_iterations || res[j] == 0)) {  // an exact solve stops at once
         done[j] = 1;
         --active;
       }
