@@ -285,6 +285,13 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
   CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), m + 1), MPI_COMM_WORLD,
                                            memsafe::mpi::shard_reduced),
                   memsafe::argument_error);
+  // A row of the partial result larger than one MPI message (MPI counts are int): K·M with 2^28
+  // columns of doubles (a stride-0 M: nothing that large exists), refused while planning.
+  const std::vector<double> one(1, 1.0);
+  const memsafe::matrix_view<const double> Mwide(one.data(), s.size(), std::size_t{1} << 28, 0, 0);
+  CHECK_THROWS_WITH_AS((void)memsafe::mpi::eval(memsafe::rbf(memsafe::points(x.data(), 1, d), Y, 1.0, 1.0) * Mwide,
+                                                MPI_COMM_WORLD, memsafe::mpi::shard_reduced),
+                       doctest::Contains("more than one MPI message carries"), memsafe::argument_error);
   // And the communicator is still in step: the next evaluation runs.
   const auto r = memsafe::mpi::eval(e, MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
   CHECK(r.indices == memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, memsafe::points(y.data(), m, d)), 3), unlimited_opts).indices);
@@ -458,6 +465,11 @@ TEST_CASE("both sharded: errors on any rank are raised on every rank, before any
   const auto e = memsafe::mpi::argkmin(memsafe::sqdist(X, Y), 3);
   const auto sh = memsafe::mpi::shard_both;
   const int small_rank = ranks() - 1;
+  // A row of the ring's chunks (a point and its row of M) larger than one MPI message
+  const std::vector<double> one(1, 1.0);
+  const memsafe::matrix_view<const double> Mwide(one.data(), sy.size(), std::size_t{1} << 28, 0, 0);
+  CHECK_THROWS_WITH_AS((void)memsafe::mpi::eval(memsafe::rbf(X, Y, 1.0, 1.0) * Mwide, MPI_COMM_WORLD, sh),
+                       doctest::Contains("more than one MPI message carries"), memsafe::argument_error);
   const memsafe::options o{rank() == small_rank ? std::size_t(256) : std::size_t(1) << 20, 1};
   try {
     (void)memsafe::mpi::eval(e, MPI_COMM_WORLD, sh, o);

@@ -367,6 +367,10 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
     if constexpr (is_softmax<X>)
       if (!d.empty)
         d.lse_bytes = checked_mul(x.rows(), sizeof(typename X::value_type), "memsafe::mpi: the log-sum-exps");
+    if (d.rule.row_bytes() > std::size_t(INT_MAX))  // MPI counts are int: a message carries whole rows
+      throw argument_error(cat(msg{"memsafe::mpi: shard_reduced: one row of the partial result of ", x.str(), " is ",
+                                   d.rule.row_bytes(), " bytes, more than one MPI message carries (", INT_MAX,
+                                   "); evaluate its columns in parts"}));
     std::size_t need = d.lse_bytes + 2 * d.rule.row_bytes();  // the smallest chunk: one row sent, one received
     if (!d.empty) {
       need = std::max(need, be.minimum(d.local));

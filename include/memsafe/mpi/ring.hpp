@@ -265,6 +265,10 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
     be.check_gather(g.y);
     if constexpr (ring_node<X>::has_rhs) be.check_gather(g.rhs);
     g.payload = std::max<std::size_t>(1, (g.d + g.c) * sizeof(T));
+    if (g.payload > std::size_t(INT_MAX))  // MPI counts are int: a message carries whole rows
+      throw argument_error(cat(msg{"memsafe::mpi: shard_both: one row of the points and dense operand of ", x.str(),
+                                   " is ", g.payload, " bytes, more than one MPI message carries (", INT_MAX,
+                                   "); shard by rows (shard_reduced) or split the columns"}));
     g.result_bytes = x.rows() * x.cols() * (sizeof(T) + (X::has_indices ? sizeof(index_t) : 0)) +
                      (is_softmax<X> ? x.rows() * sizeof(T) : 0);
     g.scratch_rows = std::min<std::size_t>(x.rows(), 8);
