@@ -775,7 +775,7 @@ TEST_CASE("attention: shape and argument errors") {
                   memsafe::shape_error);
 }
 
-TEST_CASE("attention: self-overlapping outputs, a non-finite V, O or dO and a scale too large for T are refused") {
+TEST_CASE("attention: self-overlapping outputs, a non-finite V and a scale too large for T are refused") {
   std::vector<double> q(2 * 2 * 5 * 4, 0.25), k(2 * 2 * 6 * 4, 0.5), v(2 * 2 * 6 * 3, 1.0), o(2 * 2 * 5 * 3, 7.0),
       lse(2 * 2 * 5, 7.0);
   auto Q = memsafe::heads(q.data(), 2, 2, 5, 4);
@@ -805,7 +805,7 @@ TEST_CASE("attention: self-overlapping outputs, a non-finite V, O or dO and a sc
   v[((1 * 2 + 1) * 6 + 5) * 3 + 2] = 1.0;
   memsafe::eval_into(A, O, lse.data());
   for (double x : o) CHECK(x == doctest::Approx(1.0));  // every value 1: O = 1 wherever a key is seen
-  // the backward: a NaN in dO or O is refused; a dQ whose heads share memory too
+  // the backward: a non-finite V is refused there too; a dQ whose heads share memory too
   std::vector<double> dO(o.size(), 0.5), dq(q.size()), dk(k.size()), dv(v.size());
   auto dQ = memsafe::heads(dq.data(), 2, 2, 5, 4);
   auto dK = memsafe::heads(dk.data(), 2, 2, 6, 4);
@@ -815,12 +815,9 @@ TEST_CASE("attention: self-overlapping outputs, a non-finite V, O or dO and a sc
                                 memsafe::heads(dO.data(), 2, 2, 5, 3), dq_view, dK, dV, two);
   };
   backward(dQ);
-  dO[7] = std::numeric_limits<double>::quiet_NaN();
-  CHECK_THROWS_WITH_AS(backward(dQ), doctest::Contains("dO[0, 0, 2, 1] is"), memsafe::argument_error);
-  dO[7] = 0.5;
-  o[4] = -std::numeric_limits<double>::infinity();
-  CHECK_THROWS_WITH_AS(backward(dQ), doctest::Contains("O[0, 0, 1, 1] is -inf"), memsafe::argument_error);
-  o[4] = 1.0;
+  v[7] = -std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(backward(dQ), doctest::Contains("V[0, 0, 2, 1] is -inf"), memsafe::argument_error);
+  v[7] = 1.0;
   CHECK_THROWS_AS(backward(memsafe::heads_view<double>(dq.data(), 2, 2, 5, 4, 2 * 5 * 4, 0, 4, 1)),
                   memsafe::argument_error);
   // the scale: each factor finite and so is their product, in the value type

@@ -21,12 +21,11 @@ void check_heads(const heads_view<U>& x, std::size_t B, std::size_t H, std::size
         cat(msg{"memsafe: ", where, ": ", name, " is ", x.shape(), " but must be [", B, ", ", H, ", ", Tn, ", ", d, "]"}));
 }
 
-/// argument_error naming the first entry of v (V; the backward's O and dO) that is not finite. P·V
-/// (and dO·Vᵀ, D = rowsum(dO ∘ O)) are accumulated tile by tile, and a key a row cannot see (causal,
-/// padding, a −inf bias) still meets that row's products inside a tile it shares with visible keys,
-/// with P = 0: 0 · inf is NaN, so a non-finite value would reach some rows (or keys' gradients) and
-/// not others, depending on the budget's tiles. One read of each, next to the products' Tq / 64 or
-/// more reads of it.
+/// argument_error naming the first entry of v (V) that is not finite. P·V (and the backward's
+/// dO·Vᵀ) are accumulated tile by tile, and a key a row cannot see (causal, padding, a −inf bias)
+/// still meets that row's products inside a tile it shares with visible keys, with P = 0: 0 · inf is
+/// NaN, so a non-finite value would reach some rows and not others, depending on the budget's
+/// tiles. One read of V, next to the products' Tq / 64 or more reads of it.
 template <class T>
 void check_values_finite(const heads_view<const T>& v, const char* name, const char* where) {
   const std::size_t dv = v.dim(), vs = v.stride(3);
@@ -95,8 +94,6 @@ eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O,
                               {"dBias", dBias ? block_of(*dBias) : mem_block{}}};
   check_apart(out, in, where);
   check_values_finite(a.v, "V", where);
-  check_values_finite(O, "O", where);
-  check_values_finite(dO, "dO", where);
   return attn::backward(a, O, lse, dO, dQ, dK, dV, dBias, o);
 }
 }  // namespace detail
@@ -104,8 +101,9 @@ eval_stats attention_backward(const attention_expr<T>& a, heads_view<const T> O,
 /// Attention backward (the FlashAttention-2 scheme): from dO = ∂L/∂O and the forward's O and lse,
 /// writes dQ ([B, H, Tq, d]), dK ([B, H, Tk, d]) and dV ([B, H, Tk, dv]) — any strides — recomputing
 /// each score tile from lse (P = exp(S − lse), D = rowsum(dO ∘ O), dS = P ∘ (dO Vᵀ − D)); masked
-/// entries have zero gradient. Same budget rules as the forward. V, O and dO must be finite
-/// (argument_error naming the entry). The outputs must not overlap the inputs, one another or
+/// entries have zero gradient. Same budget rules as the forward. V must be finite (argument_error
+/// naming the entry); a NaN row of O or dO (a forward row that was NaN) makes that row's dQ NaN and
+/// the dK, dV of the keys its tiles meet. The outputs must not overlap the inputs, one another or
 /// themselves (argument_error; packed layouts that share no element are fine).
 template <class T>
 eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_identity_t<heads_view<const T>> O,
