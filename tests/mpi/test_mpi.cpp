@@ -285,6 +285,15 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
   CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y), m + 1), MPI_COMM_WORLD,
                                            memsafe::mpi::shard_reduced),
                   memsafe::argument_error);
+  // Rank-dependent code: another reduction on rank 0 than on the others (the records would merge by
+  // different rules).
+  if (ranks() > 1) {
+    const auto run = [&] {
+      if (rank() == 0) (void)memsafe::mpi::eval(memsafe::min(memsafe::sqdist(X, Y)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+      else (void)memsafe::mpi::eval(memsafe::max(memsafe::sqdist(X, Y)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+    };
+    CHECK_THROWS_WITH_AS(run(), doctest::Contains("another kind of reduction"), memsafe::argument_error);
+  }
   // A row of the partial result larger than one MPI message (MPI counts are int): K·M with 2^28
   // columns of doubles (a stride-0 M: nothing that large exists), refused while planning.
   const std::vector<double> one(1, 1.0);

@@ -39,6 +39,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -160,10 +161,33 @@ inline comm_stats planned_comm(const mpi::plan& p) {
 /// One rank's planning outcome, exchanged by the agreement.
 struct rank_info {
   std::uint64_t rows, cols, extent, need, budget, chunk_rows;
-  std::uint64_t dim, rhs_cols, elem, kind;  // shard_both: what the ring's payload and merge depend on
+  std::uint64_t dim, rhs_cols;  // shard_both: what the ring's payload depends on
+  std::uint64_t elem, kind;     // both layouts: the value size and the merge rule (reduction_kind)
   std::int32_t failed;  // 0 ok, 1 budget_error, 2 shape_error, 3 argument_error, 4 other error
   char message[300];
 };
+
+inline std::uint64_t fnv1a(const char* s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (; *s; ++s) h = (h ^ std::uint8_t(*s)) * 1099511628211ull;
+  return h;
+}
+/// The merge rule's type, hashed: ranks that built different reductions (min here, max there) differ.
+template <class X>
+std::uint64_t reduction_kind() {
+  return fnv1a(typeid(typename rule_of<X>::type).name());
+}
+/// argument_error when rank r's values or reduction differ from this rank's (rank-dependent code):
+/// the records would not match in size, or would merge by another rule. who: "…: rank ".
+template <class X>
+void check_same_reduction(const rank_info& a, const rank_info& me, int r, int rank, const char* who, const X& x) {
+  if (a.elem != me.elem)
+    throw argument_error(cat(msg{who, r, "'s values are ", a.elem * 8, "-bit but rank ", rank, "'s are ", me.elem * 8,
+                                 "-bit (", x.str(), ")"}));
+  if (a.kind != me.kind)
+    throw argument_error(cat(msg{who, r, "'s expression is another kind of reduction than rank ", rank, "'s (",
+                                 x.str(), ")"}));
+}
 
 inline void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -358,6 +382,8 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   me.rows = x.rows();
   me.cols = x.cols();
   me.extent = d.extent;
+  me.elem = sizeof(typename X::value_type);
+  me.kind = reduction_kind<X>();
   plan_guarded(me, [&] {
     pre();
     d.budget = be.budget();
@@ -393,6 +419,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   std::size_t global = 0, offset = 0, chunk = SIZE_MAX;
   for (int r = 0; r < ranks; ++r) {
     const rank_info& a = all[std::size_t(r)];
+    check_same_reduction(a, me, r, rank, "memsafe::mpi: shard_reduced: rank ", x);
     if (a.rows != me.rows || a.cols != me.cols)
       throw shape_error(cat(msg{"memsafe::mpi: shard_reduced: every rank must have a result of the same shape, ",
                                 "but rank ", r, "'s is ", shape_str(a.rows, a.cols), " and rank ", rank, "'s is ",

@@ -190,12 +190,6 @@ matrix_view<const T> ring_operand(const X& x) {
   return v.front();
 }
 
-inline std::uint64_t fnv1a(const char* s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (; *s; ++s) h = (h ^ std::uint8_t(*s)) * 1099511628211ull;
-  return h;
-}
-
 /// Everything the ring decides before any work (collective).
 template <class X>
 struct ring_setup {
@@ -244,7 +238,7 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   me.rows = x.rows();
   me.cols = x.cols();
   me.elem = sizeof(T);
-  me.kind = fnv1a(typeid(typename rule_of<X>::type).name()) ^ (ring_node<X>::has_rhs ? 1u : 0u);
+  me.kind = reduction_kind<X>() ^ (ring_node<X>::has_rhs ? 1u : 0u);
   std::size_t min_eval = 0;
   plan_guarded(me, [&] {
     pre();
@@ -301,12 +295,7 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   for (int r = 0; r < ranks; ++r) {
     const rank_info& a = all[std::size_t(r)];
     const char* who = "memsafe::mpi: shard_both: rank ";
-    if (a.elem != me.elem)
-      throw argument_error(cat(msg{who, r, "'s values are ", a.elem * 8, "-bit but rank ", rank, "'s are ",
-                                   me.elem * 8, "-bit (", x.str(), ")"}));
-    if (a.kind != me.kind)
-      throw argument_error(cat(msg{who, r, "'s expression is another kind of reduction than rank ", rank, "'s (",
-                                   x.str(), ")"}));
+    check_same_reduction(a, me, r, rank, who, x);
     if (a.dim != me.dim)
       throw shape_error(cat(msg{who, r, "'s points have d = ", a.dim, " but rank ", rank, "'s have d = ", me.dim,
                                 " (", x.str(), ")"}));
