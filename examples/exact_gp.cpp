@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -51,9 +52,10 @@ std::vector<double> parse_lengthscales(const std::string& s, std::size_t d) {
   std::stringstream in(s);
   std::string item;
   while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    const double x = std::stod(item, &used);
-    if (used != item.size()) throw std::runtime_error("--lengthscales: '" + item + "' is not a number");
+    double x = 0;
+    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || !std::isfinite(x) || !(x > 0))
+      throw std::runtime_error("--lengthscales: '" + item + "' is not a positive finite number");
     v.push_back(x);
   }
   if (v.size() == 1) v.assign(d, v[0]);

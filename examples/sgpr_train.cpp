@@ -182,7 +182,9 @@ void save_model(const std::string& path, const saved_model& s) {
     throw std::runtime_error("--save-model: writing " + path + " failed");
 }
 
-saved_model load_model(const std::string& path) {
+/// The model in `path`, for the run `want` describes (its dataset, split, kernel, m and d): a file
+/// for another run is refused after its header, before its sizes are trusted for any allocation.
+saved_model load_model(const std::string& path, const saved_model& want) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("--init-model: cannot read " + path);
   const auto bad = [&](const std::string& what) -> std::runtime_error {
@@ -206,6 +208,12 @@ saved_model load_model(const std::string& path) {
   } catch (const std::exception& e) {
     throw bad(e.what());
   }
+  const auto what = [](const saved_model& x) {
+    return x.dataset + " split " + std::to_string(x.split) + ", " + gp::kernel_name(x.h.kind) + ", m = " +
+           std::to_string(x.m) + ", d = " + std::to_string(x.d);
+  };
+  if (s.dataset != want.dataset || s.split != want.split || s.h.kind != want.h.kind || s.m != want.m || s.d != want.d)
+    throw std::runtime_error("--init-model " + path + " holds a model for " + what(s) + "; this run is " + what(want));
   expect("variance"), in >> s.h.variance;
   expect("noise"), in >> s.h.noise;
   expect("jitter"), in >> s.h.jitter;
@@ -439,6 +447,7 @@ int run_main(int argc, char** argv) {
   if (m == 0) args.fail("--m must be positive");
   if (!(time_limit >= 0)) args.fail("--time-limit must be a number of seconds >= 0");
   if (args.get_uint("lbfgs-max-linesearch") == 0) args.fail("--lbfgs-max-linesearch must be at least 1");
+  if (iters > std::size_t(INT_MAX)) args.fail("--iters must be at most 2147483647");  // liblbfgs counts in int
   if (args.get_uint("lbfgs-memory") == 0 || args.get_uint("lbfgs-memory") > 1000)
     args.fail("--lbfgs-memory must be between 1 and 1000");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
@@ -457,15 +466,9 @@ int run_main(int argc, char** argv) {
     const std::string init_path = args.get_string("init-model");
     std::optional<saved_model> init;
     if (!init_path.empty()) {
-      init = load_model(init_path);
-      const auto what = [](const std::string& ds_, std::size_t s_, gp::kernel k_, std::size_t m_, std::size_t d_) {
-        return ds_ + " split " + std::to_string(s_) + ", " + gp::kernel_name(k_) + ", m = " + std::to_string(m_) +
-               ", d = " + std::to_string(d_);
-      };
-      if (init->dataset != dataset || init->split != split || init->h.kind != kind || init->m != m || init->d != d)
-        throw std::runtime_error("--init-model " + init_path + " holds a model for " +
-                                 what(init->dataset, init->split, init->h.kind, init->m, init->d) + "; this run is " +
-                                 what(dataset, split, kind, m, d));
+      saved_model want;
+      want.dataset = dataset, want.split = split, want.h.kind = kind, want.m = m, want.d = d;
+      init = load_model(init_path, want);
     }
     const std::vector<double> Z0 =
         init ? std::move(init->Z) : init_inducing(sp.X_train, n, d, m, args.get_uint("init-subset"), args.get_uint("seed"));

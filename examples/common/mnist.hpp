@@ -137,14 +137,21 @@ mnist_images<T> load_mnist_images(const std::string& path,
   out.rows = rows;
   out.cols = cols;
   const std::size_t total = out.n * out.dim();
-  out.pixels.resize(total);
 
-  // Convert chunk by chunk so the raw bytes are never held all at once.
+  // Convert chunk by chunk so the raw bytes are never held all at once, growing the pixels with
+  // what the file holds: a header that promises more than is there (4·10⁹ images in a file of a
+  // few bytes) is a "truncated" error, not an allocation of what it promised.
+  try {
+    out.pixels.reserve(total);  // address space only: no page is touched until the pixels arrive
+  } catch (const std::exception&) {
+    // more than the system will reserve: grown as read (the file is then surely truncated)
+  }
   std::vector<unsigned char> buf(std::min<std::size_t>(total, std::size_t{1} << 20));
   std::size_t done = 0;
   while (done < total) {
     std::size_t want = std::min(buf.size(), total - done);
     std::size_t got = detail::idx_read(f.get(), path, buf.data(), want);
+    out.pixels.resize(done + got);
     for (std::size_t i = 0; i < got; ++i) out.pixels[done + i] = static_cast<T>(buf[i]) / T(255);
     done += got;
     if (got < want)
@@ -164,8 +171,18 @@ inline std::vector<std::uint8_t> load_mnist_labels(const std::string& path,
   detail::idx_magic(f.get(), path, idx_labels_magic, "labels");
   std::uint32_t count = detail::idx_u32(f.get(), path, "label count");
   std::size_t n = std::min<std::size_t>(count, limit);
-  std::vector<std::uint8_t> labels(n);
-  std::size_t got = detail::idx_read(f.get(), path, labels.data(), n);
+  std::vector<std::uint8_t> labels;
+  std::size_t got = 0;
+  for (std::size_t want; got < n; got += want) {  // grown with what the file holds, as the images
+    want = std::min<std::size_t>(n - got, std::size_t{1} << 20);
+    labels.resize(got + want);
+    const std::size_t r = detail::idx_read(f.get(), path, labels.data() + got, want);
+    if (r < want) {
+      got += r;
+      labels.resize(got);
+      break;
+    }
+  }
   if (got != n)
     detail::idx_fail(path, "truncated: header promises " + std::to_string(count) + " labels but only " +
                                std::to_string(got) + " are present");

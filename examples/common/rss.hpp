@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -61,7 +62,10 @@ inline rss_limit make_rss_limit(const std::string& slack_text, std::size_t input
   rss_limit r;
   if (slack_text.empty()) return r;
   r.enabled = true;
-  r.limit = input_bytes + budget_bytes + memsafe::parse_bytes(slack_text);
+  // saturating: an unlimited budget (or slack) is SIZE_MAX, and bounds nothing
+  const std::size_t slack = memsafe::parse_bytes(slack_text);
+  if (__builtin_add_overflow(input_bytes, budget_bytes, &r.limit) || __builtin_add_overflow(r.limit, slack, &r.limit))
+    r.limit = SIZE_MAX;
   return r;
 }
 }  // namespace memsafe_examples

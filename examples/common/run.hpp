@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <memsafe/memsafe.hpp>
@@ -44,6 +45,16 @@ inline run_options read_eval_options(cli& args) {
   run_options r;
   r.budget_text = args.get_string("budget");
   r.rss_slack = args.get_string("rss-slack");
+  // byte counts are command-line errors, found before any work (not after the run's computation)
+  for (const auto& [name, text] : {std::pair<const char*, const std::string&>{"budget", r.budget_text},
+                                   std::pair<const char*, const std::string&>{"rss-slack", r.rss_slack}}) {
+    if (text.empty() && std::string_view(name) == "rss-slack") continue;
+    try {
+      (void)memsafe::parse_bytes(text);
+    } catch (const std::exception& e) {
+      args.fail("--" + std::string(name) + ": " + e.what());
+    }
+  }
   r.explain = args.get_flag("explain");
   const std::uint64_t threads = args.get_uint("threads");
   if (threads > 4096) args.fail("--threads must be at most 4096");

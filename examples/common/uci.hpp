@@ -75,6 +75,8 @@ inline std::size_t csv_parse_line(std::string_view s, std::vector<double>& out, 
     auto [p, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
     if (f.empty() || ec != std::errc() || p != f.data() + f.size())
       csv_fail(path, line, "field " + std::to_string(count + 1) + " '" + std::string(f) + "' is not a number");
+    if (!std::isfinite(v))  // from_chars reads nan and inf, which would reach the data unnoticed
+      csv_fail(path, line, "field " + std::to_string(count + 1) + " '" + std::string(f) + "' is not a finite number");
     out.push_back(v);
     ++count;
     if (end == std::string_view::npos) break;

@@ -1,0 +1,50 @@
+#!/bin/sh
+# CTest example.bad_inputs: the examples' command lines and data files, when they are wrong, give a
+# clear error before any work (exit 2 for the command line), never a crash or a huge allocation.
+#
+#   sh bad_inputs.sh KNN SGPR_TRAIN WORK_DIR
+#
+# 1. A malformed --budget or --rss-slack is a command-line error (exit 2) naming the option, found
+#    before the data are made (not after the run's computation).
+# 2. --budget unlimited with --rss-slack: the RSS limit saturates (it wrapped to a few MiB and
+#    failed the check).
+# 3. An MNIST image file whose header promises 4·10⁹ images of 28x28 in a few bytes: "truncated",
+#    not an allocation of 3 TB.
+# 4. sgpr_train --iters beyond liblbfgs's int: refused (it wrapped to 1, 0 or a negative count).
+# 5. A UCI CSV with a nan field: an error naming the file, line and field (from_chars reads nan).
+set -eu
+knn=$1
+train=$2
+work=$3
+mkdir -p "$work"
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+expect_exit() {  # expect_exit STATUS PATTERN COMMAND...: the status, and PATTERN in stdout + stderr
+  want=$1 pat=$2
+  shift 2
+  set +e
+  out=$("$@" 2>&1)
+  got=$?
+  set -e
+  echo "$* -> exit $got: $(printf '%s' "$out" | tail -n 1 | cut -c1-300)"
+  [ "$got" -eq "$want" ] || fail "exit $got, not $want: $*"
+  case $out in
+    *"$pat"*) ;;
+    *) fail "no '$pat' in the output of: $*" ;;
+  esac
+}
+expect_exit 2 "--budget" "$knn" --n 100000000 --m 1000000 --budget 64XB
+expect_exit 2 "--rss-slack" "$knn" --n 100000000 --m 1000000 --rss-slack 40MiBs
+expect_exit 0 '"rss_check": "pass"' "$knn" --n 2000 --m 20 --d 3 --budget unlimited --rss-slack 64MiB --threads 1
+# an IDX image file: magic 0x00000803, count 0xffffffff, 28 x 28, then four pixel bytes
+printf '\000\000\010\003\377\377\377\377\000\000\000\034\000\000\000\034\001\002\003\004' | gzip -c > "$work/train-images-idx3-ubyte.gz"
+cp "$work/train-images-idx3-ubyte.gz" "$work/t10k-images-idx3-ubyte.gz"
+expect_exit 1 "truncated" "$knn" --data mnist --data-dir "$work" --n 100000000 --m 10
+expect_exit 2 "--iters must be at most" "$train" --dataset kin40k --m 10 --iters 3000000000
+mkdir -p "$work/uci/kin40k"
+printf '1,2,3\n4,nan,6\n7,8,9\n' | gzip -c > "$work/uci/kin40k/data.csv.gz"
+printf '0\n1\n0\n' | gzip -c > "$work/uci/kin40k/test_mask.csv.gz"
+expect_exit 1 "line 2: field 2 'nan' is not a finite number" "$train" --dataset kin40k --m 1 --iters 1 --data-dir "$work/uci"
+echo "bad_inputs: pass"
