@@ -6,6 +6,7 @@
 // loaded is used R times. All loops have compile-time trip counts the compiler vectorises.
 #pragma once
 #include "../../core/libm.hpp"
+#include <algorithm>
 #include <cstddef>
 
 #include <limits>
@@ -333,7 +334,14 @@ void gemm_acc(std::size_t p, std::size_t q, std::size_t t, const T* A, std::size
   if constexpr (std::is_same_v<T, double>) {
     constexpr std::size_t imax = static_cast<std::size_t>(std::numeric_limits<int>::max());
     if (p == 0 || q == 0 || t == 0) return;
-    if (p <= imax && q <= imax && t <= imax && lda <= imax && ldb <= imax && ldc <= imax) {
+    // BLAS wants every leading dimension at least the length it spans, even where only one row is
+    // read: the stride of a single row means nothing (vᵀ of v·K·w is a 1×n view of stride 1, which
+    // DGEMM refused — argument 10 — leaving C as it was), and rows that overlap (a stride below the
+    // width) have no BLAS form at all: those go to the loop below.
+    if (p == 1) lda = std::max(lda, t), ldc = std::max(ldc, q);
+    if (t == 1) ldb = std::max(ldb, q);
+    if (lda >= t && ldb >= q && ldc >= q && p <= imax && q <= imax && t <= imax && lda <= imax && ldb <= imax &&
+        ldc <= imax) {
       const int M = static_cast<int>(q), N = static_cast<int>(p), K = static_cast<int>(t);
       const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
       const double one = 1.0;
