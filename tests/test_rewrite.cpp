@@ -393,6 +393,50 @@ TEST_CASE("matrix chains take the cheapest order and never form K K^T") {
   CHECK_THROWS_AS((void)(A * C), ms::shape_error);
 }
 
+TEST_CASE("quadratic forms v K w and pinned K M, M K equal naive sums at every budget") {
+  // v·K·w runs vᵀ (K w): a 1×n by n×1 dense step. With BLAS linked, DGEMM refused the 1×n view's
+  // leading dimension (1 < n) and the form came back 0.
+  const std::size_t n = 60, m = 90, d = 3;
+  auto x = data(n, d, 41), y = data(m, d, 42), v = data(n, 1, 43), w = data(m, 1, 44), M = data(m, 4, 45),
+       B = data(4, 2, 46);
+  auto X = ms::points(x.data(), n, d), Y = ms::points(y.data(), m, d);
+  auto K = ms::rbf(X, Y, 0.9, 1.2);
+  auto Kd = ms::eval(ms::dense(K));
+  double q = 0, qs = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) q += v[i] * Kd[i * m + j] * w[j], qs += std::fabs(v[i] * Kd[i * m + j] * w[j]);
+  std::vector<double> kmb(n * 2, 0.0), kmbs(n * 2, 0.0), mtk(4 * n, 0.0), mtks(4 * n, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t c = 0; c < 4; ++c)
+        for (std::size_t e = 0; e < 2; ++e) {
+          kmb[i * 2 + e] += Kd[i * m + j] * M[j * 4 + c] * B[c * 2 + e];
+          kmbs[i * 2 + e] += std::fabs(Kd[i * m + j] * M[j * 4 + c] * B[c * 2 + e]);
+        }
+  // Mᵀ as a 4×n matrix times K(X, X') (n×m, here X' = X so that Mᵀ (4×n) meets K's rows)
+  auto Kxx = ms::rbf(X, X, 0.9, 1.2);
+  auto Kxxd = ms::eval(ms::dense(Kxx));
+  auto Mt = data(4, n, 47);
+  for (std::size_t c = 0; c < 4; ++c)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) mtk[c * n + j] += Mt[c * n + i] * Kxxd[i * n + j], mtks[c * n + j] += std::fabs(Mt[c * n + i] * Kxxd[i * n + j]);
+  for (std::size_t budget : {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{8} << 20}) {
+    CAPTURE(budget);
+    const auto r = ms::eval(ms::vec(v.data(), n) * K * ms::vec(w.data(), m), ms::budget_bytes(budget));
+    REQUIRE(r.values.size() == 1);
+    CHECK(std::fabs(r.values[0] - q) <= 1e-12 * qs);
+    CHECK(r.stats.peak_temp_bytes <= budget);
+    const auto p = ms::eval(ms::pin(K * ms::matrix(M.data(), m, 4)) * ms::matrix(B.data(), 4, 2), ms::budget_bytes(budget));
+    expect_close(p.values, kmb, kmbs, "pin(K M) B");
+    CHECK(p.stats.peak_temp_bytes <= budget);
+    const auto t = ms::eval(ms::pin(ms::matrix(Mt.data(), 4, n) * Kxx) * ms::vec(w.data(), n), ms::budget_bytes(budget));
+    std::vector<double> want(4, 0.0), ws(4, 0.0);
+    for (std::size_t c = 0; c < 4; ++c)
+      for (std::size_t j = 0; j < n; ++j) want[c] += mtk[c * n + j] * w[j], ws[c] += mtks[c * n + j] * std::fabs(w[j]);
+    expect_close(t.values, want, ws, "pin(M K) w");
+  }
+}
+
 TEST_CASE("a chain runs in its planned minimum and an intermediate is checked by the diag_in_product guard") {
   const std::size_t n = 300, d = 3;
   auto x = data(n, d, 31), w = data(n, 1, 32), v = data(n, 1, 33);

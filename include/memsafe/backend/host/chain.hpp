@@ -127,6 +127,8 @@ void run_pinned(jobs::step_entry<X, J>& e, const tile_plan& p, std::size_t budge
     run_chain(e.job, plan_chain(e.job, budget, threads, nested), dst, threads, acc, log);
   } else if constexpr (requires { e.job.job; e.job.out; }) {  // bound_rows: bind the output now
     run_rows_job(e.job.job, jobs::rows_lowering<X>::out(e.x, dst, nullptr), p, acc);
+  } else if constexpr (is_rows_job<J>) {  // a pinned K·M (or M·K): its rows job, output bound here
+    run_rows_job(e.job, jobs::rows_lowering<X>::out(e.x, dst, nullptr), p, acc);
   } else {
     run_job(e.job, p, dst, nullptr, acc);
   }
