@@ -195,4 +195,36 @@ TEST_CASE("chain planner: the walk over the ordered steps, the leanest order whe
   CHECK(pp.shown.min_bytes == 1600 + 16 + 1000);  // pin(B) (2×100) beside B·C's result and workspace
 }
 
+TEST_CASE("chain planner: an order the solver ranks lower is taken when it alone fits, the minimum is the least walk") {
+  // K·A·B, K lazy 1×1500, A 1500×1000, B 1000×1, 8-byte entries. (K A) B is cheaper and its
+  // intermediate leaner (8000 B against A·B's 12000 B), but the step K·A needs an 8832-byte
+  // workspace beside it (walk 16832), where K·(A B) needs 896 (walk 12896): the solver's orders
+  // never find it, the walk over every order does.
+  memsafe::rewrite::chain_order<3> o;
+  o.dims = {1, 1500, 1000, 1};
+  o.kind = {1, 0, 0};
+  o.cost = {10, 0, 0};
+  const std::array<std::string, 3> names{"K", "A", "B"};
+  memsafe::rewrite::rule_log log;
+  auto step = [&](const memsafe::jobs::chain_step& st, std::size_t budget, std::size_t) {
+    memsafe::tile_plan p;
+    p.min_bytes = (st.i == 0 && st.s == 0 && st.j == 1) ? 8832 : (st.i == 0 && st.s == 0 && st.j == 2) ? 896 : 0;
+    p.budget = budget;
+    return p;
+  };
+  const auto roomy = plan::plan_chain(o, names, "K*A*B", std::size_t(1) << 20, 1, log, step);
+  CHECK(roomy.shown.expression == "((K A) B)");
+  CHECK(roomy.shown.min_bytes == 12896);  // the least walk of any order, not the chosen one's 16832
+  const auto tight = plan::plan_chain(o, names, "K*A*B", 14000, 1, log, step);
+  CHECK(tight.shown.expression == "(K (A B))");
+  CHECK(tight.shown.min_bytes == 12896);
+  CHECK(plan::plan_chain(o, names, "K*A*B", 12896, 1, log, step).shown.expression == "(K (A B))");
+  try {
+    plan::plan_chain(o, names, "K*A*B", 12895, 1, log, step);
+    FAIL("expected a budget_error");
+  } catch (const memsafe::budget_error& e) {
+    CHECK(e.minimum_bytes == 12896);
+  }
+}
+
 }  // TEST_SUITE

@@ -6,15 +6,21 @@
 // step k needs its own result (unless it is the root, which writes into the caller's output) and
 // its smallest workspace beside them. The peak over the walk is the order's minimum budget. The
 // cheapest order whose intermediates fit is tried first; if its steps do not fit beside them, the
-// leanest order; if even that does not fit, budget_error names its minimum before any work. Each
-// step is then planned under what the intermediates alive beside it leave of the budget.
+// leanest order by intermediates. The order solver counts intermediates, not the steps' own
+// workspaces, so an order it ranks higher (more flops, larger intermediates) may still have the
+// smaller walk: when neither fits and the chain has at most max_enumerated_factors factors, every
+// order is walked (at most 429 trees), and the cheapest whose walk fits is taken, or else the one
+// with the smallest walk, whose minimum budget_error names before any work. Each step is then
+// planned under what the intermediates alive beside it leave of the budget.
 //
 // Backend-neutral: the backend passes plan_step(step, budget, threads) → tile_plan, its byte model
 // of one step (the host plans the step's lowered job, lower/chain.hpp).
 #pragma once
 #include "../core/algo.hpp"
+#include <array>
 #include <cstddef>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +85,9 @@ double walk(const rewrite::chain_order<N>& o, const std::vector<jobs::chain_step
   return peak;
 }
 
+/// The longest chain whose orders are all walked when the solver's two do not fit (Catalan(7) = 429).
+inline constexpr std::size_t max_enumerated_factors = 8;
+
 /// Plan a chain: `ord` holds the rule's inputs (lower/chain.hpp); plan_step(step, budget, threads)
 /// is the backend's plan of one step. chain_order is recorded in `log`.
 template <std::size_t N, class Names, class PlanStep>
@@ -95,7 +104,69 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
     return walk(ord, cp.steps, mins);
   };
   double need = attempt(double(budget));
-  if (need > double(budget)) need = attempt(0.0);  // the leanest order
+  if (need > double(budget)) need = attempt(0.0);  // the leanest order by intermediates
+  double least = need;  // the smallest walk of any order: the chain's minimum budget
+  if constexpr (N <= max_enumerated_factors) {
+    // Every order, walked with its steps' workspaces: the smallest walk is the minimum budget, and
+    // when the solver's orders do not fit, the cheapest order that does is taken (or, if none, the
+    // one with the smallest walk, for budget_error to name).
+    std::vector<std::size_t> step_min(N * N * N, unlimited);  // (i, s, j) → its smallest workspace
+    auto min_of = [&](const jobs::chain_step& st) {
+      std::size_t& m = step_min[(st.i * N + st.s) * N + st.j];
+      if (m == unlimited) m = plan_step(st, unlimited, std::size_t(1)).min_bytes;
+      return m;
+    };
+    const std::array<std::size_t, N * N> solved = ord.split;
+    std::array<std::size_t, N * N> fit_split = solved, lean_split = solved;
+    double fit_flops = std::numeric_limits<double>::infinity(), lean_walk = fit_flops, lean_flops = fit_flops;
+    std::vector<jobs::chain_step> steps;
+    std::vector<std::size_t> step_mins;
+    std::vector<std::pair<std::size_t, std::size_t>> todo{{0, N - 1}};  // intervals still to split
+    auto visit = [&](auto& self) -> void {
+      if (todo.empty()) {  // a whole tree: walk it
+        steps.clear();
+        order_steps(ord, 0, N - 1, steps);
+        step_mins.clear();
+        double f = 0;
+        for (const auto& st : steps) {
+          step_mins.push_back(min_of(st));
+          if (!st.pinned_leaf()) f += ord.combine_flops(st.i, st.s, st.j);
+        }
+        const double w = walk(ord, steps, step_mins);
+        if (w <= double(budget) && f < fit_flops) fit_split = ord.split, fit_flops = f;
+        if (w < lean_walk || (w == lean_walk && f < lean_flops)) lean_split = ord.split, lean_walk = w, lean_flops = f;
+        return;
+      }
+      const auto [i, j] = todo.back();
+      todo.pop_back();
+      if (i == j) {
+        self(self);
+      } else {
+        for (std::size_t sp = i; sp < j; ++sp) {
+          ord.split[i * N + j] = sp;
+          todo.push_back({i, sp});
+          todo.push_back({sp + 1, j});
+          self(self);
+          todo.pop_back();
+          todo.pop_back();
+        }
+      }
+      todo.push_back({i, j});
+    };
+    visit(visit);
+    least = lean_walk;
+    ord.split = solved;  // the solver's order stands when it fits
+    if (need > double(budget)) {
+      const bool fits = fit_flops < std::numeric_limits<double>::infinity();
+      ord.split = fits ? fit_split : lean_split;
+      ord.flops[N - 1] = fits ? fit_flops : lean_flops;  // [0, N − 1]: what explain shows
+      cp.steps.clear();
+      order_steps(ord, 0, N - 1, cp.steps);
+      mins.clear();
+      for (const auto& st : cp.steps) mins.push_back(min_of(st));
+      need = walk(ord, cp.steps, mins);
+    }
+  }
 
   tile_plan& p = cp.shown;
   p.expression = ord.order(0, N - 1, names);
@@ -109,10 +180,10 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
   p.cols = ord.dims[N];
   p.budget = budget;
   p.threads = threads;
-  p.min_bytes = static_cast<std::size_t>(need);
+  p.min_bytes = static_cast<std::size_t>(least);
   // Each step may use whatever the intermediates alive beside it leave of the budget.
   p.planned_bytes = p.per_thread_bytes = budget;
-  if (need > double(budget)) too_small(what, budget, p.min_bytes);
+  if (need > double(budget)) too_small(what, budget, p.min_bytes);  // (then need = least)
 
   std::vector<double> beside;
   walk(ord, cp.steps, mins, &beside);
