@@ -49,6 +49,27 @@ TEST_CASE_TEMPLATE("matern52 with ARD against the dense reference", T, float, do
              return 0.6 * (1 + r + 5.0 * s / 3.0) * std::exp(-r);
            });
 }
+TEST_CASE_TEMPLATE("rq keeps its accuracy at large alpha (log1p), and an alpha whose 2 alpha overflows is refused", T,
+                   float, double) {
+  // K = s2 (1 + r2 / (2 a l2))^(-a) between x = 0 and y = (1, 0.5): log(1 + w) rounded 1 + w first
+  // and multiplied that error by a (a = 1e5 in float: 7e-4 relative; 1e17 in double: s2 itself).
+  std::vector<T> x = {0, 0}, y = {1, 0.5};
+  const auto X = memsafe::points(x.data(), 1, 2), Y = memsafe::points(y.data(), 1, 2);
+  const double r2 = 1.25;
+  for (double a : {10.0, 1e5, 1e9, 1e17, 1e30}) {
+    CAPTURE(a);
+    if (!std::isfinite(double(T(2 * a)))) continue;
+    const double want = 1.5 * std::exp(-a * std::log1p(r2 / (2 * a * 0.8 * 0.8)));
+    const auto K = memsafe::eval(memsafe::dense(memsafe::rq(X, Y, 0.8, 1.5, a)));
+    CHECK(double(K.values[0]) == doctest::Approx(want).epsilon(std::is_same_v<T, float> ? 4e-6 : 1e-14));
+    // the fused sum (K·v) and the gradient take the same finalise / derivative
+    std::vector<T> v = {1};
+    const auto s = memsafe::eval(memsafe::rq(X, Y, 0.8, 1.5, a) * memsafe::vec(v.data(), 1));
+    CHECK(double(s.values[0]) == doctest::Approx(want).epsilon(std::is_same_v<T, float> ? 4e-6 : 1e-14));
+  }
+  CHECK_THROWS_AS((void)memsafe::rq(X, Y, 0.8, 1.5, std::is_same_v<T, float> ? 2e38 : 1e308), memsafe::argument_error);
+}
+
 TEST_CASE_TEMPLATE("rq against the dense reference", T, float, double) {
   sweep<T>("rq", [](auto X, auto Y) { return memsafe::rq(X, Y, 1.2, 1.5, 0.7); },
            [](const double* a, const double* b, std::size_t d) {

@@ -217,6 +217,25 @@ TEST_CASE("math: log float, max error <= 2 ulp incl. subnormal inputs") {
   CHECK(w.err <= 2.0L);
 }
 
+TEST_CASE_TEMPLATE("math: log1p within 4 ulp from -0.9 to 1e6 and at tiny arguments, its special values", T, float,
+                   double) {
+  std::mt19937_64 g(17);
+  worst w;
+  std::vector<T> xs = linspace<T>(-0.9, 2.0, 100001);
+  for (T v : uniform<T>(T(-1e-6), T(1e-6), 50000, g)) xs.push_back(v);
+  for (T v : uniform<T>(T(1e-30), T(1e-20), 1000, g)) xs.push_back(v);  // where 1 + x rounds to 1
+  for (T v : uniform<T>(T(2), T(1e6), 20000, g)) xs.push_back(v);
+  for (T x : xs) w.add(ulp_error(mm::log1p(x), std::log1p(static_cast<long double>(x))), x);
+  INFO("log1p: ", static_cast<double>(w.err), " ulp at x = ", static_cast<double>(w.at));
+  CHECK(w.err <= 4.0L);
+  const T inf = std::numeric_limits<T>::infinity();
+  CHECK(mm::log1p(inf) == inf);
+  CHECK(mm::log1p(T(-1)) == -inf);
+  CHECK(std::isnan(mm::log1p(T(-2))));
+  CHECK(std::isnan(mm::log1p(std::numeric_limits<T>::quiet_NaN())));
+  CHECK(mm::log1p(T(0)) == T(0));
+}
+
 TEST_CASE("math: log special values") {
   CHECK(same(mm::log(1.0), 0.0));  // +0 exactly
   CHECK(same(mm::log(0.0), -dinf));

@@ -327,6 +327,18 @@ MEMSAFE_HD inline T log(T x) noexcept {
   return detail::log_impl(x);
 }
 
+/// log(1 + x), accurate where 1 + x rounds: log(u)·x/(u − 1) with u = fl(1 + x) (Goldberg's
+/// correction: the rounding of u cancels between the log and the quotient), within a few ulp;
+/// x itself where u − 1 = 0 (|x| below half an ulp of 1). log1p(+inf) = +inf, log1p(−1) = −inf,
+/// NaN below −1 and for NaN.
+template <class T>
+MEMSAFE_HD inline T log1p(T x) noexcept {
+  static_assert(detail::is_real_v<T>, "memsafe::math::log1p: float or double only");
+  const T u = T(1) + x, d = u - T(1);
+  const T l = detail::log_impl(u);
+  return detail::select(d == T(0), x, detail::select(d == detail::inf_v<T>(), l, l * (x / d)));
+}
+
 /// base^p = exp(p log|base|) with IEEE special cases (see the header comment).
 /// For a negative base the result is NaN unless p is an exact integer; then the sign comes from
 /// the parity of p. float is evaluated in double (<= 1 ulp); double has an error of about

@@ -146,20 +146,21 @@ struct derivative<formula::matern52> : detail::stationary_kernel_head, detail::r
     dfdu = detail::dsel(inf, T(0), T(-5.0 / 6.0) * p.variance * ((T(1) + a) * e));
   }
 };
-/// σ² t^(−α), t = 1 + u/(2α): ∂F/∂u = −F/(2t); ∂F/∂α = F·(1 − 1/t − log t).
+/// σ² t^(−α), t = 1 + w, w = u/(2α): ∂F/∂u = −F/(2t); ∂F/∂α = F·(w/t − log t) (= F·(1 − 1/t − log t)),
+/// with log t = log1p(w), as the forward formula.
 template <>
 struct derivative<formula::rq> : detail::stationary_kernel_head {
   static constexpr bool has_alpha = true;
   template <class T>
   static void at(T u, const detail::formula_params<T>& p, T& f, T& dfdu) {
-    const T t = T(1) + u / (T(2) * p.alpha);
-    f = p.variance * math::exp(-p.alpha * math::log(t));
-    dfdu = T(-0.5) * f / t;
+    const T w = u / (T(2) * p.alpha);
+    f = p.variance * math::exp(-p.alpha * math::log1p(w));
+    dfdu = T(-0.5) * f / (T(1) + w);
   }
   template <class T>
   static T dalpha(T u, const detail::formula_params<T>& p, T f) {
-    const T t = T(1) + u / (T(2) * p.alpha);
-    return detail::dsel(f == T(0), T(0), f * (T(1) - T(1) / t - math::log(t)));
+    const T w = u / (T(2) * p.alpha);
+    return detail::dsel(f == T(0), T(0), f * (w / (T(1) + w) - math::log1p(w)));
   }
 };
 /// x · y: linear in each side, no parameters.

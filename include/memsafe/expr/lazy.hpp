@@ -255,6 +255,9 @@ auto make_kernel(const XV& X, const YV& Y, LS ls, double variance, const char* f
     if (!(T(2) * p.alpha >= std::numeric_limits<T>::min()) || !libm::isfinite(s))
       throw argument_error(cat(msg{"memsafe: ", fn, ": alpha ", alpha,
                                 " with this lengthscale makes 1/(2αℓ²) overflow; use a larger alpha"}));
+    if (!libm::isfinite(T(2) * p.alpha))  // s would be 0: σ² for every finite distance
+      throw argument_error(cat(msg{"memsafe: ", fn, ": alpha ", alpha,
+                                " is too large (2α overflows); as α grows rq tends to the RBF kernel: use rbf"}));
   }
   return make_pairwise<F>(X, Y, p);
 }
