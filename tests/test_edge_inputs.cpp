@@ -199,6 +199,14 @@ TEST_CASE("edge: extents above 2^40 (a stride of 0) are an argument_error, at 2^
                   memsafe::argument_error);
   const std::size_t dims[3] = {0, 2, top + 1};
   CHECK_THROWS_AS((void)memsafe::tensor(&one, dims), memsafe::argument_error);
+  // batch axes that broadcast against each other: each tensor's count fits, their product does not
+  // (2^32 · 2^32 wrapped to a batch of 0: an empty result, no error)
+  const auto TX = memsafe::tensor(&one, {std::size_t{1} << 32, 1, 1, 1});
+  const auto TY = memsafe::tensor(&one, {1, std::size_t{1} << 32, 1, 1});
+  CHECK(has(message_of<memsafe::argument_error>([&] {
+              (void)memsafe::sum<4>(memsafe::square(memsafe::unsqueeze<3>(TX) - memsafe::unsqueeze<2>(TY)));
+            }),
+            "the batch"));
   // 2^37 × 2^37 elements of a stride-0 view: more than std::size_t counts
   CHECK_THROWS_AS((void)memsafe::matrix_view<const double>(&one, std::size_t{1} << 37, std::size_t{1} << 37, 0, 0),
                   memsafe::argument_error);

@@ -19,7 +19,7 @@ struct batched_reduce_expr : evaluable_tag {
   S s;
   R r;
   one_type slice_expr(std::size_t b) const { return {{}, slice(s, b), r}; }
-  std::size_t rows() const { return s.batch() * slice(s, 0).rows(); }
+  std::size_t rows() const { return checked_mul(s.batch(), slice(s, 0).rows(), "memsafe: a batch's rows"); }
   std::size_t cols() const {
     if constexpr (requires { r.k; }) return r.k;
     else return 1;

@@ -252,7 +252,7 @@ struct batched_sum {
   std::size_t batch() const {
     auto s = e.shape();
     std::size_t b = 1;
-    for (std::size_t a = 0; a < batch_axes; ++a) b *= s[a];
+    for (std::size_t a = 0; a < batch_axes; ++a) b = checked_mul(b, s[a], "memsafe: sum<A>(broadcast tensor): the batch");
     return b;
   }
   MEMSAFE_COLD std::string str() const { return cat(msg{"sum<", Ax, ">(", e.str(), ")"}); }
@@ -269,8 +269,15 @@ template <std::size_t Ax, detail::pure_tensor E>
 auto sum(const E& e) {
   static_assert(E::rank >= 3, "memsafe: sum<A>(broadcast tensor) needs a tensor of rank ≥ 3 (n×m×d, optionally batched)");
   static_assert(Ax < E::rank, "memsafe: sum<A>: the axis is out of range");
-  if constexpr (E::rank == 3) return detail::tsum<Ax, E>{{}, e};
-  else return detail::batched_sum<Ax, E>{e};
+  if constexpr (E::rank == 3) {
+    return detail::tsum<Ax, E>{{}, e};
+  } else {
+    const detail::batched_sum<Ax, E> b{e};
+    // the batch axes broadcast against each other: their product is checked here, where it is
+    // formed (each tensor's own count was checked when it was made)
+    (void)b.batch();
+    return b;
+  }
 }
 
 // ---- slicing leading batch axes ---------------------------------------------------------------
