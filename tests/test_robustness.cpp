@@ -453,6 +453,21 @@ TEST_CASE_TEMPLATE("diag and trace of a kernel of X with itself are NaN where a 
   CHECK(contains(memsafe::explain(memsafe::diag(memsafe::rbf(Q, Q, 1.0)), o), "stationary_diagonal"));
 }
 
+TEST_CASE("diag and trace with ARD lengthscales follow the dense K where a scaled coordinate overflows") {
+  // x / l = 1e300 / 1e-100 overflows: the dense K_00 is NaN (inf - inf), so diag must be too; the
+  // other point stays the variance, and trace is NaN.
+  const std::vector<double> x = {1e300, 0.5, 1.0, 2.0}, ls = {1e-100, 1.0};
+  const auto P = memsafe::points(x.data(), 2, 2);
+  const memsafe::options o{.budget = 1u << 20, .threads = 1};
+  const auto K = memsafe::rbf(P, P, memsafe::ard(ls.data(), 2), 2.0);
+  const auto dense = memsafe::eval(memsafe::dense(K), o);
+  REQUIRE(std::isnan(dense[0]));
+  const auto d = memsafe::eval(memsafe::diag(K), o);
+  CHECK(std::isnan(d[0]));
+  CHECK(d[1] == dense[3]);
+  CHECK(std::isnan(memsafe::eval(memsafe::trace(K), o)[0]));
+}
+
 TEST_CASE("diag and trace of an empty matrix allocate nothing") {
   const std::vector<float> x;
   const auto P = memsafe::points(x.data(), 0, 3);

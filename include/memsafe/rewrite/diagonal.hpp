@@ -76,13 +76,15 @@ template <class F>
 inline constexpr bool zero_diagonal_distance =
     std::is_same_v<F, formula::sqdist> || std::is_same_v<F, formula::dist> || std::is_same_v<F, formula::l1>;
 
-/// Guard of stationary_diagonal: Y is X itself (same view, y not negated) and every point finite.
+/// Guard of stationary_diagonal: Y is X itself (same view, y not negated) and every point finite
+/// as the formula sees it — after its per-dimension scaling (ARD: x/ℓ_k, which overflows for x = 1e300,
+/// ℓ_k = 1e−100, and the dense K_ii is then NaN from inf − inf).
 template <class P>
 bool same_finite_points(const P& e) {
   if (!(same_view(e.x, e.y) && e.params.y_sign == 1)) return false;
   for (std::size_t i = 0; i < e.x.rows(); ++i)
     for (std::size_t k = 0; k < e.x.cols(); ++k)
-      if (!libm::isfinite(e.x(i, k))) return false;
+      if (!libm::isfinite(e.params.scale(k, e.x(i, k)))) return false;
   return true;
 }
 
