@@ -372,7 +372,10 @@ device_stats eval_into(const X& x, const nccl_comm& nc, shard_reduced_t, typenam
   }
 
   std::unique_ptr<cd::stream> own;
-  if (!o.stream) own = std::make_unique<cd::stream>();
+  if (!o.stream) {  // an internal stream runs after what the caller queued on stream 0, as cuda::eval's
+    own = std::make_unique<cd::stream>();
+    cd::after_default_streams(own->get());
+  }
   const cudaStream_t st = o.stream ? o.stream : own->get();
   memsafe::cuda::options lo = be.with(d.budget);
   lo.stream = st;

@@ -144,6 +144,11 @@ eval_stats run(const X& x, memsafe::detail::output_target<T>& outputs, residency
 template <evaluable X>
 eval_stats eval_into(const X& x, typename X::value_type* values, index_t* indices, const options& o = {}) {
   memsafe::detail::check_outputs(x, values, indices, "memsafe::cuda::eval_into");
+  if constexpr (X::has_indices)  // the rows are written from one side: both outputs must live there
+    if (values && indices &&
+        (detail::space_of(values) == detail::memory_space::host) != (detail::space_of(indices) == detail::memory_space::host))
+      throw argument_error("memsafe::cuda::eval_into: the values and indices outputs are in different memory spaces "
+                           "(one in host memory, one on the device); give both in the same space");
   memsafe::detail::output_target<typename X::value_type> out(values, indices);
   return detail::run(x, out, detail::residency::queried, o);
 }

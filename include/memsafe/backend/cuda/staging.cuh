@@ -38,6 +38,14 @@ class feeder {
     if (!host_)
       return {v_.data() + i0 * v_.row_stride(), std::int64_t(v_.row_stride()), std::int64_t(v_.col_stride()),
               std::int64_t(cnt), std::int64_t(d)};
+    // The CPU reads the caller's host memory: what the caller queued before this evaluation (a
+    // cudaMemcpyAsync into it on stream 0, or on the caller's stream) must have landed. The compute
+    // stream already waits on those (after_default_streams, or it is the caller's stream): once,
+    // before the first gather, the host waits for it.
+    if (!joined_) {
+      MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(compute_));
+      joined_ = true;
+    }
     // The copy that last read this pinned slot must be done before the CPU overwrites it.
     MEMSAFE_CUDA_CHECK(cudaEventSynchronize(copied_[slot].get()));
     T* pin = pin_[slot]->data();
@@ -69,6 +77,7 @@ class feeder {
   device_buffer<T> dev_[2];
   std::unique_ptr<pinned_buffer<T>> pin_[2];
   event copied_[2], used_[2];
+  bool joined_ = false;  // the host has waited for the compute stream's earlier work
 };
 
 }  // namespace memsafe::cuda::detail
