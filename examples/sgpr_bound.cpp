@@ -482,11 +482,6 @@ int main(int argc, char** argv) {
   if (!(cfg.h.jitter >= 0)) args.fail("--jitter must not be negative");
 
   try {
-    memsafe::parse_bytes(cfg.run.budget_text);  // a bad --budget is a command-line error
-  } catch (const std::exception& e) {
-    args.fail(e.what());
-  }
-  try {
     const hyper h = cfg.h;
     if (h.kernel == "rbf")
       return run(cfg, [h](const auto& P, const auto& Q) { return memsafe::rbf(P, Q, h.lengthscale, h.variance); });

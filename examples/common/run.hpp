@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <exception>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include <memsafe/memsafe.hpp>
@@ -46,15 +45,15 @@ inline run_options read_eval_options(cli& args) {
   r.budget_text = args.get_string("budget");
   r.rss_slack = args.get_string("rss-slack");
   // byte counts are command-line errors, found before any work (not after the run's computation)
-  for (const auto& [name, text] : {std::pair<const char*, const std::string&>{"budget", r.budget_text},
-                                   std::pair<const char*, const std::string&>{"rss-slack", r.rss_slack}}) {
-    if (text.empty() && std::string_view(name) == "rss-slack") continue;
+  const auto check_bytes = [&](const char* name, const std::string& text) {
     try {
       (void)memsafe::parse_bytes(text);
     } catch (const std::exception& e) {
       args.fail("--" + std::string(name) + ": " + e.what());
     }
-  }
+  };
+  check_bytes("budget", r.budget_text);
+  if (!r.rss_slack.empty()) check_bytes("rss-slack", r.rss_slack);
   r.explain = args.get_flag("explain");
   const std::uint64_t threads = args.get_uint("threads");
   if (threads > 4096) args.fail("--threads must be at most 4096");
