@@ -95,13 +95,23 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
                       std::size_t threads, rewrite::rule_log& log, PlanStep&& plan_step) {
   chain_plan cp;
   std::vector<std::size_t> mins;
+  std::vector<std::size_t> step_min(N * N * N, unlimited);  // (i, s, j) → its smallest workspace, planned once
+  auto min_of = [&](const jobs::chain_step& st) {
+    std::size_t& m = step_min[(st.i * N + st.s) * N + st.j];
+    if (m == unlimited) m = plan_step(st, unlimited, std::size_t(1)).min_bytes;
+    return m;
+  };
+  // The steps of ord's current splits into `steps`, their smallest workspaces into `ms`: the walk.
+  auto walk_splits = [&](std::vector<jobs::chain_step>& steps, std::vector<std::size_t>& ms) {
+    steps.clear();
+    order_steps(ord, 0, N - 1, steps);
+    ms.clear();
+    for (const auto& st : steps) ms.push_back(min_of(st));
+    return walk(ord, steps, ms);
+  };
   auto attempt = [&](double solve_budget) {
     ord.solve(solve_budget);
-    cp.steps.clear();
-    order_steps(ord, 0, N - 1, cp.steps);
-    mins.clear();
-    for (const auto& st : cp.steps) mins.push_back(plan_step(st, unlimited, std::size_t(1)).min_bytes);
-    return walk(ord, cp.steps, mins);
+    return walk_splits(cp.steps, mins);
   };
   double need = attempt(double(budget));
   if (need > double(budget)) need = attempt(0.0);  // the leanest order by intermediates
@@ -110,12 +120,6 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
     // Every order, walked with its steps' workspaces: the smallest walk is the minimum budget, and
     // when the solver's orders do not fit, the cheapest order that does is taken (or, if none, the
     // one with the smallest walk, for budget_error to name).
-    std::vector<std::size_t> step_min(N * N * N, unlimited);  // (i, s, j) → its smallest workspace
-    auto min_of = [&](const jobs::chain_step& st) {
-      std::size_t& m = step_min[(st.i * N + st.s) * N + st.j];
-      if (m == unlimited) m = plan_step(st, unlimited, std::size_t(1)).min_bytes;
-      return m;
-    };
     const std::array<std::size_t, N * N> solved = ord.split;
     std::array<std::size_t, N * N> fit_split = solved, lean_split = solved;
     double fit_flops = std::numeric_limits<double>::infinity(), lean_walk = fit_flops, lean_flops = fit_flops;
@@ -124,15 +128,10 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
     std::vector<std::pair<std::size_t, std::size_t>> todo{{0, N - 1}};  // intervals still to split
     auto visit = [&](auto& self) -> void {
       if (todo.empty()) {  // a whole tree: walk it
-        steps.clear();
-        order_steps(ord, 0, N - 1, steps);
-        step_mins.clear();
+        const double w = walk_splits(steps, step_mins);
         double f = 0;
-        for (const auto& st : steps) {
-          step_mins.push_back(min_of(st));
+        for (const auto& st : steps)
           if (!st.pinned_leaf()) f += ord.combine_flops(st.i, st.s, st.j);
-        }
-        const double w = walk(ord, steps, step_mins);
         if (w <= double(budget) && f < fit_flops) fit_split = ord.split, fit_flops = f;
         if (w < lean_walk || (w == lean_walk && f < lean_flops)) lean_split = ord.split, lean_walk = w, lean_flops = f;
         return;
@@ -160,11 +159,7 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
       const bool fits = fit_flops < std::numeric_limits<double>::infinity();
       ord.split = fits ? fit_split : lean_split;
       ord.flops[N - 1] = fits ? fit_flops : lean_flops;  // [0, N − 1]: what explain shows
-      cp.steps.clear();
-      order_steps(ord, 0, N - 1, cp.steps);
-      mins.clear();
-      for (const auto& st : cp.steps) mins.push_back(min_of(st));
-      need = walk(ord, cp.steps, mins);
+      need = walk_splits(cp.steps, mins);
     }
   }
 
