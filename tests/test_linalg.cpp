@@ -157,6 +157,14 @@ TEST_CASE_TEMPLATE("linalg solve_lower with matrix and vector right-hand sides",
     for (std::size_t i = 0; i < n; ++i) v[i] = b3[i * k + 2];
     CHECK(max_err(v, wantc) < tol<T>());
   }
+  // a 1×1 system: the one element's stride is never used, so 0 or one past INT_MAX is no error
+  const T l11[1] = {T(2)};
+  for (std::size_t stride : {std::size_t{0}, std::size_t{1} << 31}) {
+    CAPTURE(stride);
+    T b1[1] = {T(3)};
+    memsafe::linalg::solve_lower(memsafe::matrix(l11, 1, 1), memsafe::vec(b1, 1, stride));
+    CHECK(b1[0] == T(1.5));
+  }
 }
 
 TEST_CASE_TEMPLATE("linalg cholesky refuses a matrix with a NaN or infinite entry", T, float, double) {

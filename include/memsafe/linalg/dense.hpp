@@ -235,7 +235,8 @@ void solve_lower(matrix_view<TL, R1, C1> L, vector_view<T, N1> b, bool trans = f
   const char transa = (ll.transposed != trans) ? 'T' : 'N';
   const char diag = 'N';
   const int N = detail::to_int(b.size(), "solve_lower", "n");
-  const int inc = detail::to_int(b.stride(), "solve_lower", "stride");
+  // A single element's stride is never used: any value (0, or one past INT_MAX) is fine.
+  const int inc = N == 1 ? 1 : detail::to_int(b.stride(), "solve_lower", "stride");
   if (inc == 0) throw argument_error("memsafe::linalg::solve_lower: b has stride 0");
   if constexpr (std::is_same_v<T, double>)
     dtrsv_(&uplo, &transa, &diag, &N, L.data(), &ll.ld, b.data(), &inc, 1, 1, 1);
