@@ -448,8 +448,8 @@ int run_main(int argc, char** argv) {
   if (!(time_limit >= 0)) args.fail("--time-limit must be a number of seconds >= 0");
   if (args.get_uint("lbfgs-max-linesearch") == 0) args.fail("--lbfgs-max-linesearch must be at least 1");
   if (iters > std::size_t(INT_MAX)) args.fail("--iters must be at most 2147483647");  // liblbfgs counts in int
-  if (args.get_uint("lbfgs-memory") == 0 || args.get_uint("lbfgs-memory") > 1000)
-    args.fail("--lbfgs-memory must be between 1 and 1000");
+  const std::size_t lbfgs_memory = args.get_uint("lbfgs-memory");
+  if (lbfgs_memory == 0 || lbfgs_memory > 1000) args.fail("--lbfgs-memory must be between 1 and 1000");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
   if (const std::string note = memsafe::linalg::blas_core_note(); !note.empty() && writer_rank())
     std::fprintf(stderr, "%s\n", note.c_str());
@@ -560,7 +560,7 @@ int run_main(int argc, char** argv) {
     } else if (iters > 0) {
       lbfgs_parameter_t param;
       lbfgs_parameter_init(&param);
-      param.m = static_cast<int>(args.get_uint("lbfgs-memory"));
+      param.m = static_cast<int>(lbfgs_memory);
       param.epsilon = 1e-8;
       param.max_linesearch = static_cast<int>(std::min<std::size_t>(args.get_uint("lbfgs-max-linesearch"), INT_MAX));
       t0 = clock_type::now();
@@ -628,7 +628,7 @@ int run_main(int argc, char** argv) {
     // predictions. BLAS buffers are not counted anywhere.
     const std::size_t input_bytes =
         sizeof(double) * (ds.X.size() + ds.y.size() + sp.X_train.size() + sp.y_train.size() + sp.X_test.size() +
-                          sp.y_test.size() + (2 * static_cast<std::size_t>(args.get_uint("lbfgs-memory")) + 8) * nvar +
+                          sp.y_test.size() + (2 * lbfgs_memory + 8) * nvar +
                           4 * m * m + 2 * ns) +
         ds.test_mask.size() + n * sizeof(std::size_t);
     const auto rss = mx::make_rss_limit(run.rss_slack, input_bytes, budget);

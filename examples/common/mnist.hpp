@@ -5,7 +5,7 @@
 //       memsafe_examples::mnist_file(dir, memsafe_examples::mnist_train_images));
 //   // train.pixels: train.n x train.dim() row-major, pixel / 255 in [0, 1]
 //
-// IDX format: big-endian uint32 magic (2051 = images, 2049 = labels), then one
+// IDX format: big-endian uint32 magic (2051 = images), then one
 // big-endian uint32 per dimension, then the unsigned bytes.  Every problem
 // (missing file, bad magic, truncated or corrupt data, trailing bytes) throws
 // std::runtime_error naming the file; a missing file also suggests --data-dir.
@@ -31,12 +31,9 @@
 namespace memsafe_examples {
 
 inline constexpr const char* mnist_train_images = "train-images-idx3-ubyte.gz";
-inline constexpr const char* mnist_train_labels = "train-labels-idx1-ubyte.gz";
 inline constexpr const char* mnist_test_images = "t10k-images-idx3-ubyte.gz";
-inline constexpr const char* mnist_test_labels = "t10k-labels-idx1-ubyte.gz";
 
 inline constexpr std::uint32_t idx_images_magic = 2051;  // 0x00000803: ubyte, 3 dims
-inline constexpr std::uint32_t idx_labels_magic = 2049;  // 0x00000801: ubyte, 1 dim
 
 /// The MNIST folder under the shared data folder (see default_data_subdir).
 inline std::string default_mnist_dir() { return default_data_subdir("mnist"); }
@@ -102,6 +99,24 @@ inline void idx_magic(gzFile f, const std::string& path, std::uint32_t expected,
                        kind + "); is this an IDX file?");
 }
 
+// Reads `total` bytes in chunks of at most 1 MiB and hands each to sink(bytes, count); returns the
+// bytes read, fewer than `total` only where the file ends first. The caller's storage grows with what
+// the file holds: a header that promises more than is there (4·10⁹ images in a file of a few bytes)
+// ends as a "truncated" error, not as an allocation of what it promised.
+template <class Sink>
+std::size_t idx_read_chunks(gzFile f, const std::string& path, std::size_t total, Sink&& sink) {
+  std::vector<unsigned char> buf(std::min<std::size_t>(total, std::size_t{1} << 20));
+  std::size_t done = 0;
+  while (done < total) {
+    const std::size_t want = std::min(buf.size(), total - done);
+    const std::size_t got = idx_read(f, path, buf.data(), want);
+    sink(static_cast<const unsigned char*>(buf.data()), got);
+    done += got;
+    if (got < want) break;
+  }
+  return done;
+}
+
 inline void idx_expect_end(gzFile f, const std::string& path) {
   unsigned char extra = 0;
   if (idx_read(f, path, &extra, 1) != 0) idx_fail(path, "unexpected trailing data after the last item");
@@ -138,59 +153,24 @@ mnist_images<T> load_mnist_images(const std::string& path,
   out.cols = cols;
   const std::size_t total = out.n * out.dim();
 
-  // Convert chunk by chunk so the raw bytes are never held all at once, growing the pixels with
-  // what the file holds: a header that promises more than is there (4·10⁹ images in a file of a
-  // few bytes) is a "truncated" error, not an allocation of what it promised.
+  // Converted chunk by chunk, so the raw bytes are never held all at once.
   try {
     out.pixels.reserve(total);  // address space only: no page is touched until the pixels arrive
   } catch (const std::exception&) {
     // more than the system will reserve: grown as read (the file is then surely truncated)
   }
-  std::vector<unsigned char> buf(std::min<std::size_t>(total, std::size_t{1} << 20));
-  std::size_t done = 0;
-  while (done < total) {
-    std::size_t want = std::min(buf.size(), total - done);
-    std::size_t got = detail::idx_read(f.get(), path, buf.data(), want);
-    out.pixels.resize(done + got);
-    for (std::size_t i = 0; i < got; ++i) out.pixels[done + i] = static_cast<T>(buf[i]) / T(255);
-    done += got;
-    if (got < want)
-      detail::idx_fail(path, "truncated: header promises " + std::to_string(count) + " images of " +
-                                 std::to_string(rows) + "x" + std::to_string(cols) + " but only " +
-                                 std::to_string(done) + " of the first " + std::to_string(total) +
-                                 " pixel bytes are present");
-  }
+  const std::size_t done = detail::idx_read_chunks(f.get(), path, total, [&](const unsigned char* b, std::size_t got) {
+    const std::size_t at = out.pixels.size();
+    out.pixels.resize(at + got);
+    for (std::size_t i = 0; i < got; ++i) out.pixels[at + i] = static_cast<T>(b[i]) / T(255);
+  });
+  if (done < total)
+    detail::idx_fail(path, "truncated: header promises " + std::to_string(count) + " images of " +
+                               std::to_string(rows) + "x" + std::to_string(cols) + " but only " +
+                               std::to_string(done) + " of the first " + std::to_string(total) +
+                               " pixel bytes are present");
   if (out.n == count) detail::idx_expect_end(f.get(), path);
   return out;
-}
-
-// Loads the first min(limit, count) labels.
-inline std::vector<std::uint8_t> load_mnist_labels(const std::string& path,
-                                                   std::size_t limit = std::numeric_limits<std::size_t>::max()) {
-  auto f = detail::idx_open(path);
-  detail::idx_magic(f.get(), path, idx_labels_magic, "labels");
-  std::uint32_t count = detail::idx_u32(f.get(), path, "label count");
-  std::size_t n = std::min<std::size_t>(count, limit);
-  std::vector<std::uint8_t> labels;
-  std::size_t got = 0;
-  for (std::size_t want; got < n; got += want) {  // grown with what the file holds, as the images
-    want = std::min<std::size_t>(n - got, std::size_t{1} << 20);
-    labels.resize(got + want);
-    const std::size_t r = detail::idx_read(f.get(), path, labels.data() + got, want);
-    if (r < want) {
-      got += r;
-      labels.resize(got);
-      break;
-    }
-  }
-  if (got != n)
-    detail::idx_fail(path, "truncated: header promises " + std::to_string(count) + " labels but only " +
-                               std::to_string(got) + " are present");
-  if (n == count) detail::idx_expect_end(f.get(), path);
-  for (std::size_t i = 0; i < n; ++i)
-    if (labels[i] > 9) detail::idx_fail(path, "label " + std::to_string(labels[i]) + " at index " +
-                                                  std::to_string(i) + " is not a digit 0-9");
-  return labels;
 }
 
 }  // namespace memsafe_examples
