@@ -9,7 +9,8 @@
 //   bound_rows<J, T>         a rows_job with its output layout (out_spec) bound
 //   product_job<A, B, T>     a lazy × lazy product: the factors, the hoisted scale, symmetric_product
 //   diag_job<D, Trace>       diag(K) / trace(K): the diagonal tree (rewrite/diagonal.hpp)
-//   batch_job<J, T>          a batch: one rows_job and one output layout per slice
+//   batch_job<X, T>          a batch: the batched expression, its slices lowered one at a time (their
+//                            rules logged) where they are planned and again where they run
 //
 // A chain (expr/chain.hpp) lowers to a chain_job (lower/chain.hpp): the inputs of the rule
 // chain_order, whose order depends on the budget, and its steps, each lowered once.
@@ -212,11 +213,28 @@ struct diag_job {
   D d;
   std::string expression;
 };
-/// A batch, lowered slice by slice (each slice once, into the same log).
-template <class J, class T>
+/// A batch: the batched expression, whose slices are lowered one at a time where they are planned
+/// and again where they run (backend/host/jobs.hpp, plan_batch and run_batch), so the memory its
+/// jobs and plans take does not grow with the number of slices (held all at once, ≈ 0.8 KB per
+/// slice outside the budget: 2²⁰ slices of a few points took 0.8 GB). The outputs are bound here.
+template <class X, class T>
 struct batch_job {
-  std::vector<J> slices;
-  std::vector<out_spec<T>> outs;
+  X x;
+  T* values = nullptr;
+  index_t* indices = nullptr;
+  std::size_t count() const { return x.s.batch(); }
+  /// Whether the slices have rows (they all have slice 0's shape): with none there is nothing to run.
+  bool empty() const { return count() == 0 || x.slice_expr(0).rows() == 0; }
+  /// Slice b, lowered: its rules go into log.
+  auto slice(std::size_t b, rewrite::rule_log& log) const {
+    return rows_lowering<typename X::one_type>::make(x.slice_expr(b), log);
+  }
+  /// Slice b's output layout: the result is batch-major, entry (b, i, c) at ((b·n + i)·cols + c).
+  out_spec<T> out(std::size_t b) const {
+    const auto sx = x.slice_expr(b);
+    const std::size_t off = b * sx.rows() * sx.cols();
+    return rows_lowering<typename X::one_type>::out(sx, values ? values + off : nullptr, indices ? indices + off : nullptr);
+  }
 };
 
 // ---- node kinds (read by both backends) -----------------------------------------------------------
@@ -247,21 +265,16 @@ template <class J, class T, class X>
 void bind_outputs(bound_rows<J, T>& job, const X& x, T* values, index_t* indices) {
   job.out = rows_lowering<X>::out(x, values, indices);
 }
-template <class J, class T, class X>
-void bind_outputs(batch_job<J, T>& job, const X& x, T* values, index_t* indices) {
-  using S = decltype(x.slice_expr(0));
-  job.outs.clear();
-  job.outs.reserve(job.slices.size());
-  for (std::size_t b = 0; b < job.slices.size(); ++b) {
-    const auto sx = x.slice_expr(b);
-    const std::size_t off = b * sx.rows() * sx.cols();
-    job.outs.push_back(rows_lowering<S>::out(sx, values ? values + off : nullptr, indices ? indices + off : nullptr));
-  }
+template <class X, class T>
+void bind_outputs(batch_job<X, T>& job, const X&, T* values, index_t* indices) {
+  job.values = values;
+  job.indices = indices;
 }
 template <class Job, class X, class T>
 void bind_outputs(Job&, const X&, T*, index_t*) {}
 
-/// The job for x: the rewritten expression(s) with every rule applied, `log` filled once.
+/// The job for x: the rewritten expression(s) with every rule applied, `log` filled once (a batch's
+/// rules are logged when it is planned).
 /// Output pointers are bound here (row and batch jobs carry their output layout).
 template <class X, class T = typename X::value_type>
 auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
@@ -276,14 +289,7 @@ auto lower(const X& x, T* values, index_t* indices, rewrite::rule_log& log) {
     constexpr bool trace = std::is_same_v<X, trace_expr<std::remove_cvref_t<decltype(x.e)>>>;
     return diag_job<decltype(d), trace>{d, detail::cat(detail::msg{x.str().substr(0, 5), "(", e.str(), ")"})};
   } else if constexpr (is_batched_node<X>) {
-    using S = decltype(x.slice_expr(0));
-    using J = decltype(rows_lowering<S>::make(x.slice_expr(0), log));
-    batch_job<J, T> job;
-    const std::size_t B = x.s.batch();
-    job.slices.reserve(B);
-    for (std::size_t b = 0; b < B; ++b) job.slices.push_back(rows_lowering<S>::make(x.slice_expr(b), log));
-    bind_outputs(job, x, values, indices);
-    return job;
+    return batch_job<X, T>{x, values, indices};  // its slices are lowered where they are planned and run
   } else {
     static_assert(is_rows_node<X>, "memsafe: this node has no lowering (chains lower in lower/chain.hpp)");
     using J = decltype(rows_lowering<X>::make(x, log));

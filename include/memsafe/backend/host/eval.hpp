@@ -56,11 +56,11 @@ tile_plan plan_and_run(const X& x, detail::output_target<T>& outputs, std::size_
     run_chain(job, cp, outputs().first, threads, acc, log);
     return cp.shown;
   } else if constexpr (jobs::is_batched_node<X>) {
-    const auto ps = plan_slices(job, budget, threads, x.str());
-    tile_plan p = batch_plan(job, ps);
+    const std::string what = x.str();
+    tile_plan p = plan_batch(job, budget, threads, what, log);
     const auto [values, indices] = outputs();
     jobs::bind_outputs(job, x, values, indices);
-    run_job(job, ps, acc);
+    run_batch(job, budget, threads, what, acc);
     return p;
   } else {
     tile_plan p = plan_job(job, budget, threads, x.str());
@@ -98,6 +98,9 @@ auto planner_for(const X& x, rewrite::rule_log& log) {
   if constexpr (jobs::is_chain_expr<X>) {
     return [job = jobs::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log), &log](
                std::size_t budget, std::size_t threads) mutable { return plan_chain(job, budget, threads, log).shown; };
+  } else if constexpr (jobs::is_batched_node<X>) {
+    return [job = jobs::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log), &log,
+            w = x.str()](std::size_t budget, std::size_t threads) { return plan_batch(job, budget, threads, w, log); };
   } else {
     return [job = jobs::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log), w = x.str()](
                std::size_t budget, std::size_t threads) { return plan_job(job, budget, threads, w); };

@@ -2,11 +2,14 @@
 //
 //   plan_job(job, budget, threads, what) → tile_plan      pure: nothing allocated or computed
 //   run_job(job, plan, values, indices, accountant)       executes; fires no rule
+//   plan_batch / run_batch                                a batch, one slice at a time (its rules
+//                                                         are logged when it is planned)
 // The reduction tags of a job map to the host's monoids (monoids.hpp) in monoid_for; the fused
 // selection kernels (select_driver.hpp) and the fused sums (sum_driver.hpp) take the row jobs they
 // can serve. Chains: chain.hpp;
 // the driver (lower + plan + run): eval.hpp.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -148,27 +151,22 @@ template <class J, class T>
 tile_plan plan_job(const bound_rows<J, T>& b, std::size_t budget, std::size_t threads, const std::string& what) {
   return plan_rows(b.job, budget, threads, what);
 }
-/// A batch: every slice planned before any runs (a guard may choose another form in one slice);
-/// the plan shown is slice 0's with the largest minimum of all slices.
-template <class J, class T>
-std::vector<tile_plan> plan_slices(const batch_job<J, T>& b, std::size_t budget, std::size_t threads,
-                                   const std::string& what) {
-  std::vector<tile_plan> ps;
-  ps.reserve(b.slices.size());
-  for (const auto& slice : b.slices) ps.push_back(plan_rows(slice, budget, threads, what));
-  return ps;
-}
-/// The plan shown for a batch, from its slices' plans.
-template <class J, class T>
-tile_plan batch_plan(const batch_job<J, T>& b, const std::vector<tile_plan>& ps) {
-  tile_plan p = ps.empty() ? tile_plan{} : ps.front();
-  for (const auto& q : ps) p.min_bytes = std::max(p.min_bytes, q.min_bytes);
-  p.expression = detail::cat(detail::msg{"batch of ", b.slices.size(), " x [", p.expression, "]"});
+/// A batch: every slice lowered (its rules into log) and planned before any runs — a guard may
+/// choose another form in one slice, and a budget too small for any slice is an error before any
+/// work. Only slice 0's plan is kept: the plan shown is it, with the largest minimum of all slices.
+/// Slices without rows (they all have slice 0's shape) have nothing to run: slice 0 is planned alone.
+template <class X, class T>
+tile_plan plan_batch(const batch_job<X, T>& b, std::size_t budget, std::size_t threads, const std::string& what,
+                     rewrite::rule_log& log) {
+  tile_plan p;
+  const std::size_t count = b.count(), planned = b.empty() ? std::min<std::size_t>(count, 1) : count;
+  for (std::size_t k = 0; k < planned; ++k) {
+    tile_plan q = plan_rows(b.slice(k, log), budget, threads, what);
+    if (k == 0) p = std::move(q);
+    else p.min_bytes = std::max(p.min_bytes, q.min_bytes);
+  }
+  p.expression = detail::cat(detail::msg{"batch of ", count, " x [", p.expression, "]"});
   return p;
-}
-template <class J, class T>
-tile_plan plan_job(const batch_job<J, T>& b, std::size_t budget, std::size_t threads, const std::string& what) {
-  return batch_plan(b, plan_slices(b, budget, threads, what));
 }
 
 // ---- run: executes a job under a plan, fires no rule ---------------------------------------------
@@ -213,10 +211,17 @@ template <class J, class T>
 void run_job(const bound_rows<J, T>& b, const tile_plan& p, T*, index_t*, accountant& acc) {
   run_rows_job(b.job, b.out, p, acc);
 }
-/// A batch runs each slice under its own plan (planned once, before any slice runs).
-template <class J, class T>
-void run_job(const batch_job<J, T>& b, const std::vector<tile_plan>& ps, accountant& acc) {
-  for (std::size_t k = 0; k < b.slices.size(); ++k) run_rows_job(b.slices[k], b.outs[k], ps[k], acc);
+/// A batch runs each slice under its own plan, lowered and planned again as plan_batch did (the
+/// same inputs give the same forms and plans; the rules were logged there).
+template <class X, class T>
+void run_batch(const batch_job<X, T>& b, std::size_t budget, std::size_t threads, const std::string& what,
+               accountant& acc) {
+  if (b.empty()) return;
+  rewrite::rule_log again;
+  for (std::size_t k = 0; k < b.count(); ++k) {
+    const auto job = b.slice(k, again);
+    run_rows_job(job, b.out(k), plan_rows(job, budget, threads, what), acc);
+  }
 }
 
 }  // namespace memsafe::host
