@@ -326,6 +326,31 @@ TEST_CASE("errors: null data with a non-zero extent") {
   CHECK_NOTHROW((void)memsafe::ard(null, 0));
 }
 
+TEST_CASE("errors: views filled in by hand are checked where they are used") {
+  // tensor_view and ard_view have public fields: one built without the factories was used
+  // unchecked (a null tensor segfaulted in the tile loop; a null ARD view was dereferenced).
+  const double* null = nullptr;
+  const memsafe::tensor_view<double, 2> N{null, {4, 3}, {3, 1}};
+  const std::string m = message_of<memsafe::argument_error>(
+      [&] { (void)memsafe::sum(memsafe::sum<1>(memsafe::square(memsafe::unsqueeze<1>(N) - memsafe::unsqueeze<0>(N)))); });
+  CHECK(contains(m, "unsqueeze: null data pointer with 12 elements"));
+  CHECK_THROWS_AS((void)memsafe::as_tensor(N), memsafe::argument_error);
+  std::vector<double> x(12, 0.5);
+  const memsafe::tensor_view<double, 2> W{x.data(), {4, 3}, {~std::size_t{0} / 2, 1}};  // spans beyond the address space
+  CHECK(contains(message_of<memsafe::argument_error>([&] { (void)memsafe::unsqueeze<1>(W); }),
+                 "span more memory than can be addressed"));
+  CHECK_THROWS_AS((void)memsafe::tensor(x.data(), {4, 3}, {~std::size_t{0} / 2, 1}), memsafe::argument_error);
+  // the strided factory: a broadcast axis (stride 0) of the same 3 coordinates, 4 times
+  const auto B = memsafe::tensor(x.data(), {4, 3}, {0, 1});
+  const auto r = memsafe::eval(memsafe::sum(memsafe::sum<2>(memsafe::square(memsafe::unsqueeze<1>(B) - memsafe::unsqueeze<0>(B)))),
+                               memsafe::budget_bytes(1 << 16));
+  for (double v : r.values) CHECK(v == 0.0);
+  const auto X = memsafe::points(x.data(), 4, 3);
+  const memsafe::ard_view<double> nowhere{null, 3};
+  CHECK(contains(message_of<memsafe::argument_error>([&] { (void)memsafe::rbf(X, X, nowhere); }), "null data pointer"));
+  CHECK(contains(message_of<memsafe::argument_error>([&] { (void)memsafe::linear(X, X, nowhere); }), "null data pointer"));
+}
+
 TEST_CASE("errors: points from a span that does not divide into rows") {
   const std::vector<double> v(10, 1.0);
   CHECK_THROWS_AS(memsafe::points(std::span<const double>(v), 3), memsafe::shape_error);

@@ -233,6 +233,7 @@ void set_lengthscale(formula_params<T>& p, ard_view<U> ls, std::size_t d, const 
   static_assert(std::is_same_v<T, U>, "memsafe: ARD lengthscales must have the points' value type");
   if (ls.size != d)
     throw shape_error(cat(msg{"memsafe: ", fn, ": ", ls.size, " ARD lengthscales for points of dimension d = ", d}));
+  check_data(ls.data, d, fn);  // an ard_view filled in by hand
   for (std::size_t k = 0; k < d; ++k) check_lengthscale(ls.data[k], "every ARD lengthscale", fn);
   p.per_dim = ls.data;
   p.kind = per_dim_kind::inverse;
@@ -309,6 +310,7 @@ auto linear(const XV& X, const YV& Y, V variance = 1) {
     if (variance.size != X.cols())
       throw shape_error(detail::cat(detail::msg{"memsafe: linear: ", variance.size,
                                      " per-dimension variances for points of dimension d = ", X.cols()}));
+    detail::check_data(variance.data, variance.size, "linear");  // an ard_view filled in by hand
     for (std::size_t k = 0; k < variance.size; ++k) detail::check_nonneg(variance.data[k], "every variance", "linear");
     p.per_dim = variance.data;
     p.kind = detail::per_dim_kind::sqrt;

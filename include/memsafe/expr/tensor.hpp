@@ -45,6 +45,19 @@ struct tensor_view {
   std::array<std::size_t, R> strides{};
 };
 
+namespace detail {
+/// Every tensor_view the library takes is checked here (its fields are public, so one built by hand
+/// is checked where it is used): extents and strides as every view (view.hpp, check_extents), and
+/// no null data pointer with elements.
+template <class T, std::size_t R>
+void check_tensor(const tensor_view<T, R>& t, const char* what) {
+  check_extents(t.shape.data(), t.strides.data(), R, sizeof(T), what);
+  std::size_t count = 1;
+  for (std::size_t e : t.shape) count *= e;  // cannot wrap: check_extents refused that
+  check_data(t.data, count, what);
+}
+}  // namespace detail
+
 /// `tensor(ptr, {b, n, d})`: a contiguous row-major tensor.
 template <real T, std::size_t R>
 tensor_view<T, R> tensor(const T* data, const std::size_t (&dims)[R]) {
@@ -54,10 +67,19 @@ tensor_view<T, R> tensor(const T* data, const std::size_t (&dims)[R]) {
   for (std::size_t a = R; a-- > 0;) {
     t.shape[a] = dims[a];
     t.strides[a] = count;
-    count *= dims[a];  // may wrap: check_extents refuses the shape first
+    count *= dims[a];  // may wrap: check_tensor refuses the shape first
   }
-  detail::check_extents(t.shape.data(), t.strides.data(), R, sizeof(T), "tensor");
-  detail::check_data(data, count, "tensor");
+  detail::check_tensor(t, "tensor");
+  return t;
+}
+/// `tensor(ptr, {b, n, d}, {sb, sn, sd})`: a tensor with the given element strides (0 broadcasts
+/// an axis over the same memory).
+template <real T, std::size_t R>
+tensor_view<T, R> tensor(const T* data, const std::size_t (&dims)[R], const std::size_t (&strides)[R]) {
+  tensor_view<T, R> t;
+  t.data = data;
+  for (std::size_t a = 0; a < R; ++a) t.shape[a] = dims[a], t.strides[a] = strides[a];
+  detail::check_tensor(t, "tensor");
   return t;
 }
 
@@ -147,6 +169,7 @@ auto unsqueeze(const matrix_view<T, RR, C>& m) {
 template <std::size_t A, class T, std::size_t R>
 auto unsqueeze(const tensor_view<T, R>& t) {
   static_assert(A <= R, "memsafe: unsqueeze<A>: A must be at most the tensor's rank");
+  detail::check_tensor(t, "unsqueeze");
   return detail::tleaf<T, R, A, (A == R ? std::size_t(1) : dyn)>{{}, t.data, t.shape, t.strides};
 }
 /// A matrix or tensor as a broadcast operand without a new axis.
@@ -157,6 +180,7 @@ auto as_tensor(const matrix_view<T, RR, C>& m) {
 }
 template <class T, std::size_t R>
 auto as_tensor(const tensor_view<T, R>& t) {
+  detail::check_tensor(t, "as_tensor");
   return detail::tleaf<T, R, detail::no_axis, dyn>{{}, t.data, t.shape, t.strides};
 }
 
