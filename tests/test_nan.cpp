@@ -493,6 +493,37 @@ TEST_CASE("nan: softmax_sum with NaN and infinite scores") {
   check_softmax_sum<double>();
 }
 
+TEST_CASE_TEMPLATE("nan: softmax_sum refuses values V that are not finite at every budget and instruction set", T, float,
+                   double) {
+  // A score of −inf (log of a zero distance) gives V's row the weight 0, and 0 · inf is NaN: with
+  // V[0] = inf behind a −inf score the result was 1 at some budgets or ISAs and NaN at others.
+  const std::size_t m = 200;
+  std::vector<T> x = {T(0)}, y(m), v(m, T(1));
+  for (std::size_t j = 0; j < m; ++j) y[j] = j < 100 ? T(0) : T(1);
+  const auto X = memsafe::points(x.data(), 1, 1), Y = memsafe::points(y.data(), m, 1);
+  const auto S = memsafe::log(memsafe::sqdist(X, Y));
+  for (const T bad : {std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity(),
+                      std::numeric_limits<T>::quiet_NaN()}) {
+    v[0] = bad;
+    for (std::size_t budget : {std::size_t{320}, std::size_t{3840}, std::size_t{1} << 20}) {
+      CAPTURE(budget);
+      std::vector<T> out(1, T(-7));
+      std::string msg = "no error";
+      try {
+        (void)memsafe::eval_into(memsafe::softmax_sum(S, memsafe::matrix(v.data(), m, 1)), out.data(), nullptr,
+                                 memsafe::options{.budget = budget});
+      } catch (const memsafe::argument_error& e) {
+        msg = e.what();
+      }
+      CHECK(msg.find("softmax_sum(S, V): V(0, 0) is") != std::string::npos);
+      CHECK(out[0] == T(-7));  // refused before anything is written
+    }
+  }
+  v[0] = T(1);  // finite: the −inf scores count for nothing, the others average V = 1
+  const auto r = memsafe::eval(memsafe::softmax_sum(S, memsafe::matrix(v.data(), m, 1)), memsafe::budget_bytes(320));
+  CHECK(r.values[0] == doctest::Approx(1.0));
+}
+
 TEST_CASE("nan: equal distances tie to the lower index") {
   check_ties<float>();
   check_ties<double>();

@@ -188,9 +188,29 @@ void run_job(const diag_job<D, Trace>& j, const tile_plan&, T* values, index_t*,
     diag_run(j.d, [&](std::size_t i, T v) { values[i] = v; }, acc);
   }
 }
+/// argument_error naming the first entry of softmax_sum's V that is not finite. A score of −∞ gives
+/// its row of V the weight 0 inside every tile that row shares with others, and 0 · ∞ is NaN: such
+/// an entry reached some rows and not others depending on the tiles the budget chose and on the
+/// fused or tile form. One read of V, before any work (attention refuses the same,
+/// api/attention.hpp).
+template <class T>
+void check_softmax_values(const matrix_view<const T>& V) {
+  for (std::size_t j = 0; j < V.rows(); ++j) {
+    T z = 0;  // x − x is 0 for a finite x, NaN for ±∞ and NaN
+    for (std::size_t c = 0; c < V.cols(); ++c) z += V(j, c) - V(j, c);
+    if (z == z) continue;
+    std::size_t c = 0;
+    while (V(j, c) - V(j, c) == 0) ++c;
+    throw argument_error(detail::cat(detail::msg{"memsafe: softmax_sum(S, V): V(", j, ", ", c, ") is ",
+                                                 static_cast<double>(V(j, c)),
+                                                 ": V must be finite (a zero weight times it is NaN)"}));
+  }
+}
+
 template <class E, class R, class T>
 void run_rows_job(const jobs::rows_job<E, R, T>& job, const jobs::out_spec<T>& out, const tile_plan& p,
                   accountant& acc) {
+  if constexpr (std::is_same_v<R, red::softmax_sum<T>>) check_softmax_values(job.red.values);
   auto mon = monoid_for<T>(job.red);
   auto post = job.post;
   if constexpr (requires { mon.scale; }) {  // the scale is applied in double, before rounding to T
