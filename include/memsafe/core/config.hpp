@@ -15,6 +15,16 @@
 #error "memsafe cannot be compiled with -ffast-math, -Ofast, -fassociative-math or -ffinite-math-only: they fold away the rounding steps of its exp/log and its NaN/infinity checks, which gives wrong results. Build the files that include memsafe without them (e.g. add -fno-fast-math); -fno-math-errno and -ffp-contract=fast are safe."
 #endif
 
+// C++20 (concepts, designated initialisers, std::span) and exceptions (every error is an exception
+// that the caller can catch; there is no error-code mode): said here rather than by the first
+// construct that needs them.
+#if !defined(__CUDA_ARCH__) && __cplusplus < 202002L
+#error "memsafe needs C++20: compile with -std=c++20 (or later)"
+#endif
+#if !defined(__CUDA_ARCH__) && !defined(__cpp_exceptions)
+#error "memsafe reports every error as a C++ exception: it cannot be compiled with -fno-exceptions"
+#endif
+
 #ifndef MEMSAFE_HD
 #if defined(__CUDACC__)
 #define MEMSAFE_HD __host__ __device__

@@ -406,7 +406,7 @@ namespace detail {
   for (; j + L <= n; j += L) {                                                                   \
     /* Element by element in and out (GCC merges them into one load and store): a vector-typed  \
        memcpy into a caller's local array keeps GCC from vectorising the caller's later loops. */ \
-    vt t;                                                                                        \
+    vt t{};                                                                                      \
     for (std::size_t k = 0; k < L; ++k) t[k] = x[j + k];                                         \
     t *= s;                                                                                      \
     if constexpr (std::is_same_v<T, float>) t = SQRTPS(t);                                      \

@@ -81,6 +81,9 @@ struct cuda_backend {
   void gather(T* dst, const matrix_view<const T>& src, std::size_t r0, std::size_t nr) const {
     const std::size_t c = src.cols(), rs = src.row_stride(), cs = src.col_stride();
     if (nr == 0 || c == 0) return;
+    // The caller's stream may be non-blocking (options.stream, the documented way to order the
+    // inputs): work on it that writes src is not ordered before this copy on the legacy stream.
+    if (o.stream != nullptr) MEMSAFE_CUDA_CHECK(cudaStreamSynchronize(o.stream));
     if (cs == 1 && (rs >= c || nr == 1)) {
       MEMSAFE_CUDA_CHECK(cudaMemcpy2D(dst, c * sizeof(T), src.data() + r0 * rs, std::max(rs, c) * sizeof(T),
                                       c * sizeof(T), nr, cudaMemcpyDefault));

@@ -31,10 +31,12 @@ namespace memsafe::rewrite {
 /// parsing).
 template <class T>
 struct stripped_diagonal {
-  detail::scalar_diagonal constant{0};
-  std::optional<detail::vector_diagonal<T>> vector;  ///< diag(v): v has the lazy matrix's value type
-  stripped_diagonal(const detail::scalar_diagonal& c) : constant(c) {}
-  stripped_diagonal(const detail::vector_diagonal<T>& v) : vector(v) {}
+  // memsafe::detail's: inside memsafe::rewrite a bare detail:: names memsafe::rewrite::detail once a
+  // header has opened it (which made this header compile or not by the order of the includes).
+  memsafe::detail::scalar_diagonal constant{0};
+  std::optional<memsafe::detail::vector_diagonal<T>> vector;  ///< diag(v): v has the lazy matrix's value type
+  stripped_diagonal(const memsafe::detail::scalar_diagonal& c) : constant(c) {}
+  stripped_diagonal(const memsafe::detail::vector_diagonal<T>& v) : vector(v) {}
   T operator()(std::size_t i) const { return vector ? vector->template at<T>(i) : constant.template at<T>(i); }
 };
 
