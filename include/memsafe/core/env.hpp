@@ -15,9 +15,10 @@
 //                        decimal integer, surrounding spaces allowed, clamped to the cores this
 //                        process may use; anything else ("2abc", "0", "-1") is an argument_error.
 //                        Parsed by plan::resolve_threads (plan/plan.hpp). Unset: all those cores.
-//   MEMSAFE_KERNELS      "reference" turns off the fused k-nearest kernels of the host backend
-//                        (backend/host/select_driver.hpp): every expression takes the portable tile path, for
-//                        comparisons and debugging. Any other value leaves them on.
+//   MEMSAFE_KERNELS      "reference" turns off every fused or run-time-dispatched kernel of the host
+//                        backend (selections, kernel sums, the AVX2 copies of the tile, gradient and GP
+//                        row kernels, attention's vector kernels): the portable path, for comparisons and
+//                        debugging. Any other value leaves them on.
 //   MEMSAFE_ISA          the instruction set of the fused k-nearest kernels: avx512, avx2 or portable
 //                        (the tile path), case insensitive, surrounding spaces allowed. Unset: the
 //                        best this CPU runs (backend/host/isa.hpp). Another text is an argument_error,
