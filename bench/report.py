@@ -124,6 +124,15 @@ def find(rows, **want) -> dict | None:
     return best
 
 
+def find_on(rows, like: dict | None, **want) -> dict | None:
+    """find() among the rows measured on the machine of row `like` (all rows when like is None): a peer's
+    row from another CPU must not stand beside memsafe's, where a ratio would compare machines."""
+    if like is None:
+        return find(rows, **want)
+    cpu = cpu_of(like)
+    return find([r for r in rows if cpu_of(r) == cpu], **want)
+
+
 def not_older(r: dict, best: dict | None) -> bool:
     """Whether row r replaces best as the latest: no best yet, or r's timestamp is the same or later."""
     return best is None or (r.get("timestamp") or "") >= (best.get("timestamp") or "")
@@ -206,15 +215,30 @@ def proc_cpu_mhz() -> float | None:
 
 
 def machine(rows) -> dict:
+    """The machine most of the rows ran on, every field from that machine's rows (the clock rounded to
+    the MHz before it is counted: one CPU records 2596.122 and 2596.146)."""
     bench_rows = [r for r in rows if r.get("bench") != "compile"] or rows
+    cpus = [cpu_of(r) for r in bench_rows if cpu_of(r) != "unknown"]
+    cpu = max(set(cpus), key=cpus.count) if cpus else None
+    same = [r for r in bench_rows if cpu_of(r) == cpu] or bench_rows
 
-    def most(key):
-        vals = [r.get(key) for r in bench_rows if r.get(key) is not None]
+    def most(key, rounded=False):
+        vals = [round(r[key]) if rounded else r[key] for r in same if r.get(key) is not None]
         return max(set(vals), key=vals.count) if vals else None
 
-    cpu = most("host_cpu") or most("cpu")
-    return {"cpu": cpu, "cores": most("host_cores") or most("cores"), "mhz": most("host_cpu_mhz"),
+    return {"cpu": cpu, "cores": most("host_cores") or most("cores"), "mhz": most("host_cpu_mhz", rounded=True),
             "mem": most("host_mem_bytes"), "threads": most("threads")}
+
+
+def peak_machine(args, mach) -> dict:
+    """The cores and clock of the machine whose peak was measured (the peak row's own), else mach's."""
+    r = getattr(args, "_peak_row", None)
+    if not r:
+        return mach
+    m = dict(mach)
+    m["cores"] = r.get("host_cores") or r.get("cores") or mach.get("cores")
+    m["mhz"] = r.get("host_cpu_mhz") or (mach.get("mhz") if cpu_of(r) == mach.get("cpu") else None)
+    return m
 
 
 def peak_per_cycle_text(peak, mach) -> str:
@@ -237,10 +261,12 @@ def peak(args, mach) -> tuple[float | None, str]:
     measured = [r for r in measured if cpu_of(r) == mach.get("cpu")] or measured
     if measured:
         r = max(measured, key=lambda q: q["fp32_gflops"])  # the highest seen: the conservative share
+        args._peak_row = r
         return r["fp32_gflops"], (f"**{r['fp32_gflops']:.1f} GFLOP/s**, measured by `build/bench/fma_peak` "
                                   f"({r['threads']} threads, each running 12 independent chains of "
-                                  f"{r['lanes']}-lane FP32 FMAs; 2 flops per lane) in the `peak` suite; the highest of "
-                                  f"{len(measured)} measurement(s), so the share below is the conservative one")
+                                  f"{r['lanes']}-lane FP32 FMAs; 2 flops per lane) in the `peak` suite on "
+                                  f"{cpu_of(r)}; the highest of {len(measured)} measurement(s) there (a goal's share "
+                                  "takes the peak of its own row's machine where the suite measured it)")
     cores = mach["cores"]
     mhz, src = mach["mhz"], "the `cpu MHz` line of /proc/cpuinfo recorded with the results"
     if mhz is None:
@@ -405,7 +431,7 @@ def knn_rows(rows, suite, workloads, notes):
     out = []
     for w in workloads:
         ms = find(rows, suite=suite, impl="memsafe", budget_bytes=BUDGET_64, **w)
-        peers = {p: find(rows, suite=suite, impl=p, **w) for p in ("faiss", "keops", "naive")}
+        peers = {p: find_on(rows, ms, suite=suite, impl=p, **w) for p in ("faiss", "keops", "naive")}
         ms_q = ms.get("qps_median") if ok(ms) else None
         def rq(p):
             r = peers[p]
@@ -545,14 +571,17 @@ def section_sweep(rows, img) -> str:
     for r in sorted((r for r in sw if r.get("impl") == "memsafe"), key=lambda r: r.get("budget_bytes") or 0):
         tiles = f"{r.get('tile_rows')} × {r.get('tile_cols')}" if r.get("tile_rows") else "—"
         body.append([fbudget(r.get("budget_bytes")), status_cell(r, fsec(r.get("median_s"))),
-                     status_cell(r, fsec(r.get("min_s"))), status_cell(r, fqps(r.get("qps_median"))),
+                     status_cell(r, fsec(r.get("min_s"))), str(r.get("reps") or "—"),
+                     status_cell(r, fqps(r.get("qps_median"))),
                      fbytes(r.get("peak_temp_bytes")) if ok(r) else "—", tiles])
     fa = next((r for r in sw if r.get("impl") == "faiss"), None)
     if fa is not None:
         extra = f" on {fa['m']:,} queries" if fa.get("queries_reduced") else ""
         body.append([f"FAISS (no budget){extra}", status_cell(fa, fsec(fa.get("median_s"))),
-                     status_cell(fa, fsec(fa.get("min_s"))), status_cell(fa, fqps(fa.get("qps_median"))), "—", "—"])
-    return "\n".join(s + [table(["budget", "median", "min", "queries/s", "peak temp", "tile (rows × cols)"], body), ""])
+                     status_cell(fa, fsec(fa.get("min_s"))), str(fa.get("reps") or "—"),
+                     status_cell(fa, fqps(fa.get("qps_median"))), "—", "—"])
+    return "\n".join(s + [table(["budget", "median", "min", "runs", "queries/s", "peak temp", "tile (rows × cols)"],
+                                body), ""])
 
 
 def section_matvec3(rows) -> str:
@@ -909,6 +938,26 @@ def plot_sgpr(rows, path, mach) -> bool:
     return True
 
 
+SGPR_SHARED_LOAD = 3.0  # a 1-minute load above this at a run's start on the 2 cores: other work ran beside it
+
+
+def sgpr_shared(r) -> bool:
+    """Timed beside other work: marked so by hand (`cpu_shared`), or started at a load above
+    SGPR_SHARED_LOAD (a sweep's previous run alone leaves ≈ 2 on the 2 cores)."""
+    return bool(r.get("cpu_shared")) or (r.get("load_1m") or 0) > SGPR_SHARED_LOAD
+
+
+def sgpr_same_machine(a: dict, b: dict) -> bool:
+    """Two runs on one machine: the same recorded CPU; rows that recorded none (before 2026-11-27) only
+    when they started within 3 hours of each other (one session, whose machine cannot change)."""
+    ca, cb = cpu_of(a), cpu_of(b)
+    if ca != "unknown" or cb != "unknown":
+        return ca == cb
+    import datetime
+    ta, tb = (datetime.datetime.fromisoformat(r.get("timestamp") or "1970-01-01T00:00:00+00:00") for r in (a, b))
+    return abs((ta - tb).total_seconds()) <= 3 * 3600
+
+
 def section_sgpr(rows, img) -> str:
     sg, every = sgpr_rows(rows), sgpr_rows(rows, every_machine=True)
     s = ["## SGPR training (issue 14: against GPflow and GPyTorch)", "",
@@ -946,19 +995,24 @@ def section_sgpr(rows, img) -> str:
             cells = [ds, f"{m:,}", str(it), impl]
             if good:
                 splits = ",".join(str(r.get("split")) for r in sorted(good, key=lambda r: r.get("split", 0)))
-                t = sum(r["seconds_per_evaluation"] for r in good) / len(good)
-                shared = any(r.get("cpu_shared") for r in good)
+                times = [r["seconds_per_evaluation"] for r in good]
+                shared = any(sgpr_shared(r) for r in good)
+                # One machine: the mean; splits last run on different machines: their range (◇), no mean.
+                if len({cpu_of(r) for r in good}) > 1:
+                    t_cell = f"{sig(min(times))}–{sig(max(times))} ◇"
+                else:
+                    t_cell = sig(sum(times) / len(times))
                 # A time taken beside other work is no speed comparison: only the splits timed alone pair up.
                 # Every machine's run of a split is kept for the pairing (the table shows the latest).
-                shown = {r.get("split"): cpu_of(r) for r in good}
+                shown = {r.get("split"): r for r in good}
                 timed: dict = {}
                 for r in of_impl(every):
-                    if r.get("status") == "ok" and not r.get("cpu_shared"):
-                        timed.setdefault(r.get("split"), {})[cpu_of(r)] = r["seconds_per_evaluation"]
+                    if r.get("status") == "ok" and not sgpr_shared(r):
+                        timed.setdefault(r.get("split"), []).append(r)
                 per_split[impl] = (timed, shown)
                 wide = impl == "memsafe" and any(str(r.get("blas_core", "")).lower() in AVX512_BLAS_CORES for r in good)
                 cells += [splits, mean_spread([r.get("rmse") for r in good]), mean_spread([r.get("nlpd") for r in good]),
-                          sig(t) + (" †" if shared else "") + (" §" if wide else ""),
+                          t_cell + (" †" if shared else "") + (" §" if wide else ""),
                           "/".join(iterations_cell(r) for r in good),
                           fbytes(max(r.get("max_rss_bytes") or 0 for r in good))]
             else:
@@ -972,26 +1026,35 @@ def section_sgpr(rows, img) -> str:
             (mine, shown), (base, _) = per_split.get(impl, ({}, {})), per_split.get("memsafe", ({}, {}))
             ratios = []
             for sp in (sorted(mine, key=str) if impl != "memsafe" else []):
-                common = sorted(set(mine[sp]) & set(base.get(sp, {})))
-                if common:  # the machine of the row shown if memsafe ran there too, else any machine both ran on
-                    c = shown.get(sp) if shown.get(sp) in common else common[0]
-                    ratios.append(mine[sp][c] / base[sp][c])
-            cells.append(f"{sum(ratios) / len(ratios):.2f}×" if ratios else "—")
+                # the peer's run shown if memsafe ran on its machine too, else any pair on one machine
+                cands = sorted(mine[sp], key=lambda r: r is not shown.get(sp))
+                pair = next(((a, b) for a in cands for b in base.get(sp, []) if sgpr_same_machine(a, b)), None)
+                if pair:
+                    ratios.append(pair[0]["seconds_per_evaluation"] / pair[1]["seconds_per_evaluation"])
+            n = len(ratios)
+            cells.append(f"{sum(ratios) / n:.2f}× ({n} split{'s' if n > 1 else ''})" if ratios else "—")
             body.append(cells)
     head = ["data set", "m", "iterations (max)", "implementation", "splits (or why none)", "test RMSE", "test NLPD",
             "s / evaluation", "iterations", "peak RSS", "its s / memsafe's s (mean over splits)"]
     s += [table(head, body), ""]
     s += ["Each row shows the latest run of each split, whichever machine ran it (the CPU under this project "
           "changes between sessions). The last column pairs a peer's run of a split with memsafe's run of that "
-          "split on the same machine, which may be an earlier memsafe run than the one the row above shows; "
-          "splits with no such pair are left out.", ""]
+          "split on the same machine (rows from before the machine was recorded: started within 3 hours of each "
+          "other, one session), which may be an earlier memsafe run than the one the row above shows; splits "
+          "with no such pair, or timed beside other work (†), are left out, and the number of splits paired is "
+          "given.", ""]
+    if any("◇" in c for row in body for c in row):
+        s += ["◇ The splits shown last ran on different machines: the range of their times per evaluation, not a "
+              "mean (seconds on different CPUs do not average).", ""]
     loads = [r.get("load_1m") for r in sg if r.get("load_1m") is not None]
     if loads:
         s += [f"Load average at the start of the runs: {min(loads):.2f} … {max(loads):.2f} (2 cores).", ""]
-    if any(r.get("cpu_shared") for r in sg):
+    if any(sgpr_shared(r) for r in sg):
         s += ["† Measured beside other work on the same two cores (builds and benchmarks; at the lowest priority, "
-              "or paused while a benchmark was timed): the time per evaluation is an upper bound, not a speed "
-              "comparison, and those splits are left out of the ratio; RMSE, NLPD and iterations do not depend on it.", ""]
+              f"or paused while a benchmark was timed; or started at a 1-minute load above {SGPR_SHARED_LOAD:g}): "
+              "the time per evaluation is an upper bound, not a speed comparison, and those splits are left out of "
+              "the ratio. RMSE, NLPD and iterations do not depend on it — except where a time limit stopped the run "
+              "(‡), whose iterations then depended on the speed.", ""]
     if any(stopped_by_time_limit(r) for r in sg):
         s += ["‡ Stopped by its time limit (`TIME_LIMIT` in sweep.sh: `sgpr_train --time-limit`, "
               "`gpflow_train.py --time-limit`) before the iteration budget: the model after that many L-BFGS "
@@ -1448,8 +1511,12 @@ def machines_verdict(vals, target, higher=True) -> str:
 
 
 def same_run(x, y) -> str:
-    """The mark of a ratio whose two rows come from different invocations of a driver."""
-    return "" if not (x and y) or x.get("run_id") == y.get("run_id") else " (different invocations)"
+    """The mark of a ratio whose two rows come from different invocations of a driver (or machines)."""
+    if not (x and y):
+        return ""
+    if cpu_of(x) != cpu_of(y):
+        return " (different machines)"
+    return "" if x.get("run_id") == y.get("run_id") else " (different invocations)"
 
 
 def goals(rows, peak_gflops) -> str:
@@ -1458,7 +1525,7 @@ def goals(rows, peak_gflops) -> str:
     def knn_pair(d, suite="knn", data="random", metric="l2", n=10**6, m=10**4, peer="faiss"):
         w = dict(suite=suite, data=data, metric=metric, n=n, m=m, d=d, k=10, precision="f32")
         ms = find(rows, impl="memsafe", budget_bytes=BUDGET_64, **w)
-        pr = find(rows, impl=peer, **w)
+        pr = find_on(rows, ms, impl=peer, **w)  # on memsafe's machine
         a = ms.get("qps_median") if ok(ms) else None
         b = pr.get("qps_median") if ok(pr) else None
         return ms, pr, a, b
@@ -1630,6 +1697,22 @@ def gpu_find(rows, suite, impl, w) -> dict | None:
     return find(rows, suite=suite, impl=impl, **w)
 
 
+def gpu_dev(r) -> str | None:
+    """The GPU a row ran on, as recorded."""
+    return (r or {}).get("device") or (r or {}).get("gpu_name")
+
+
+def gpu_find_like(rows, suite, impl, w, like) -> dict | None:
+    """gpu_find on the GPU of row `like` (the memsafe-cuda row a peer stands beside), else on any GPU
+    (then gpu_mark says so and gpu_ratio gives no ratio: the rows come from two GPUs)."""
+    dev = gpu_dev(like)
+    if dev:
+        r = gpu_find([q for q in rows if gpu_dev(q) == dev], suite, impl, w)
+        if r is not None:
+            return r
+    return gpu_find(rows, suite, impl, w)
+
+
 def gpu_names(rows) -> list[str]:
     names = [r.get("device") or r.get("gpu_name") for r in rows if r.get("status") == "ok"]
     names = [x for x in names if x]
@@ -1654,7 +1737,9 @@ def gpu_mark(r, ref, notes: Notes) -> str:
         mark += notes.mark(r["note"])
     if r is not None and r.get("tf32"):
         mark += notes.mark("TF32 tensor cores allowed for float32 products (--tf32)")
-    if r is not None and ref is not None and r is not ref and r.get("run_id") and ref.get("run_id") and \
+    if r is not None and ref is not None and r is not ref and gpu_dev(r) and gpu_dev(ref) and gpu_dev(r) != gpu_dev(ref):
+        mark += notes.mark(f"measured on {gpu_dev(r)}; the memsafe-cuda row on {gpu_dev(ref)}: no ratio is taken")
+    elif r is not None and ref is not None and r is not ref and r.get("run_id") and ref.get("run_id") and \
             r["run_id"] != ref["run_id"]:
         mark += notes.mark("from a different invocation of bench/gpu/run_gpu.py than the memsafe-cuda row")
     return mark
@@ -1685,11 +1770,21 @@ def gpu_check_cell(ms, knn: bool) -> str:
     return "; ".join(parts) if parts else "—"
 
 
-def gpu_ratio(num, den, peer) -> str:
-    """ratio_cell, but a peer that ran and failed shows "—" (its own cell says why)."""
+def gpu_ratio(num, den, peer, ref=None) -> str:
+    """ratio_cell, but a peer that ran and failed, or ran on another GPU than ref, shows "—" (its own cell
+    says why)."""
     if peer is not None and not ok(peer):
         return "—"
+    if peer is not None and ref is not None and gpu_dev(peer) and gpu_dev(ref) and gpu_dev(peer) != gpu_dev(ref):
+        return "—"
     return ratio_cell(num, den)
+
+
+def gpu_peak_on(rows, dev, fallback):
+    """The measured FP32 peak of GPU `dev` (a share of another GPU's peak means nothing), else fallback."""
+    pk = [r["fp32_gflops"] for r in rows if r.get("suite") == "gpu_peak" and r.get("status") == "ok"
+          and r.get("fp32_gflops") and dev and gpu_dev(r) == dev]
+    return max(pk) if pk else fallback
 
 
 def gpu_peak(rows) -> tuple[float | None, str]:
@@ -1739,8 +1834,8 @@ def section_gpu_knn(rows, notes, peak_gflops, gpus) -> str:
     body = []
     for w in ws:
         ms = gpu_find(rows, "gpu_knn", "memsafe-cuda", w)
-        host = gpu_find(rows, "gpu_knn", "memsafe-cuda-host", w)
-        peers = {p: gpu_find(rows, "gpu_knn", p, w) for p in GPU_PEERS}
+        host = gpu_find_like(rows, "gpu_knn", "memsafe-cuda-host", w, ms)
+        peers = {p: gpu_find_like(rows, "gpu_knn", p, w, ms) for p in GPU_PEERS}
         q = ms.get("qps_median") if ok(ms) else None
 
         def qcell(r):
@@ -1752,15 +1847,16 @@ def section_gpu_knn(rows, notes, peak_gflops, gpus) -> str:
         pct = "—"
         if ok(ms) and w["metric"] == "l2" and w["d"] == 100:
             pct = NM
-            if peak_gflops:
+            pk = gpu_peak_on(rows, gpu_dev(ms), peak_gflops)
+            if pk:
                 g = 2.0 * ms["n"] * ms["m"] * ms["d"] / ms["median_s"] / 1e9
-                pct = f"{g / peak_gflops * 100:.1f}% ({g:,.0f} GFLOP/s)"
-        body.append([w["metric"], f"{w['n']:,}", str(w["d"]), f"{w['m']:,}", qcell(ms), qcell(host),
-                     *(qcell(peers[p]) for p in GPU_PEERS), *(gpu_ratio(q, rq(peers[p]), peers[p]) for p in GPU_PEERS), pct,
+                pct = f"{g / pk * 100:.1f}% ({g:,.0f} GFLOP/s)"
+        body.append([w["metric"], f"{w['n']:,}", str(w["d"]), f"{w['m']:,}", gpu_dev(ms) or "—", qcell(ms), qcell(host),
+                     *(qcell(peers[p]) for p in GPU_PEERS), *(gpu_ratio(q, rq(peers[p]), peers[p], ms) for p in GPU_PEERS), pct,
                      fbytes(ms.get("peak_temp_bytes")) if ok(ms) else "—",
                      " / ".join(gpu_mem_cell(r) for r in (ms, peers["keops"], peers["torch"], peers["jax"])),
                      gpu_check_cell(ms, True)])
-    header = ["metric", "n", "d", "m", "memsafe-cuda q/s", "host-resident q/s", "KeOps q/s", "torch q/s", "JAX q/s",
+    header = ["metric", "n", "d", "m", "GPU", "memsafe-cuda q/s", "host-resident q/s", "KeOps q/s", "torch q/s", "JAX q/s",
               "memsafe / KeOps", "memsafe / torch", "memsafe / JAX", "memsafe % of FP32 peak", "memsafe peak temp",
               "device peak (memsafe / KeOps / torch / JAX)", "agreement with peers"]
     return "\n".join(s + [table(header, body), ""])
@@ -1779,7 +1875,7 @@ def section_gpu_matvec(rows, notes, gpus) -> str:
     body = []
     for w in ws:
         ms = gpu_find(rows, "gpu_matvec", "memsafe-cuda", w)
-        peers = {p: gpu_find(rows, "gpu_matvec", p, w) for p in GPU_PEERS}
+        peers = {p: gpu_find_like(rows, "gpu_matvec", p, w, ms) for p in GPU_PEERS}
         t = ms.get("median_s") if ok(ms) else None
 
         def tcell(r):
@@ -1832,27 +1928,32 @@ def section_gpu_goals(rows, peak_gflops) -> str:
 
     for d, target in ((100, 2), (3, 2)):
         w = dict(metric="l2", n=10**6, m=10**4, d=d, k=10, precision="f32")
-        ms, ko = gpu_find(rows, "gpu_knn", "memsafe-cuda", w), gpu_find(rows, "gpu_knn", "keops", w)
+        ms = gpu_find(rows, "gpu_knn", "memsafe-cuda", w)
+        ko = gpu_find_like([q for q in rows if gpu_dev(q) == gpu_dev(ms)] if ms else rows, "gpu_knn", "keops", w, ms)
         r = ko["median_s"] / ms["median_s"] if ok(ms) and ok(ko) else None
         out.append([f"kNN L2 n=10⁶ m=10⁴ k=10 f32 d={d}, 1 GiB: memsafe vs KeOps (time ratio)", f"≥ {target}×",
-                    NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same_run(ms, ko)}",
+                    NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}, "
+                                         f"{gpu_dev(ms)}){same_run(ms, ko)}",
                     verdict(r, target)])
     w = dict(metric="l2", n=10**6, m=10**4, d=100, k=10, precision="f32")
     ms = gpu_find(rows, "gpu_knn", "memsafe-cuda", w)
     share = None
+    peak_gflops = gpu_peak_on(rows, gpu_dev(ms), peak_gflops)
     if ok(ms) and peak_gflops:
         g = 2.0 * ms["n"] * ms["m"] * ms["d"] / ms["median_s"] / 1e9
         share = g / peak_gflops
     out.append(["kNN L2 n=10⁶ d=100: share of the measured FP32 FMA peak (2·n·m·d flops; exact results)", "≥ 50%",
-                NM if share is None else f"{share * 100:.1f}% ({g:,.0f} of {peak_gflops:,.0f} GFLOP/s)",
+                NM if share is None else f"{share * 100:.1f}% ({g:,.0f} of {peak_gflops:,.0f} GFLOP/s, {gpu_dev(ms)})",
                 verdict(share, 0.5)])
     out.append(["kNN L2 n=10⁶ d=100: memsafe vs FAISS-GPU", "≥ 1×",
                 f"{NM} (FAISS-GPU's wheel needs CUDA 12 runtime wheels, more than a GPU call can carry)", NM])
     w = dict(precision="f32", d=3, n=10**6)
-    ms, ko = gpu_find(rows, "gpu_matvec", "memsafe-cuda", w), gpu_find(rows, "gpu_matvec", "keops", w)
+    ms = gpu_find(rows, "gpu_matvec", "memsafe-cuda", w)
+    ko = gpu_find([q for q in rows if gpu_dev(q) == gpu_dev(ms)] if ms else rows, "gpu_matvec", "keops", w)
     r = ko["median_s"] / ms["median_s"] if ok(ms) and ok(ko) else None
     out.append(["K·v RBF d=3 f32 n=10⁶: memsafe vs KeOps (time ratio)", "≥ 1.5×",
-                NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}){same_run(ms, ko)}",
+                NM if r is None else f"{r:.2f}× ({fsec(ms['median_s'])} vs {fsec(ko['median_s'])}, "
+                                     f"{gpu_dev(ms)}){same_run(ms, ko)}",
                 verdict(r, 1.5)])
     ms_rows = [r for r in rows if r.get("suite") in ("gpu_knn", "gpu_matvec") and
                str(r.get("impl", "")).startswith("memsafe") and ok(r) and r.get("budget_bytes")]
@@ -1969,7 +2070,7 @@ def main(argv=None) -> int:
         "a CPU may also take it for an older one) and OpenBLAS's Haswell (AVX2) kernels are slower there (on the "
         "Zen 5 dgemm 121 against 200 GFLOP/s, FAISS kNN d = 100 1.2× slower). Rows taken before 2026-11-26 13:00 "
         "(no `openblas_coretype`) ran FAISS on those AVX2 kernels.", "",
-        "**FP32 peak.** " + pk_text + ". " + peak_per_cycle_text(pk, mach) + "In a virtual machine `cpu MHz` "
+        "**FP32 peak.** " + pk_text + ". " + peak_per_cycle_text(pk, peak_machine(a, mach)) + "In a virtual machine `cpu MHz` "
         "is the nominal clock; if the core boosts above it the measured share of peak is overstated.", "",
         section_fig2(rows, fig2_img),
         section_knn(rows, notes),
