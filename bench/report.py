@@ -947,15 +947,21 @@ def sgpr_shared(r) -> bool:
     return bool(r.get("cpu_shared")) or (r.get("load_1m") or 0) > SGPR_SHARED_LOAD
 
 
+SGPR_PAIR_HOURS = 6  # a ratio pairs runs started this close: one session or the next, one machine and its load
+
+
 def sgpr_same_machine(a: dict, b: dict) -> bool:
-    """Two runs on one machine: the same recorded CPU; rows that recorded none (before 2026-11-27) only
-    when they started within 3 hours of each other (one session, whose machine cannot change)."""
-    ca, cb = cpu_of(a), cpu_of(b)
-    if ca != "unknown" or cb != "unknown":
-        return ca == cb
+    """Two runs to compare: the same recorded CPU (or both none, rows from before 2026-11-27), started
+    within SGPR_PAIR_HOURS of each other. The same CPU model days apart is another machine of the kind
+    with another neighbourhood: pairs across sessions moved by ≈ 35 % (elevators m = 2000 against
+    GPflow: 2.5–2.7× within a session, 3.3–3.7× paired hours apart)."""
+    return cpu_of(a) == cpu_of(b) and abs(sgpr_hours_apart(a, b)) <= SGPR_PAIR_HOURS
+
+
+def sgpr_hours_apart(a: dict, b: dict) -> float:
     import datetime
     ta, tb = (datetime.datetime.fromisoformat(r.get("timestamp") or "1970-01-01T00:00:00+00:00") for r in (a, b))
-    return abs((ta - tb).total_seconds()) <= 3 * 3600
+    return (ta - tb).total_seconds() / 3600
 
 
 def section_sgpr(rows, img) -> str:
@@ -971,8 +977,12 @@ def section_sgpr(rows, img) -> str:
          "same start with the same fixed 1e-6 jitter (its bound at the start equals memsafe's to ≈ 4e-14), its "
          "default noise floor σ² ≥ 1e-4, Titsias' predictive, `torch.optim.LBFGS` with a strong-Wolfe line search. "
          "All stop after at most the same number of L-BFGS iterations (the same budget, not the same steps), same "
-         "threads. Test RMSE and NLPD in the data's units, mean ± half the range over the splits run; time per "
-         "evaluation of the bound and its gradient (training time / evaluations); peak RSS of the process (the "
+         "threads (each op on that many threads, one op at a time: TensorFlow's and PyTorch's inter-op pools at 1 "
+         "from 2026-12-03, at the thread count before). Test RMSE and NLPD in the data's units, mean ± half the "
+         "range over the splits run; time per evaluation of the bound and its gradient (training time / "
+         "evaluations: memsafe's is the time inside its evaluations, the peers' their whole training loop, "
+         "GPflow's with its one-off `tf.function` tracing, a few seconds: several % of its time at m = 500, "
+         "which flatters memsafe's ratios there); peak RSS of the process (the "
          "peers' hold the n×m matrices their frameworks form; a peer whose RSS passes the memory available at its "
          "start less 1 GiB is stopped and recorded as `oom`). The machine is shared (2 cores): each row records the "
          "load at its start.", ""]
@@ -1026,9 +1036,15 @@ def section_sgpr(rows, img) -> str:
             (mine, shown), (base, _) = per_split.get(impl, ({}, {})), per_split.get("memsafe", ({}, {}))
             ratios = []
             for sp in (sorted(mine, key=str) if impl != "memsafe" else []):
-                # the peer's run shown if memsafe ran on its machine too, else any pair on one machine
+                # the peer's run shown if memsafe ran beside it, else any peer run; with the memsafe run
+                # that started closest to it on the same machine
                 cands = sorted(mine[sp], key=lambda r: r is not shown.get(sp))
-                pair = next(((a, b) for a in cands for b in base.get(sp, []) if sgpr_same_machine(a, b)), None)
+                pair = None
+                for a in cands:
+                    near = [b for b in base.get(sp, []) if sgpr_same_machine(a, b)]
+                    if near:
+                        pair = (a, min(near, key=lambda b: abs(sgpr_hours_apart(a, b))))
+                        break
                 if pair:
                     ratios.append(pair[0]["seconds_per_evaluation"] / pair[1]["seconds_per_evaluation"])
             n = len(ratios)
@@ -1039,8 +1055,8 @@ def section_sgpr(rows, img) -> str:
     s += [table(head, body), ""]
     s += ["Each row shows the latest run of each split, whichever machine ran it (the CPU under this project "
           "changes between sessions). The last column pairs a peer's run of a split with memsafe's run of that "
-          "split on the same machine (rows from before the machine was recorded: started within 3 hours of each "
-          "other, one session), which may be an earlier memsafe run than the one the row above shows; splits "
+          f"split on the same machine, started within {SGPR_PAIR_HOURS} hours of each other, which may be an "
+          "earlier memsafe run than the one the row above shows; splits "
           "with no such pair, or timed beside other work (†), are left out, and the number of splits paired is "
           "given.", ""]
     if any("◇" in c for row in body for c in row):

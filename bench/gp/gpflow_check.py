@@ -75,8 +75,10 @@ def same_start(a, with_test=False):
     Z = np.asarray(ms["Z_init"], float).reshape(a.m, X.shape[1])
 
     import tensorflow as tf
+    # a.threads busy threads in all: each op on a.threads, one op at a time (inter-op a.threads let
+    # TensorFlow run up to a.threads² threads at once; memsafe runs on a.threads)
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
     import gpflow
     gpflow.config.set_default_float(np.float64)
     kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,

@@ -190,6 +190,10 @@ def main():
         import gpytorch
         torch.set_default_dtype(torch.float64)
         torch.set_num_threads(a.threads)
+        try:
+            torch.set_num_interop_threads(1)  # a.threads busy threads in all, as memsafe and GPflow
+        except RuntimeError:
+            pass  # already set in this process (it may be set once, before any parallel work)
         Xt, yt, Xtet = torch.tensor(X), torch.tensor(y), torch.tensor(Xte)
         model, likelihood, base = build_model(a, Xt, yt, torch.tensor(Z))
         mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
