@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace mc = memsafe::cuda;
@@ -185,4 +186,43 @@ TEST_CASE("too small a budget names the minimum, with one split and the smallest
   CHECK(at_min.threads == 1);
   CHECK(at_min.planned_bytes <= p.min_bytes);
 }
+}
+
+TEST_CASE("strides and extents beyond cuBLAS 32-bit ints are planned without cuBLAS or refused before any work") {
+  // plan_for reads nothing: a pointer no code dereferences stands for device data of any extent.
+  const auto* nowhere = reinterpret_cast<const float*>(std::uintptr_t(64));
+  const std::size_t d = 100, wide = std::size_t(1) << 31;  // d above the fused kernels' 64: cuBLAS tiles
+  const mc::options o{std::size_t(1) << 30};
+  // argkmin over a squared distance at d >= 32 screens with cuBLAS X·Yᵀ, whose leading dimension is
+  // the points' row stride: beyond an int, the semiring kernels take it (no cuBLAS call at all).
+  const auto X = memsafe::points(nowhere, 1000, d), Y = memsafe::points(nowhere, 5000, d);
+  const memsafe::matrix_view<const float> Ywide(nowhere, 5000, d, wide, 1);
+  CHECK(mc::plan_for(memsafe::argkmin(memsafe::sqdist(X, Y), 10), o, h100).reduction.find("cuBLAS") !=
+        std::string::npos);
+  CHECK(mc::plan_for(memsafe::argkmin(memsafe::sqdist(X, Ywide), 10), o, h100).reduction.find("cuBLAS") ==
+        std::string::npos);
+  // cuBLAS wants a leading dimension of at least d: sliding windows over a series (row stride 1)
+  // go to the semiring kernels too (cuBLAS refused them: CUBLAS_STATUS_INVALID_VALUE)
+  const memsafe::matrix_view<const float> windows(nowhere, 5000, d, 1, 1);
+  CHECK(mc::plan_for(memsafe::argkmin(memsafe::sqdist(X, windows), 10), o, h100).reduction.find("cuBLAS") ==
+        std::string::npos);
+  // K·M with several columns accumulates through cuBLAS, reading M in place: a row stride beyond
+  // an int, or rows that overlap (stride 0), are an argument_error from planning.
+  CHECK_NOTHROW(mc::plan_for(memsafe::rbf(X, Y, 1.0) * memsafe::matrix(nowhere, 5000, 4), o, h100));
+  CHECK_NOTHROW(mc::plan_for(memsafe::rbf(X, Y, 1.0) * memsafe::matrix(nowhere, 4, 5000).t(), o, h100));
+  for (std::size_t rs : {wide, std::size_t{0}, std::size_t{3}}) {
+    CAPTURE(rs);
+    const memsafe::matrix_view<const float> M(nowhere, 5000, 4, rs, 1);
+    CHECK_THROWS_WITH_AS(mc::plan_for(memsafe::rbf(X, Y, 1.0) * M, o, h100),
+                         doctest::Contains("row- or column-contiguous"), memsafe::argument_error);
+  }
+  // a selection over dot ranks the semiring kernel's values at every budget, never cuBLAS's blocked
+  // sums (which a budget below cuBLAS's workspace does not take: near-ties depended on the budget);
+  // a sum over dot still takes cuBLAS's values
+  CHECK(mc::plan_for(memsafe::argkmax(memsafe::dot(X, Y), 32), o, h100).reduction.find("cuBLAS") == std::string::npos);
+  CHECK(mc::plan_for(memsafe::max(memsafe::dot(X, Y)), o, h100).reduction.find("cuBLAS") == std::string::npos);
+  CHECK(mc::plan_for(memsafe::dot(X, Y) * memsafe::matrix(nowhere, 5000, 4), o, h100).reduction.find("cuBLAS") !=
+        std::string::npos);
+  // an operand of no columns: an empty result, planned (its run returns before reading anything)
+  CHECK_NOTHROW(mc::plan_for(memsafe::rbf(X, Y, 1.0) * memsafe::matrix(nowhere, 5000, 0), o, h100));
 }

@@ -177,16 +177,15 @@ void gemm_accumulate(blas& bl, const T* tile, std::int64_t ld, std::int64_t ni, 
   if (ni == 0 || nj == 0) return;
   const T one = 1;
   // Column-major accᵀ (c × ni) += Bᵀ (c × nj) · tileᵀ (nj × ni).
-  cublasOperation_t opb;
-  int ldb;
-  if (Bc.cs == 1) { opb = CUBLAS_OP_N; ldb = int(Bc.rs); }      // row-major B is column-major Bᵀ
-  else if (Bc.rs == 1) { opb = CUBLAS_OP_T; ldb = int(Bc.cs); }  // column-major B
-  else throw argument_error(operand_stride_message);  // refused by the planner first (check_operand)
+  // Row-major B is column-major Bᵀ (op N); column-major B is read transposed (op T).
+  const auto b = blas_layout(std::size_t(nj), std::size_t(c), std::size_t(Bc.rs), std::size_t(Bc.cs));
+  if (!b) throw argument_error(operand_stride_message);  // refused by the planner first (check_shape)
+  const cublasOperation_t opb = b->transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   if constexpr (std::is_same_v<T, float>)
-    MEMSAFE_CUDA_CHECK(cublasSgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, ldb, tile,
+    MEMSAFE_CUDA_CHECK(cublasSgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, b->ld, tile,
                                    int(ld), &one, acc, int(c)));
   else
-    MEMSAFE_CUDA_CHECK(cublasDgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, ldb, tile,
+    MEMSAFE_CUDA_CHECK(cublasDgemm(bl.get(), opb, CUBLAS_OP_N, int(c), int(ni), int(nj), &one, Bc.p, b->ld, tile,
                                    int(ld), &one, acc, int(c)));
 }
 

@@ -5,6 +5,7 @@
 // allocates nothing and launches nothing.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <mutex>
 #include <optional>
@@ -108,7 +109,8 @@ inline constexpr std::size_t topk_max_k = 2048;     ///< top-k by block sort (ca
 
 /// argument_error text of a dense operand cuBLAS cannot read (neither unit row nor column stride).
 inline constexpr const char* operand_stride_message =
-    "memsafe::cuda: the dense operand of a product must have unit row or column stride on the device";
+    "memsafe::cuda: the dense operand of a product must be row- or column-contiguous on the device (unit row or "
+    "column stride, rows or columns that do not overlap, a leading dimension within a 32-bit int)";
 
 inline std::size_t rnd(std::size_t b) { return device_accountant::round(b); }
 inline std::size_t cdiv(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
@@ -178,13 +180,44 @@ void with_dmon(const R& r, Fn&& f) {
   }
 }
 
+/// cuBLAS takes its extents and leading dimensions as 32-bit ints.
+inline bool fits_blas_int(std::size_t v) { return v <= std::size_t(INT_MAX); }
+
+/// How cuBLAS reads a dense rows × cols matrix with strides (rs, cs): row-major (cs = 1) as the
+/// column-major transpose with ld = rs, column-major (rs = 1) as itself (`transposed`) with ld = cs.
+/// cuBLAS wants ld ≥ the extent it spans (rows that overlap, as a stride of 0 makes, are refused)
+/// and a 32-bit int; a single row or column is read with any stride along its length-1 direction.
+/// None when neither layout fits.
+struct blas_matrix {
+  bool transposed;
+  int ld;
+};
+inline std::optional<blas_matrix> blas_layout(std::size_t rows, std::size_t cols, std::size_t rs, std::size_t cs) {
+  if (cs == 1 && (rs >= cols || rows <= 1)) {
+    const std::size_t ld = std::max<std::size_t>({rs, cols, 1});
+    if (fits_blas_int(ld)) return blas_matrix{false, int(ld)};
+  }
+  if (rs == 1 && (cs >= rows || cols <= 1)) {
+    const std::size_t ld = std::max<std::size_t>({cs, rows, 1});
+    if (fits_blas_int(ld)) return blas_matrix{true, int(ld)};
+  }
+  return std::nullopt;
+}
+
 /// Whether cuBLAS X·Yᵀ can give a tile of this leaf: a dot-based formula (dot, cosine, or the
-/// squared distance's ‖x‖² + ‖y‖² − 2x·y), no ARD, d ≥ 32, unit-stride data (checked at launch).
+/// squared distance's ‖x‖² + ‖y‖² − 2x·y), no ARD, d ≥ 32, and points cuBLAS can read in place:
+/// unit column stride and a row stride of at least d that fits its ints (sliding windows, a row
+/// stride of 0 or one past INT_MAX go to the semiring kernels instead).
 template <class Leaf>
 bool gemm_eligible(const Leaf& leaf) {
   using F = typename Leaf::formula_type;
   const bool dotlike = F::base != base_kind::l1;
-  return dotlike && leaf.params.kind == per_dim_kind::none && leaf.dim() >= 32;
+  const std::size_t d = leaf.dim();
+  const auto in_place = [d](const auto& v) {
+    const auto b = blas_layout(v.rows(), d, v.row_stride(), v.col_stride());
+    return b && !b->transposed;
+  };
+  return dotlike && leaf.params.kind == per_dim_kind::none && d >= 32 && in_place(leaf.x) && in_place(leaf.y);
 }
 
 /// Whether a cuBLAS tile of this leaf holds its values (reductions other than selections): dot and

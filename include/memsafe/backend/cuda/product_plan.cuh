@@ -147,6 +147,11 @@ product_plan plan_job(const bound_product<jobs::product_job<EA, EB, T>, T>& b, s
                 "memsafe::cuda: A * B: each factor must be one pairwise formula with elementwise maps over it");
   product_plan P;
   P.s = product_shape_of(b.job, output_on_host(b.values, where), where);
+  // A device output's blocks are accumulated in place by cuBLAS with its row length as the leading
+  // dimension (a host output's go through a tq-column accumulator).
+  if (!P.s.out_host && !fits_blas_int(P.s.Q))
+    throw argument_error(cat(msg{"memsafe::cuda: ", what, ": a device output of ", P.s.Q,
+                                 " columns is beyond cuBLAS's 32-bit leading dimension"}));
   P.L = plan_product(P.s, budget, what);
   P.plan = describe(b.job, P.s, P.L, budget);
   return P;

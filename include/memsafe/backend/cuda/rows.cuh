@@ -359,6 +359,7 @@ void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const optio
   const J& job = b.job;
   const job_shape& s = plan.s;
   const layout& L = plan.L;
+  if (s.n == 0 || s.c == 0) return;  // no output: nothing to read (a K·M with M m×0 read column 0)
   using E = std::remove_cvref_t<decltype(job.e)>;
   using R = typename J::reduction;
   const auto& leaf = dev_map_of<E>::leaf_of(job.e);

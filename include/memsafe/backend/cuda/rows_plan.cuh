@@ -232,11 +232,14 @@ job_shape rows_shape(const jobs::rows_job<E, R, T>& job, bool out_host, residenc
   s.sms = sms;
   choose_path<R, T>(job.red, s);
   // cuBLAS tiles: for the selections over a bare squared-distance or cosine leaf a screen (TF32 by
-  // default, exact re-evaluation); otherwise values for dot and cosine, while every other
-  // reduction of a squared distance takes the semiring kernel's tile.
+  // default, exact re-evaluation); otherwise values for dot and cosine in the sums, while every
+  // other reduction of a squared distance takes the semiring kernel's tile. A selection never ranks
+  // cuBLAS's values themselves: they are blocked sums whose last bits differ from the semiring
+  // kernel's, which a budget below cuBLAS's workspace takes, so its answers (near-ties) would
+  // depend on the budget.
   if (s.path != kernel_path::fused) {
     s.screen = screen_capable<E> && red_selects<R> && gemm_eligible(leaf);
-    s.gemm = s.screen || gemm_values(leaf);
+    s.gemm = s.screen || (gemm_values(leaf) && !red_selects<R>);
   }
   if (s.path == kernel_path::fused || s.path == kernel_path::tile_fold) {
     with_dmon<T>(job.red, [&](const auto& dm) {
@@ -266,8 +269,13 @@ void check_shape(const job_shape& s, const matrix_view<const T>& operand) {
     throw argument_error(cat(msg{"memsafe::cuda: argkmin/argkmax: k = ", s.k, " is above the GPU backend's limit of ",
                                  topk_max_k}));
   const bool gemm_reads = s.path == kernel_path::tile_matmul || s.path == kernel_path::tile_softmax;
-  if (gemm_reads && !s.rhs_host && s.n > 0 && s.m > 0 && operand.col_stride() != 1 && operand.row_stride() != 1)
+  if (!gemm_reads || s.n == 0 || s.m == 0 || s.c == 0) return;
+  // cuBLAS reads a device operand in place (a streamed one is gathered contiguous) and writes c
+  // columns.
+  if (!s.rhs_host && !blas_layout(s.m, s.c, operand.row_stride(), operand.col_stride()))
     throw argument_error(operand_stride_message);
+  if (!fits_blas_int(s.c))
+    throw argument_error(cat(msg{"memsafe::cuda: the dense operand's ", s.c, " columns are beyond cuBLAS's 32-bit extents"}));
 }
 
 /// The plan as plan_for shows it, from the shape and the chosen layout.
