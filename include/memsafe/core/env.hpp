@@ -19,7 +19,8 @@
 //                        backend (selections, kernel sums, the AVX2 copies of the tile, gradient and GP
 //                        row kernels, attention's vector kernels): the portable path, for comparisons and
 //                        debugging. Any other value leaves them on.
-//   MEMSAFE_ISA          the instruction set of the fused k-nearest kernels: avx512, avx2 or portable
+//   MEMSAFE_ISA          the instruction set of the host's run-time-dispatched kernels (fused
+//                        selections and sums, tile, gradient, attention and GP row kernels): avx512, avx2 or portable
 //                        (the tile path), case insensitive, surrounding spaces allowed. Unset: the
 //                        best this CPU runs (backend/host/isa.hpp). Another text is an argument_error,
 //                        and so is an instruction set this CPU (or this translation unit: nvcc,
