@@ -33,11 +33,8 @@ void check_values_finite(const heads_view<const T>& v, const char* name, const c
     for (std::size_t h = 0; h < v.heads(); ++h)
       for (std::size_t j = 0; j < v.length(); ++j) {
         const T* row = v.row(b, h, j);
-        T z = 0;  // x − x is 0 for a finite x, NaN for inf and NaN
-        for (std::size_t c = 0; c < dv; ++c) z += row[c * vs] - row[c * vs];
-        if (z == z) continue;
-        std::size_t c = 0;
-        while (row[c * vs] - row[c * vs] == 0) ++c;
+        const std::size_t c = first_nonfinite(row, dv, vs);
+        if (c == dv) continue;
         throw argument_error(cat(msg{"memsafe: ", where, ": ", name, "[", b, ", ", h, ", ", j, ", ", c, "] is ",
                                      static_cast<double>(row[c * vs]), ": ", name,
                                      " must be finite (a masked entry would still meet the others of its tile)"}));

@@ -244,6 +244,19 @@ struct is_vector_view : std::false_type {};
 template <class T, std::size_t N>
 struct is_vector_view<vector_view<T, N>> : std::true_type {};
 
+/// The index of the first of the n entries p[0], p[s], …, p[(n−1)·s] that is not finite (±∞ or NaN),
+/// or n when all are: one pass summing x − x (0 for a finite x, NaN otherwise), and a second only
+/// over a run that holds one.
+template <class T>
+std::size_t first_nonfinite(const T* p, std::size_t n, std::size_t s) {
+  T z = 0;
+  for (std::size_t c = 0; c < n; ++c) z += p[c * s] - p[c * s];
+  if (z == z) return n;
+  std::size_t c = 0;
+  while (p[c * s] - p[c * s] == 0) ++c;
+  return c;
+}
+
 /// Whether two views are the same memory with the same layout: the "same points" fact that the
 /// guards of stationary_diagonal and symmetric_product check at run time (rewrite::same_view), and
 /// that a pairwise node's label shows (X twice).

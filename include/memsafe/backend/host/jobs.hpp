@@ -196,11 +196,8 @@ void run_job(const diag_job<D, Trace>& j, const tile_plan&, T* values, index_t*,
 template <class T>
 void check_softmax_values(const matrix_view<const T>& V) {
   for (std::size_t j = 0; j < V.rows(); ++j) {
-    T z = 0;  // x − x is 0 for a finite x, NaN for ±∞ and NaN
-    for (std::size_t c = 0; c < V.cols(); ++c) z += V(j, c) - V(j, c);
-    if (z == z) continue;
-    std::size_t c = 0;
-    while (V(j, c) - V(j, c) == 0) ++c;
+    const std::size_t c = detail::first_nonfinite(V.data() + j * V.row_stride(), V.cols(), V.col_stride());
+    if (c == V.cols()) continue;
     throw argument_error(detail::cat(detail::msg{"memsafe: softmax_sum(S, V): V(", j, ", ", c, ") is ",
                                                  static_cast<double>(V(j, c)),
                                                  ": V must be finite (a zero weight times it is NaN)"}));
