@@ -267,6 +267,7 @@ struct problem {
   gp::sgpr_options opts;
   // bookkeeping
   std::size_t evaluations = 0, failures = 0, peak_temp = 0, iterations = 0;
+  std::size_t whitened_evaluations = 0;  // evaluations whose sums ran in the whitened order
   std::size_t iteration_offset = 0;  // iterations of the L-BFGS runs before the current restart
   double best_bound = -std::numeric_limits<double>::infinity();
   double seconds_eval = 0;
@@ -319,6 +320,7 @@ lbfgsfloatval_t evaluate(void* inst, const lbfgsfloatval_t* t, lbfgsfloatval_t* 
   try {
     const auto r = sgpr_all({P.X->data(), P.y->data(), P.n, P.d}, {Z, P.m, P.d}, h, P.opts);
     P.peak_temp = std::max(P.peak_temp, r.stats.peak_temp_bytes);
+    P.whitened_evaluations += r.stats.whitened ? 1 : 0;
     P.best_bound = std::max(P.best_bound, r.bound);
     // f = −bound/n; chain rule through the softplus transforms.
     g[0] = -scale * r.grad.variance * gp::softplus_derivative(t[0]);
@@ -425,7 +427,9 @@ int run_main(int argc, char** argv) {
       .flag("fix-z", "keep the inducing points at their initial values")
       .flag("bench-bound-only", "with --bench: time the bound only (no gradient)")
       .flag("dump-gradient", "no training: add the initial Z and the bound's gradient there to the JSON line")
-      .flag("whitened", "accumulate AA^T from L^-1 Kuf chunks (more accurate, ~2x the n-sized flops)");
+      .flag("whitened", "always accumulate AA^T from L^-1 Kuf chunks (accurate; ~2x the n-sized flops)")
+      .flag("gram-first", "always accumulate Kuf Kuf^T first and whiten after (fewer flops; inaccurate when "
+                          "eps*cond(Kuu)*variance/noise is large). Default: chosen per evaluation");
   mx::add_eval_options(args);
   args.parse(argc, argv);
 
@@ -486,7 +490,9 @@ int run_main(int argc, char** argv) {
     P.time_limit = time_limit;
     P.opts.budget = budget;
     P.opts.gradient = true;
-    P.opts.whitened = args.get_flag("whitened");
+    if (args.get_flag("whitened") && args.get_flag("gram-first")) args.fail("--whitened and --gram-first exclude each other");
+    if (args.get_flag("whitened")) P.opts.whitened = true;
+    if (args.get_flag("gram-first")) P.opts.whitened = false;
     P.opts.threads = run.threads;
     P.t_start = t_start;
     P.save_path = args.get_string("save-model");
@@ -525,7 +531,9 @@ int run_main(int argc, char** argv) {
           .add_array("grad_lengthscales", r.grad.lengthscales)
           .add("grad_noise", r.grad.noise)
           .add_array("Z_init", Z0)
-          .add_array("grad_Z", r.grad.Z);
+          .add_array("grad_Z", r.grad.Z)
+          .add("init_whitened", r.stats.whitened)
+          .add("init_kuu_condition", r.stats.kuu_condition);
     } else if (bench > 0) {
       const bool bound_only = args.get_flag("bench-bound-only");
       const auto h = P.hyper(t);
@@ -600,10 +608,14 @@ int run_main(int argc, char** argv) {
     const auto h = P.hyper(t);
     const bool skip_final = bench > 0 && args.get_flag("bench-bound-only");
     double final_bound = P.best_bound, rmse = std::nan(""), nlpd = std::nan("");
+    bool final_whitened = false;
+    double final_condition = std::nan("");
     if (!skip_final) {
       auto o = P.opts;
       o.gradient = false;
       const auto fit = sgpr_all({sp.X_train.data(), sp.y_train.data(), n, d}, {t + P.z_offset(), m, d}, h, o);
+      final_whitened = fit.stats.whitened;
+      final_condition = fit.stats.kuu_condition;
       final_bound = fit.bound;
       P.peak_temp = std::max(P.peak_temp, fit.stats.peak_temp_bytes);
       std::vector<double> mean(ns), var(ns);
@@ -642,7 +654,10 @@ int run_main(int argc, char** argv) {
         .add("d", d)
         .add("m", m)
         .add("kernel", gp::kernel_name(kind))
-        .add("whitened", P.opts.whitened)
+        .add("order", P.opts.whitened ? (*P.opts.whitened ? "whitened" : "gram-first") : "auto")
+        .add("whitened", final_whitened)
+        .add("kuu_condition", final_condition)
+        .add("whitened_evaluations", P.whitened_evaluations)
         .add("train_z", P.train_z)
         .add("variance", h.variance)
         .add_array("lengthscales", h.lengthscales)

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -106,12 +107,13 @@ TEST_CASE("mpi::sgpr bound and gradient equal gp::sgpr on the concatenated data 
   double worst_b = 0, worst_g = 0;
   for (auto k : {gp::kernel::matern32, gp::kernel::rbf}) {
     const problem p(701, 23, 3, k);
-    for (bool wh : {false, true}) {
+    for (const std::optional<bool> wh : {std::optional<bool>(false), std::optional<bool>(true), std::optional<bool>()}) {
       const auto want = gp::sgpr(p.all(), p.ind(), p.h, {.budget = memsafe::unlimited, .gradient = true, .whitened = wh, .threads = 1});
       for (const char* layout : layouts) {
         const span s = shard_of(p.n, layout, rank(), ranks());
         CAPTURE(std::string(gp::kernel_name(k)));
-        CAPTURE(wh);
+        CAPTURE(wh.has_value());
+        CAPTURE(wh.value_or(false));
         CAPTURE(layout);
         CAPTURE(s.b);
         CAPTURE(s.e);
@@ -130,6 +132,8 @@ TEST_CASE("mpi::sgpr bound and gradient equal gp::sgpr on the concatenated data 
         CHECK(rel_max(got.posterior.w, want.posterior.w) < tol_grad);
         CHECK(rel_max(got.posterior.LB, want.posterior.LB) < tol_bound);
         CHECK(got.posterior.L == want.posterior.L);  // Kuu's factor: the same computation on every rank
+        CHECK(got.stats.whitened == want.stats.whitened);  // the order, chosen or set, as gp::sgpr's
+        CHECK(got.stats.kuu_condition == want.stats.kuu_condition);
         CHECK(got.stats.peak_temp_bytes <= budget);
         CHECK(got.comm.n_global == p.n);
         CHECK(got.comm.n_local == s.size());
@@ -293,7 +297,10 @@ TEST_CASE("mpi::sgpr errors on any rank are raised on every rank before any work
       CHECK(std::string(e.what()).find("hyperparameters") != std::string::npos);
     }
     gp::sgpr_options o2 = o;
-    if (rank() == last) o2.whitened = true;
+    if (rank() == last) o2.whitened = !o.whitened.value_or(false);
+    CHECK_THROWS_AS(call(D, p.ind(), p.h, o2), memsafe::argument_error);
+    o2 = o;  // set on one rank, left to the choice on the others (or the reverse)
+    if (rank() == last) o2.whitened = o.whitened ? std::optional<bool>() : std::optional<bool>(false);
     CHECK_THROWS_AS(call(D, p.ind(), p.h, o2), memsafe::argument_error);
     o2 = o;
     if (rank() == last) o2.gradient = false;  // one rank without the backward pass would hang the others

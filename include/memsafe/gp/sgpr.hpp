@@ -78,7 +78,11 @@ struct inducing_view {
 struct sgpr_options {
   std::optional<std::size_t> budget;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
   bool gradient = false;              ///< also compute ∂bound/∂(σ_f², ℓ, σ², Z)
-  bool whitened = false;              ///< accumulate AAᵀ = Σ (L⁻¹Kuf_c)(L⁻¹Kuf_c)ᵀ instead of L⁻¹(Σ Kuf_c Kuf_cᵀ)L⁻ᵀ
+  /// The order of the n-sized sums. true: whitened, AAᵀ = Σ (L⁻¹Kuf_c)(L⁻¹Kuf_c)ᵀ (GPflow's order;
+  /// accurate whatever Kuu's conditioning). false: Gram first, L⁻¹(Σ Kuf_c Kuf_cᵀ)L⁻ᵀ (fewer flops,
+  /// but its rounding grows with κ(Kuu)·σ_f²/σ²). Unset (the default): Gram first where
+  /// eps·κ₁(Kuu + jitter·I)·σ_f²/σ² ≤ gram_first_limit, else whitened (sgpr_stats says which ran).
+  std::optional<bool> whitened = std::nullopt;
   unsigned threads = 0;               ///< threads of the kernel loops; 0: MEMSAFE_NUM_THREADS, then all cores
 };
 
@@ -99,8 +103,17 @@ struct sgpr_stats {
   /// The loops over rows of Kuf ran their AVX2 copy: a translation unit compiled without AVX2 (no
   /// -march) on a CPU that has it, MEMSAFE_ISA not portable (backend/host/tile_isa.hpp).
   bool avx2_rows = false;
+  bool whitened = false;      ///< the order of the n-sized sums that ran (sgpr_options::whitened)
+  double kuu_condition = 0;   ///< κ₁(Kuu + jitter·I), estimated (linalg::inverse_norm1_estimate)
   double seconds_forward = 0, seconds_backward = 0;
 };
+
+/// The automatic choice of sgpr_options::whitened: the Gram-first order where
+/// eps·κ₁(Kuu + jitter·I)·σ_f²/σ² is at most this. Measured (RBF, n = 2000, d = 1, evenly spaced Z,
+/// against a long-double bound; docs/design.md): that product tracks the Gram-first order's absolute
+/// error in the bound up to ≈ 1e-4, and beyond ≈ 1e-3 the error grows to nats and B's Cholesky
+/// factorisation can fail; at 1e-7 the error is below 1e-7 of the bound's magnitude per 2000 points.
+inline constexpr double gram_first_limit = 1e-7;
 
 /// What prediction needs from a fit (the m×m factors are outputs of the bound's call).
 struct sgpr_posterior {
@@ -470,6 +483,8 @@ inline std::size_t small_bytes(std::size_t d, std::size_t threads, std::size_t b
 struct sgpr_call {
   std::size_t m, d, budget, threads;
   bool gradient, whitened;
+  bool choose_order;          ///< whitened is decided by factor_kuu (sgpr_options::whitened unset)
+  double kuu_condition = 0;   ///< κ₁(Kuu + jitter·I), estimated by factor_kuu
   memsafe::detail::accountant acc;
   memsafe::detail::temp_buffer<double> small;  ///< 1/ℓ² (d), per-thread partial sums (d + 1 each), scratch
   double* il2 = nullptr;
@@ -485,7 +500,7 @@ struct sgpr_call {
   sgpr_call(std::size_t m_, std::size_t d_, const hyperparameters& h, const memsafe::gp::sgpr_options& o,
             std::size_t budget_, std::size_t column_bytes)
       : m(m_), d(d_), budget(budget_), threads(memsafe::plan::resolve_threads(o.threads)), gradient(o.gradient),
-        whitened(o.whitened), acc(budget_) {
+        whitened(o.whitened.value_or(false)), choose_order(!o.whitened.has_value()), acc(budget_) {
     while (threads > 1 && small_bytes(d, threads) + column_bytes > budget) --threads;
     const std::size_t big = block_columns(d);
     if (small_bytes(d, threads, big) + big * column_bytes <= budget) block = big;
@@ -503,7 +518,9 @@ struct sgpr_call {
 };
 
 /// Kuu + jitter·I and its Cholesky factor L into P, with the kernel, its parameters and a copy of Z
-/// (m×m output; O(m²d + m³)). argument_error when Kuu + jitter·I is not positive definite.
+/// (m×m output; O(m²d + m³)), and κ₁(Kuu + jitter·I) estimated into c (one m-vector of temporaries,
+/// O(m²)), which decides the order of the sums when the options leave it open. argument_error when
+/// Kuu + jitter·I is not positive definite.
 inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparameters& h,
                        memsafe::gp::sgpr_posterior& P, const std::string& fn) {
   const std::size_t m = c.m, d = c.d;
@@ -522,6 +539,12 @@ inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparamete
     });
   });
   for (std::size_t i = 0; i < m; ++i) P.L[i * m + i] += h.jitter;
+  double norm1 = 0;  // ‖Kuu + jitter·I‖₁: the largest column (= row) sum of the symmetric matrix
+  for (std::size_t i = 0; i < m; ++i) {
+    double r = 0;
+    for (std::size_t j = 0; j < m; ++j) r += std::fabs(P.L[i * m + j]);
+    norm1 = std::max(norm1, r);
+  }
   try {
     memsafe::linalg::cholesky(memsafe::matrix(P.L.data(), m, m));
   } catch (const argument_error& e) {
@@ -530,6 +553,15 @@ inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparamete
                                  "raise the jitter): ",
                                  e.what()}));
   }
+  {
+    memsafe::detail::temp_buffer<double> work(c.acc, m);
+    c.kuu_condition = norm1 * memsafe::linalg::inverse_norm1_estimate(
+                                  memsafe::matrix(static_cast<const double*>(P.L.data()), m, m),
+                                  memsafe::vec(work.data(), m));
+  }
+  if (c.choose_order)
+    c.whitened = std::numeric_limits<double>::epsilon() * c.kuu_condition * (h.variance / h.noise) >
+                 memsafe::gp::gram_first_limit;
 }
 
 /// The forward pass's n-sized sums over a set of training points (the whole data set, or a rank's
@@ -583,7 +615,7 @@ struct forward_state {
 
 /// The forward pass's m×m algebra on the whole data's sums: the bound and its pieces, LB and w into R.
 inline forward_state finish(const sgpr_call& c, const hyperparameters& h, forward_sums&& S,
-                            memsafe::gp::sgpr_result& R) {
+                            memsafe::gp::sgpr_result& R, const char* fn = "memsafe::gp::sgpr") {
   namespace la = memsafe::linalg;
   const std::size_t m = c.m;
   const double s2 = h.variance, sig2 = h.noise;
@@ -601,7 +633,17 @@ inline forward_state finish(const sgpr_call& c, const hyperparameters& h, forwar
   }
   memsafe::linalg::detail::mirror_lower(Bv);
   if (c.gradient) F.Bfull = B;
-  la::cholesky(Bv);  // LB (B = I + AAᵀ is well conditioned: eigenvalues ≥ 1)
+  try {
+    la::cholesky(Bv);  // LB (B = I + AAᵀ: eigenvalues ≥ 1 in exact arithmetic)
+  } catch (const argument_error& e) {
+    throw argument_error(cat(msg{
+        fn, ": B = I + AAᵀ (A = L⁻¹Kuf/σ) lost its positive definiteness to rounding (κ₁(Kuu + jitter·I) ≈ ",
+        c.kuu_condition, ", σ_f² = ", h.variance, ", σ² = ", h.noise, ", ",
+        c.whitened ? "whitened order): the kernel variance is extreme against the noise; raise the jitter"
+                   : "Gram-first order): use the whitened order (sgpr_options::whitened = true or unset) or raise "
+                     "the jitter",
+        " (", e.what(), ")"}));
+  }
   P.LB = std::move(B);
   auto LBv = memsafe::matrix(static_cast<const double*>(P.LB.data()), m, m);
   std::vector<double> cv = S.b;
@@ -805,6 +847,8 @@ inline sgpr_result sgpr(const data_view& D, const inducing_view& I, const hyperp
 
   auto t0 = clock_type::now();
   dg::factor_kuu(c, I, h, R.posterior, "memsafe::gp::sgpr");
+  R.stats.whitened = c.whitened;
+  R.stats.kuu_condition = c.kuu_condition;
   dg::forward_state F = dg::finish(c, h, dg::accumulate(c, D, h, R.posterior, R.stats), R);
   R.stats.seconds_forward = std::chrono::duration<double>(clock_type::now() - t0).count();
   if (!opts.gradient) {

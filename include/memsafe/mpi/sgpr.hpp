@@ -200,7 +200,8 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
   ch.add(h.noise);
   ch.add(h.jitter);
   co.add(o.gradient);
-  co.add(o.whitened);
+  co.add(o.whitened.has_value());
+  co.add(o.whitened.value_or(false));
   std::uint64_t sums[6] = {cz.h, ~cz.h, ch.h, ~ch.h, co.h, ~co.h};
   detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, sums, 6, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
   const bool same_z = sums[0] == ~sums[1], same_h = sums[2] == ~sums[3], same_o = sums[4] == ~sums[5];
@@ -260,12 +261,19 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
     throw argument_error(cat(msg{fn, ": the hyperparameters (kernel, variance, lengthscales, noise, jitter) differ "
                                      "between the ranks (they are replicated: every rank must pass the same values)"}));
   if (!same_o)
-    throw argument_error(cat(msg{fn, ": the options differ between the ranks (gradient and whitened must be the same "
-                                     "on every rank; budget and threads may differ)"}));
+    throw argument_error(cat(msg{fn, ": the options differ between the ranks (gradient and whitened — set or unset — "
+                                     "must be the same on every rank; budget and threads may differ)"}));
   if (n_global == 0)
     throw shape_error(cat(msg{fn, ": no training data on any of the ", ranks, " rank(s)"}));
 
   dg::sgpr_call& c = *call;
+  if (c.choose_order) {  // every rank's estimate is of the same Kuu; one decision, whitened if any rank says so
+    int whitened = c.whitened ? 1 : 0;
+    detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &whitened, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+    c.whitened = whitened != 0;
+  }
+  R.stats.whitened = c.whitened;
+  R.stats.kuu_condition = c.kuu_condition;
   const std::size_t m = c.m, d = c.d;
   sgpr_comm_stats& cs = R.comm;
   cs.ranks = ranks;
@@ -298,7 +306,7 @@ inline sgpr_result sgpr(MPI_Comm comm, const memsafe::gp::data_view& D, const me
       },
       cs.forward_doubles, cs.chunk_doubles, c.acc, comm, cs);
   cs.seconds += seconds_since(tc);
-  dg::forward_state F = dg::finish(c, h, std::move(S), R);
+  dg::forward_state F = dg::finish(c, h, std::move(S), R, "memsafe::mpi::sgpr");
   R.stats.seconds_forward = seconds_kuu + seconds_since(t1);
   if (!o.gradient) {
     R.stats.peak_temp_bytes = c.acc.peak();
