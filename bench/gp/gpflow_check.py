@@ -68,8 +68,14 @@ def same_start(a, with_test=False):
     cmd = [a.sgpr_train, "--data-dir", a.data_dir, "--dataset", a.dataset, "--split", str(a.split), "--m", str(a.m),
            "--kernel", a.kernel, "--lengthscale", repr(a.lengthscale), "--variance", repr(a.variance),
            "--noise", repr(a.noise), "--dump-gradient", "--budget", "64MiB"] + \
-        (["--whitened"] if getattr(a, "whitened", False) else [])
+        (["--whitened"] if getattr(a, "whitened", False) else []) + \
+        (["--gram-first"] if getattr(a, "gram_first", False) else []) + \
+        (["--init-model", a.init_model] if getattr(a, "init_model", "") else [])
     ms = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    if getattr(a, "init_model", ""):  # the saved model's hyperparameters and jitter, as sgpr_train read them
+        a.variance, a.noise = ms["variance"], ms["noise"]
+        a.lengthscale = np.asarray(ms["lengthscales"], float)
+        a.jitter = ms["jitter"]
     arrays = load_split(a.data_dir, a.dataset, a.split, with_test=with_test)
     X, y = arrays[0], arrays[1]
     Z = np.asarray(ms["Z_init"], float).reshape(a.m, X.shape[1])
@@ -83,7 +89,8 @@ def same_start(a, with_test=False):
     gpflow.config.set_default_float(np.float64)
     kern = {"rbf": gpflow.kernels.SquaredExponential, "matern12": gpflow.kernels.Matern12,
             "matern32": gpflow.kernels.Matern32, "matern52": gpflow.kernels.Matern52}[a.kernel]
-    k = kern(variance=a.variance, lengthscales=np.full(X.shape[1], a.lengthscale))
+    gpflow.config.set_default_jitter(getattr(a, "jitter", 1e-6))
+    k = kern(variance=a.variance, lengthscales=np.broadcast_to(np.asarray(a.lengthscale, float), (X.shape[1],)).copy())
     model = gpflow.models.SGPR((X, y[:, None]), kernel=k, inducing_variable=Z.copy(), noise_variance=a.noise)
     return ms, model, k, arrays
 
@@ -97,7 +104,12 @@ def rel(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     start_args(ap, m=200, lengthscale=0.7, variance=1.3, noise=0.05)
-    ap.add_argument("--whitened", action="store_true")
+    ap.add_argument("--whitened", action="store_true", help="force memsafe's whitened order of the sums")
+    ap.add_argument("--gram-first", action="store_true",
+                    help="force memsafe's Gram-first order (default: memsafe chooses from Kuu's conditioning)")
+    ap.add_argument("--init-model", default="",
+                    help="check at a model sgpr_train --save-model wrote (e.g. a trained one): its hyperparameters, "
+                         "jitter and Z replace the initial values")
     ap.add_argument("--time", type=int, default=0, help="also time R GPflow elbo+gradient evaluations (wall and CPU seconds)")
     a = ap.parse_args()
 
@@ -114,8 +126,9 @@ def main():
     nat = [g.numpy() / tf.math.sigmoid(p.unconstrained_variable).numpy() for g, p in zip(grads[:3], params)]
     gz = grads[3].numpy()
     out = {
-        "dataset": a.dataset, "split": a.split, "n": n, "d": d, "m": a.m, "kernel": a.kernel, "whitened": a.whitened,
-        "gpflow_version": gpflow.__version__, "tensorflow_version": tf.__version__,
+        "dataset": a.dataset, "split": a.split, "n": n, "d": d, "m": a.m, "kernel": a.kernel, "whitened": a.whitened, "gram_first": a.gram_first,
+        "memsafe_whitened": ms.get("init_whitened"), "kuu_condition": ms.get("init_kuu_condition"),
+        "init_model": a.init_model, "gpflow_version": gpflow.__version__, "tensorflow_version": tf.__version__,
         "bound_memsafe": ms["init_bound"], "bound_gpflow": float(elbo.numpy()),
         "bound_rel_diff": abs(ms["init_bound"] - float(elbo.numpy())) / abs(float(elbo.numpy())),
         "grad_variance_rel_diff": rel(ms["grad_variance"], nat[0]),

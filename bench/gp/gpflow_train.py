@@ -44,6 +44,9 @@ def main():
     ap.add_argument("--time-limit", type=float, default=0,
                     help="stop at the end of the first iteration ending this many seconds after training started "
                          "(0: no limit), as sgpr_train --time-limit")
+    ap.add_argument("--trace", action="store_true",
+                    help="print the bound after every iteration on stderr (one more evaluation each, outside "
+                         "the timing's evaluation count: for comparing paths, not for timing)")
     a = ap.parse_args()
     if not a.time_limit >= 0:
         ap.error("--time-limit must be a number of seconds >= 0")
@@ -58,6 +61,11 @@ def main():
         stopped = []
 
         def time_limit(step, variables, values):  # after each L-BFGS iteration (GPflow's step callback)
+            if a.trace:  # the bound at this iterate: one more evaluation (not counted in evaluations)
+                for var, val in zip(variables, values):
+                    var.assign(val)
+                sys.stderr.write(f"iter {step + 1:4d}  bound {-float(model.training_loss().numpy()):.5f}  "
+                                 f"{time.perf_counter() - t0:.1f} s\n")
             if a.time_limit > 0 and time.perf_counter() - t0 >= a.time_limit:
                 stopped.append(step + 1)
                 raise StopIteration  # scipy stops and returns this iterate; GPflow assigns it to the model
@@ -65,7 +73,7 @@ def main():
         t0 = time.perf_counter()
         res = gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables, method="L-BFGS-B",
                                                  options={"maxiter": a.iters}, compile=True,
-                                                 step_callback=time_limit if a.time_limit > 0 else None)
+                                                 step_callback=time_limit if (a.time_limit > 0 or a.trace) else None)
         seconds_train = time.perf_counter() - t0
         t1 = time.perf_counter()
         bound = float(model.elbo().numpy())
