@@ -268,6 +268,63 @@ TEST_CASE("grad: Matern at coincident points is finite and matches finite differ
   check_same("dist", [](auto X, auto Y, const std::vector<double>&) { return memsafe::dist(X, Y); }, false);
 }
 
+TEST_CASE("grad: pairs at infinite distance contribute 0, the other points keep their gradients") {
+  // X[2] and Y[1] are infinitely far (±inf, or differences that overflow) from every other point:
+  // their kernel entries are 0 and so are their slopes, so the gradients of the finite points and
+  // of the lengthscales equal those computed without the far points, and the far points' are 0.
+  auto run = [](auto big, const char* what) {
+    using T = decltype(big);
+    CAPTURE(what);
+    const std::vector<T> x = {0, 0, 1, 0, big, 0}, y = {T(0.5), T(0.5), -big, 1}, ls = {T(1.2), T(0.8)};
+    const std::vector<T> up = {1, T(0.5), 2};
+    auto X = memsafe::points(x.data(), 3, 2), Y = memsafe::points(y.data(), 2, 2);
+    auto Xn = memsafe::points(x.data(), 2, 2), Yn = memsafe::points(y.data(), 1, 2);
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+    auto compare = [&](auto&& make) {
+      const auto g = memsafe::grad(memsafe::sum(make(X, Y)), memsafe::vec(up.data(), 3), memsafe::wrt(X, Y, memsafe::params));
+      const auto h = memsafe::grad(memsafe::sum(make(Xn, Yn)), memsafe::vec(up.data(), 2), memsafe::wrt(Xn, Yn, memsafe::params));
+      const auto gx = g.of(X), gy = g.of(Y), hx = h.of(Xn), hy = h.of(Yn);
+      for (std::size_t q = 0; q < 4; ++q) CHECK(std::fabs(double(gx[q]) - double(hx[q])) <= tol);
+      CHECK(gx[4] == 0);
+      CHECK(gx[5] == 0);
+      for (std::size_t q = 0; q < 2; ++q) CHECK(std::fabs(double(gy[q]) - double(hy[q])) <= tol);
+      CHECK(gy[2] == 0);
+      CHECK(gy[3] == 0);
+      REQUIRE(g.params.size() == 1);
+      for (std::size_t k = 0; k < g.params[0].lengthscale.size(); ++k)
+        CHECK(std::fabs(double(g.params[0].lengthscale[k]) - double(h.params[0].lengthscale[k])) <= tol);
+      CHECK(std::fabs(double(g.params[0].variance[0]) - double(h.params[0].variance[0])) <= tol);
+    };
+    compare([&](auto A, auto B) { return memsafe::rbf(A, B, memsafe::ard(ls.data(), 2), 1.0); });
+    compare([&](auto A, auto B) { return memsafe::matern32(A, B, memsafe::ard(ls.data(), 2), 1.3); });
+    compare([&](auto A, auto B) { return memsafe::matern12(A, B, 0.9, 1.0); });
+  };
+  run(std::numeric_limits<double>::infinity(), "double, inf");
+  run(1e308, "double, x - y overflows");
+  run(std::numeric_limits<float>::infinity(), "float, inf");
+  run(3e38f, "float, x - y overflows");
+}
+
+TEST_CASE("grad: a written-out square root of sqdist has the built-in matern12 gradient at coincident points") {
+  // exp(−√sqdist / l) is Matérn-1/2: √'s derivative is infinite at 0, where every difference is 0;
+  // the pair contributes 0 there, as the built-in's (never ∞·0 = NaN).
+  const std::vector<double> x = {0, 0, 1, 0, 0, 2}, y = {0, 0, 3, 1}, up = {1, 0.5, 2};
+  auto X = memsafe::points(x.data(), 3, 2), Y = memsafe::points(y.data(), 2, 2);
+  const double l = 1.3;
+  const auto a = memsafe::grad(memsafe::sum(memsafe::exp(-memsafe::sqrt(memsafe::sqdist(X, Y)) / l)),
+                               memsafe::vec(up.data(), 3), memsafe::wrt(X, Y));
+  const auto b = memsafe::grad(memsafe::sum(memsafe::matern12(X, Y, l, 1.0)), memsafe::vec(up.data(), 3), memsafe::wrt(X, Y));
+  for (std::size_t q = 0; q < 6; ++q) CHECK(a.of(X)[q] == doctest::Approx(b.of(X)[q]).epsilon(1e-12));
+  for (std::size_t q = 0; q < 4; ++q) CHECK(a.of(Y)[q] == doctest::Approx(b.of(Y)[q]).epsilon(1e-12));
+  const auto c = memsafe::grad(memsafe::sum(memsafe::exp(-memsafe::sqrt(memsafe::sqdist(X, X)) / l)),
+                               memsafe::vec(up.data(), 3), memsafe::wrt(X));
+  const auto e = memsafe::grad(memsafe::sum(memsafe::matern12(X, X, l, 1.0)), memsafe::vec(up.data(), 3), memsafe::wrt(X));
+  for (std::size_t q = 0; q < 6; ++q) {
+    CHECK(std::isfinite(c.of(X)[q]));
+    CHECK(c.of(X)[q] == doctest::Approx(e.of(X)[q]).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("grad: lazy x lazy products against finite differences") {
   auto same = [](const auto& E, const double*) { return E; };
   {  // two different kernels: A = rbf(X, Y) (n×m), B = matern32(Y, X) with ARD (m×n)
