@@ -389,6 +389,18 @@ TEST_CASE("linalg::inverse_norm1_estimate against the exact norm of the inverse"
                   memsafe::shape_error);
 }
 
+TEST_CASE("sgpr refuses a MEMSAFE_ISA that is not a name, as the lazy evaluations do") {
+  ref::scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  ref::scoped_env force("MEMSAFE_ISA", "bogus");
+  problem p(41, 7, 3, gp::kernel::matern32);
+  try {
+    (void)gp::sgpr(p.data(), p.ind(), p.h);
+    FAIL("no argument_error");
+  } catch (const memsafe::argument_error& e) {
+    CHECK(std::string(e.what()).find("MEMSAFE_ISA must be avx512, avx2 or portable") != std::string::npos);
+  }
+}
+
 TEST_CASE("sgpr takes the whitened order where Kuu is ill conditioned and stays accurate there") {
   // RBF on a line, σ_f² = 100 against σ² = 0.01, inducing points evenly spaced and close for the
   // lengthscale: κ₁(Kuu + 1e-6·I) ≈ 6e9. Forming Σ Kuf·Kufᵀ first and whitening after loses most of

@@ -526,6 +526,24 @@ TEST_CASE("grad: argument and shape errors") {
                   memsafe::shape_error);
 }
 
+TEST_CASE("grad: a MEMSAFE_ISA that is not a name is an argument_error, in the gradient too") {
+  ref::scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  ref::scoped_env force("MEMSAFE_ISA", "bogus");
+  const std::vector<double> x = {0, 0, 1, 0, 0, 2}, up = {1, 1, 1};
+  auto X = memsafe::points(x.data(), 3, 2);
+  auto K = memsafe::rbf(X, X, 1.0, 1.0);
+  try {
+    (void)memsafe::grad(memsafe::sum(K), memsafe::vec(up.data(), 3), memsafe::wrt(X));
+    FAIL("no argument_error");
+  } catch (const memsafe::argument_error& e) {
+    CHECK(std::string(e.what()).find("MEMSAFE_ISA must be avx512, avx2 or portable, got \"bogus\"") != std::string::npos);
+  }
+  const std::vector<double> up9(9, 1.0);  // a lazy × lazy product: its own planner
+  CHECK_THROWS_AS((void)memsafe::grad(memsafe::vjp(K * memsafe::transpose(K), memsafe::matrix(up9.data(), 3, 3),
+                                                   memsafe::wrt(X))),
+                  memsafe::argument_error);
+}
+
 TEST_CASE("grad: empty extents and nothing requested give zero gradients without temporaries") {
   const std::vector<double> x(12, 0.5), y(9, 0.1), g(4, 1.0), ls(3, 1.0);
   const auto X = memsafe::points(x.data(), 4, 3), Y = memsafe::points(y.data(), 3, 3);

@@ -492,7 +492,7 @@ struct sgpr_call {
   double* scratch = nullptr;  ///< per thread row_scratch(d, block) doubles (thread_scratch)
   std::size_t block = gp_lanes;  ///< points of the row kernels' blocks
   std::size_t fixed = 0;      ///< bytes of `small`, held for the whole call
-  bool avx2 = memsafe::host::tile_avx2();  ///< the row kernels' AVX2 copy
+  bool avx2 = (memsafe::host::check_isa(), memsafe::host::tile_avx2());  ///< the row kernels' AVX2 copy (MEMSAFE_ISA checked)
 
   /// The thread count is lowered until the partial sums and the smallest blocks leave room for
   /// `column_bytes`; the blocks are block_columns(d) points where that leaves room for as many

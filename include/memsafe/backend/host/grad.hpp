@@ -593,6 +593,7 @@ inline std::size_t sat_sub(std::size_t a, std::size_t b) { return a > b ? a - b 
 template <class J>
 grad_host_plan<J> plan_grad(const J& j, std::size_t budget, std::size_t threads, const std::string& what) {
   using T = typename J::value_type;
+  check_isa();
   grad_host_plan<J> hp;
   grad_plan& g = hp.shown;
   g.rewritten = j.expression;
@@ -764,6 +765,7 @@ struct grad_product_plan {
 template <class An, class Bn, class Atn, class Btn, class T>
 grad_product_plan plan_grad(const jobs::grad_product_job<An, Bn, Atn, Btn, T>& j, std::size_t budget,
                             std::size_t threads, const std::string& what) {
+  check_isa();
   grad_product_plan hp;
   grad_plan& g = hp.shown;
   g.rewritten = j.expression;

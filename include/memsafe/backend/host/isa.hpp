@@ -218,4 +218,9 @@ MEMSAFE_COLD inline isa choose_isa(unsigned compiled) {
                                     "x86-64); available: ", isa_list(have)}));
 }
 
+/// MEMSAFE_ISA checked as choose_isa checks it, for evaluations whose kernels read it only through
+/// tile_avx2 (which falls back to the tile kernel of the translation unit's target): the gradient
+/// and the GP row kernels refuse a bad value at planning, as the fused kernels do.
+MEMSAFE_COLD inline void check_isa() { (void)choose_isa(isa_compiled); }
+
 }  // namespace memsafe::host
