@@ -20,6 +20,9 @@
 #include <vector>
 
 #include <memsafe/memsafe.hpp>
+#if defined(MEMSAFE_HAS_LAPACK)
+#include <memsafe/gp.hpp>
+#endif
 
 namespace {
 
@@ -214,6 +217,34 @@ TEST_CASE("threads: when the system refuses a thread the work still completes on
   });
   CHECK(code == 0);
 }
+
+#if defined(MEMSAFE_HAS_LAPACK)
+TEST_CASE("threads: the GP module's loops complete on fewer threads when the system refuses one") {
+  // gp::sgpr's row loops ran on std::thread in a vector: a refused second thread destroyed the
+  // first one unjoined (std::terminate), a refused first one escaped as std::system_error. m is
+  // small enough that LAPACK's own calls stay on one thread.
+  const std::size_t n = 300, m = 16, d = 3;
+  const auto x = grid(n, d), z = grid(m, d, 0.9);
+  std::vector<double> y(n);
+  for (std::size_t j = 0; j < n; ++j) y[j] = std::sin(x[j * d] + 2 * x[j * d + 1]);
+  memsafe::gp::hyperparameters h;
+  h.kind = memsafe::gp::kernel::matern32;
+  h.lengthscales.assign(d, 0.8);
+  h.noise = 0.1;
+  const auto want = memsafe::gp::sgpr({x.data(), y.data(), n, d}, {z.data(), m, d}, h,
+                                      {.budget = 1u << 20, .gradient = true, .threads = 1});
+  if (!address_space_limits_work()) return;
+  const int code = exit_code_in_child(3u << 20, [&] {
+    const auto got = memsafe::gp::sgpr({x.data(), y.data(), n, d}, {z.data(), m, d}, h,
+                                       {.budget = 1u << 20, .gradient = true, .threads = 8});
+    if (!(std::abs(got.bound - want.bound) <= 1e-10 * std::abs(want.bound))) return 4;
+    for (std::size_t q = 0; q < m * d; ++q)
+      if (!(std::abs(got.grad.Z[q] - want.grad.Z[q]) <= 1e-8 * (1 + std::abs(want.grad.Z[q])))) return 5;
+    return 0;
+  });
+  CHECK(code == 0);
+}
+#endif
 
 TEST_CASE("eval refuses a budget that is too small before it allocates the result") {
   // The result is not a temporary and may be far larger than the budget: a 2 GiB result with a

@@ -36,7 +36,6 @@
 #include <limits>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../core/accounting.hpp"
@@ -46,6 +45,7 @@
 #include "../expr/overlap.hpp"
 #include "../expr/view.hpp"
 #include "../linalg/dense.hpp"
+#include "../backend/host/executor.hpp"
 #include "../backend/host/tile_isa.hpp"
 #include "../plan/plan.hpp"
 #include "kernels.hpp"
@@ -152,7 +152,10 @@ using memsafe::gp::data_view;
 using memsafe::gp::hyperparameters;
 using memsafe::gp::inducing_view;
 
-/// f(r0, r1, t) over [0, rows) split among `threads` threads (t = thread index; the caller runs the last).
+/// f(r0, r1, t) over [0, rows) split among `threads` threads (t = the part's index), by
+/// host::parallel: part 0 on the caller, the others on their own threads; a thread the system
+/// refuses leaves its part to the caller (fewer threads, the same parts), and the first exception
+/// of any part is rethrown after every thread has been joined.
 template <class F>
 void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
   threads = std::max<std::size_t>(1, std::min(threads, rows));
@@ -160,13 +163,10 @@ void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
     f(std::size_t{0}, rows, std::size_t{0});
     return;
   }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
   const std::size_t per = (rows + threads - 1) / threads;
-  for (std::size_t t = 0; t + 1 < threads; ++t)
-    pool.emplace_back([&, t] { f(std::min(rows, t * per), std::min(rows, (t + 1) * per), t); });
-  f(std::min(rows, (threads - 1) * per), rows, threads - 1);
-  for (auto& th : pool) th.join();
+  memsafe::host::parallel(threads, [&](std::size_t t) {
+    f(std::min(rows, t * per), t + 1 == threads ? rows : std::min(rows, (t + 1) * per), t);
+  });
 }
 
 /// argument_error naming the first entry of the rows × cols values v (row-major) that is not
