@@ -334,6 +334,10 @@ TEST_CASE("exact_solve: bad inputs") {
   CHECK_THROWS_AS(gp::exact_solve({nullptr, p.B.data(), p.n, 3}, p.h), memsafe::argument_error);
   CHECK_THROWS_AS(gp::exact_solve({p.X.data(), nullptr, p.n, 3}, p.h), memsafe::argument_error);
   CHECK_THROWS_AS(gp::exact_solve(p.data(), p.B.data(), 0, p.h), memsafe::shape_error);
+  // exact_minimum_bytes checks what exact_solve checks: no right-hand side, bad options
+  CHECK(contains(message_of<memsafe::shape_error>([&] { (void)gp::exact_minimum_bytes(p.data(), 0, p.h); }),
+                 "memsafe::gp::exact_minimum_bytes: no right-hand side"));
+  CHECK_THROWS_AS((void)gp::exact_minimum_bytes(p.data(), p.c, p.h, {.tolerance = -1.0}), memsafe::argument_error);
   auto h = p.h;
   h.noise = 0;
   CHECK_THROWS_AS(gp::exact_solve(p.data(), h), memsafe::argument_error);

@@ -72,6 +72,8 @@ TEST_CASE("threads: an absurd request is clamped to the cores, planned at once")
   auto p = memsafe::plan_for(e, memsafe::options{.budget = 64u << 20, .threads = 4294967295u});
   CHECK(p.threads >= 1);
   CHECK(p.threads <= cores);
+  // threads alone, the budget left to its default (compiles without -Wmissing-field-initializers)
+  CHECK(memsafe::plan_for(e, memsafe::options{.threads = 4294967295u}).threads <= cores);
   {
     env_guard g("MEMSAFE_NUM_THREADS", "100000000000");
     auto q = memsafe::plan_for(e, memsafe::options{.budget = 64u << 20});

@@ -58,7 +58,7 @@ struct points_view {
 
 /// How an exact-GP call runs.
 struct exact_options {
-  std::optional<std::size_t> budget;     ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
+  std::optional<std::size_t> budget = std::nullopt;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
   double tolerance = 1e-2;               ///< a column stops when ‖r_j‖ ≤ tolerance·‖b_j‖ (GPyTorch's eval default)
   std::size_t max_iterations = 1000;     ///< CG iterations at most (GPyTorch's max_cg_iterations default)
   std::size_t min_iterations = 0;        ///< no column stops before this many (GPyTorch uses 10)
@@ -658,7 +658,10 @@ namespace memsafe::gp {
 /// one kernel product.
 inline std::size_t exact_minimum_bytes(const data_view& D, std::size_t rhs, const hyperparameters& h,
                                        const exact_options& opts = {}) {
-  memsafe::detail::gp::validate_exact(D, h, "memsafe::gp::exact_minimum_bytes: ");
+  const std::string f = "memsafe::gp::exact_minimum_bytes: ";  // exact_solve's checks, in its order
+  memsafe::detail::gp::validate_exact(D, h, f);
+  memsafe::detail::gp::validate_options(opts, f);
+  if (rhs == 0) throw shape_error(memsafe::detail::cat(memsafe::detail::msg{f, "no right-hand side (rhs = 0)"}));
   return memsafe::detail::gp::pcg_plan(D, rhs, h, opts).minimum();
 }
 

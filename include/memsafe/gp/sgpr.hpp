@@ -76,7 +76,7 @@ struct inducing_view {
 
 /// How a call runs.
 struct sgpr_options {
-  std::optional<std::size_t> budget;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
+  std::optional<std::size_t> budget = std::nullopt;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then 256 MiB
   bool gradient = false;              ///< also compute ∂bound/∂(σ_f², ℓ, σ², Z)
   /// The order of the n-sized sums. true: whitened, AAᵀ = Σ (L⁻¹Kuf_c)(L⁻¹Kuf_c)ᵀ (GPflow's order;
   /// accurate whatever Kuu's conditioning). false: Gram first, L⁻¹(Σ Kuf_c Kuf_cᵀ)L⁻ᵀ (fewer flops,

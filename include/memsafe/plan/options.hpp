@@ -22,7 +22,7 @@ namespace memsafe {
 
 /// Run-time evaluation options.
 struct options {
-  std::optional<std::size_t> budget;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then default
+  std::optional<std::size_t> budget = std::nullopt;  ///< bytes of temporaries; unset: MEMSAFE_BUDGET, then default
   unsigned threads = 0;               ///< worker threads; 0: MEMSAFE_NUM_THREADS, then all cores
 };
 

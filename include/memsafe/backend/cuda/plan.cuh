@@ -25,7 +25,7 @@ namespace memsafe::cuda {
 
 /// Options of a device evaluation.
 struct options {
-  std::optional<std::size_t> budget;  ///< bytes of device + pinned temporaries; unset: MEMSAFE_BUDGET, then default
+  std::optional<std::size_t> budget = std::nullopt;  ///< bytes of device + pinned temporaries; unset: MEMSAFE_BUDGET, then default
   cudaStream_t stream = nullptr;      ///< the work is ordered on this stream (null: an internal stream that first waits for the default stream)
   bool allow_tf32 = false;            ///< let cuBLAS use TF32 tensor cores for FP32 GEMM tiles
   bool screen_tf32 = true;            ///< TF32 for a screen's GEMM only (results unchanged: exact re-evaluation)
