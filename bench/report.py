@@ -1535,6 +1535,21 @@ def same_run(x, y) -> str:
     return "" if x.get("run_id") == y.get("run_id") else " (different invocations)"
 
 
+def provenance(*rs) -> str:
+    """Where and when rows were measured: "CPU, date, git revision" for each distinct one (the Goals
+    table's last column: the CPU under this project changes between sessions, and a ratio is only as
+    current as the rows it comes from)."""
+    seen = []
+    for r in rs:
+        if not r:
+            continue
+        when = (r.get("timestamp") or "")[:10] or (r.get("run_id") or "")[:8] or "?"
+        text = f"{cpu_of(r)}, {when}, {(r.get('git_rev') or '?')[:12]}"
+        if text not in seen:
+            seen.append(text)
+    return "; ".join(seen) if seen else NM
+
+
 def goals(rows, peak_gflops) -> str:
     out = []
 
@@ -1551,10 +1566,10 @@ def goals(rows, peak_gflops) -> str:
         if r is None:
             why = "no memsafe row" if ms is None else ("memsafe " + ms.get("status", "?") if a is None else
                                                       (peer_name + ": " + (pr.get("status") if pr else NM)))
-            out.append([name, f"≥ {target:g}×", f"{NM} ({why})", NM])
+            out.append([name, f"≥ {target:g}×", f"{NM} ({why})", NM, provenance(ms, pr)])
         else:
             out.append([name, f"≥ {target:g}×", f"{r:.2f}× ({sig(a)} vs {sig(b)} q/s){same_run(ms, pr)}",
-                        verdict(r, target)])
+                        verdict(r, target), provenance(ms, pr)])
 
     ms, pr, a, b = knn_pair(3)
     ratio_goal("kNN L2 n=10⁶ m=10⁴ k=10 f32 d=3, 64 MiB: memsafe vs FAISS", 10, ms, pr, a, b, "FAISS")
@@ -1572,9 +1587,10 @@ def goals(rows, peak_gflops) -> str:
         b16 = {"bf16": " — bfloat16 screen: the FP32-equivalent rate",
                "amx": " — bfloat16 screen on AMX tiles: the FP32-equivalent rate"}.get(ms.get("screen"), "")
         out.append(["kNN L2 n=10⁶ d=100: share of the FP32 FMA peak (2·n·m·d flops per search)", "≥ 50%",
-                    f"{frac * 100:.1f}% ({g:.1f} of {peak_gflops:.1f} GFLOP/s{b16})", verdict(frac, 0.5)])
+                    f"{frac * 100:.1f}% ({g:.1f} of {peak_gflops:.1f} GFLOP/s{b16})", verdict(frac, 0.5), provenance(ms)])
     else:
-        out.append(["kNN L2 n=10⁶ d=100: share of the FP32 FMA peak (2·n·m·d flops per search)", "≥ 50%", NM, NM])
+        out.append(["kNN L2 n=10⁶ d=100: share of the FP32 FMA peak (2·n·m·d flops per search)", "≥ 50%", NM, NM,
+                    provenance(ms)])
 
     mv_ms = find(rows, suite="matvec3", impl="memsafe", n=10**5, d=3, precision="f32", budget_bytes=BUDGET_64)
     mv_ko = find(rows, suite="matvec3", impl="keops", n=10**5, d=3, precision="f32")
@@ -1582,9 +1598,9 @@ def goals(rows, peak_gflops) -> str:
         r = mv_ko["median_s"] / mv_ms["median_s"]
         out.append(["matvec RBF d=3 f32 n=10⁵: memsafe vs KeOps (time ratio)", "≥ 3×",
                     f"{r:.2f}× ({sig(mv_ms['median_s'])} s vs {sig(mv_ko['median_s'])} s){same_run(mv_ms, mv_ko)}",
-                    verdict(r, 3)])
+                    verdict(r, 3), provenance(mv_ms, mv_ko)])
     else:
-        out.append(["matvec RBF d=3 f32 n=10⁵: memsafe vs KeOps (time ratio)", "≥ 3×", NM, NM])
+        out.append(["matvec RBF d=3 f32 n=10⁵: memsafe vs KeOps (time ratio)", "≥ 3×", NM, NM, provenance(mv_ms, mv_ko)])
 
     for metric, peers in (("l2", ("faiss", "keops")), ("l1", ("keops",))):
         for peer in peers:
@@ -1592,7 +1608,7 @@ def goals(rows, peak_gflops) -> str:
             name = f"MNIST {metric.upper()}: memsafe faster than {'FAISS' if peer == 'faiss' else 'KeOps'}"
             r = a / b if a is not None and b else None
             out.append([name, "> 1×", NM if r is None else f"{r:.2f}× ({sig(a)} vs {sig(b)} q/s){same_run(ms, pr)}",
-                        NM if r is None else ("**pass**" if r > 1 else "**FAIL**")])
+                        NM if r is None else ("**pass**" if r > 1 else "**FAIL**"), provenance(ms, pr)])
 
     ov = [r for r in rows if r.get("suite") == "overhead"]
     ws = overhead_workloads(ov) or [{"bench": "knn", "metric": "l2"}, {"bench": "matvec", "metric": "rbf"}]
@@ -1603,9 +1619,10 @@ def goals(rows, peak_gflops) -> str:
                ": 64 MiB vs unlimited"
         if ok(a) and ok(b):
             r = a["median_s"] / b["median_s"]
-            out.append([name, "≤ 1.05×", f"{r:.3f}×{same_run(a, b)}", verdict(r, 1.05, higher=False)])
+            out.append([name, "≤ 1.05×", f"{r:.3f}×{same_run(a, b)}", verdict(r, 1.05, higher=False),
+                        provenance(a, b)])
         else:
-            out.append([name, "≤ 1.05×", NM, NM])
+            out.append([name, "≤ 1.05×", NM, NM, provenance(a, b)])
 
     # Instruction sets (issue 15): each machine's latest isa run (the CPU under this project changes
     # between sessions; only one run's rows compare), the verdict from the newest machine's.
@@ -1627,10 +1644,12 @@ def goals(rows, peak_gflops) -> str:
 
     def isa_goal(name, target, ratio, percent=False, none=NM):
         """One goal row from ratio(rows of a machine's latest run), None where that run cannot give it."""
-        vals = [(v, mach) for _, mach, rs in latest if (v := ratio(rs)) is not None]
+        got = [(v, mach, rs) for _, mach, rs in latest if (v := ratio(rs)) is not None]
+        vals = [(v, mach) for v, mach, _ in got]
         show = (lambda v: f"{v * 100:.0f}%") if percent else (lambda v: f"{v:.2f}×")  # noqa: E731
         cell = "; ".join(f"{show(v)} on {mach}" for v, mach in vals) if vals else none
-        out.append([name, f"≥ {show(target)}" if percent else f"≥ {target:g}×", cell, machines_verdict(vals, target)])
+        out.append([name, f"≥ {show(target)}" if percent else f"≥ {target:g}×", cell, machines_verdict(vals, target),
+                    provenance(*(rs[0] for _, _, rs in got))])
 
     for bench, d, name in (("knn", 100, "kNN L2 n=10⁶ m=1000 d=100"), ("knn", 3, "kNN L2 n=10⁶ m=1000 d=3"),
                            ("matvec", 3, "K·v RBF f32 n=10⁵ d=3")):
@@ -1661,14 +1680,16 @@ def goals(rows, peak_gflops) -> str:
             ("include_only.cpp", "-O2", "include only (include_only.cpp), g++ -O2", 0.8)):
         # Each machine's latest row and its verdict, the newest machine first (the CPU under this project
         # changes between sessions: only one machine's rows compare with each other).
-        vals = []
+        vals, used = [], []
         for cpu, rs in machines:
             c = next((r for r in rs if r.get("tu") == "bench/compile_time/" + tu and r.get("compiler") == "g++"
                       and r.get("flags") == flags and "error" not in r and r.get("cpu_median_s") is not None), None)
             if c:
                 vals.append((c["cpu_median_s"], cpu))
+                used.append(c)
         cell = "; ".join(f"{x:.2f} CPU-s on {cpu}" for x, cpu in vals) if vals else NM
-        out.append([f"compile time, {name}", f"≤ {target:g} s", cell, machines_verdict(vals, target, higher=False)])
+        out.append([f"compile time, {name}", f"≤ {target:g} s", cell, machines_verdict(vals, target, higher=False),
+                    provenance(*used)])
 
     checked = bad = unknown = 0
     worst = None
@@ -1683,7 +1704,7 @@ def goals(rows, peak_gflops) -> str:
             bad += 1
             worst = r
     if checked == 0:
-        out.append(["peak temporary bytes ≤ budget in every memsafe row", "all rows", NM, NM])
+        out.append(["peak temporary bytes ≤ budget in every memsafe row", "all rows", NM, NM, NM])
     else:
         text = f"{checked - bad} of {checked} rows"
         if unknown:
@@ -1691,10 +1712,11 @@ def goals(rows, peak_gflops) -> str:
         if worst is not None:
             text += f"; e.g. {worst['suite']} n={worst['n']:,}: {worst['peak_temp_bytes']:,} > {worst['budget_bytes']:,}"
         out.append(["peak temporary bytes ≤ budget in every memsafe row", "all rows", text,
-                    "**pass**" if bad == 0 and unknown == 0 else "**FAIL**"])
+                    "**pass**" if bad == 0 and unknown == 0 else "**FAIL**", "every memsafe row in the tables above"])
     return "\n".join(["## Goals", "", "Each ratio is computed from the rows above (the same invocation of "
-                      "bench/run.py unless marked).", "",
-                      table(["goal", "target", "measured", "verdict"], out), ""])
+                      "bench/run.py unless marked); the last column says on which CPU, on which day and at which "
+                      "revision its rows were measured.", "",
+                      table(["goal", "target", "measured", "verdict", "measured on (CPU, date, revision)"], out), ""])
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
