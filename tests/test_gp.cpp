@@ -703,12 +703,18 @@ TEST_CASE("sgpr random: sizes, kernels, hyperparameters, budgets, threads, both 
 TEST_CASE("sgpr with a point whose squared distance overflows: Matérn kernels give 0 there, not NaN") {
   // A far point (1e200: r² = ∞) has k(x, z) = 0 for every z, so it adds an independent term to the
   // bound, log N(y_j | 0, σ²) − σ_f²/(2σ²), and predicts the prior there (mean 0, variance σ_f²).
+  // Also a far point whose difference to an inducing point itself overflows (1.7e308 − (−1e308)):
+  // its slope there is 0 too, not 0·∞ = NaN in the gradient's sums.
+  for (const bool overflow : {false, true})
   for (const auto kind : {gp::kernel::rbf, gp::kernel::matern12, gp::kernel::matern32, gp::kernel::matern52}) {
     CAPTURE(int(kind));
-    const vec X = {0.0, 0.5, 1.0, 1e200}, y = {0.3, -0.2, 0.5, 1.0}, Z = {0.0, 1.0};
+    CAPTURE(overflow);
+    const vec X = {0.0, 0.5, 1.0, overflow ? 1.7e308 : 1e200}, y = {0.3, -0.2, 0.5, 1.0};
+    const vec Z = overflow ? vec{0.0, 1.0, -1e308} : vec{0.0, 1.0};
+    const std::size_t m = Z.size();
     gp::hyperparameters h{kind, 1.3, {1.0}, 0.1, 1e-6};
-    const auto far = gp::sgpr({X.data(), y.data(), 4, 1}, {Z.data(), 2, 1}, h, {.budget = 1 << 20, .gradient = true});
-    const auto near = gp::sgpr({X.data(), y.data(), 3, 1}, {Z.data(), 2, 1}, h, {.budget = 1 << 20, .gradient = true});
+    const auto far = gp::sgpr({X.data(), y.data(), 4, 1}, {Z.data(), m, 1}, h, {.budget = 1 << 20, .gradient = true});
+    const auto near = gp::sgpr({X.data(), y.data(), 3, 1}, {Z.data(), m, 1}, h, {.budget = 1 << 20, .gradient = true});
     const double s2 = h.noise, f2 = h.variance, yj = y[3], pi = 3.14159265358979323846;
     CHECK(far.bound == doctest::Approx(near.bound - 0.5 * std::log(2 * pi * s2) - yj * yj / (2 * s2) - f2 / (2 * s2))
                            .epsilon(1e-12));
@@ -716,7 +722,7 @@ TEST_CASE("sgpr with a point whose squared distance overflows: Matérn kernels g
     CHECK(far.grad.noise ==
           doctest::Approx(near.grad.noise - 1 / (2 * s2) + (yj * yj + f2) / (2 * s2 * s2)).epsilon(1e-12));
     CHECK(far.grad.lengthscales[0] == doctest::Approx(near.grad.lengthscales[0]).epsilon(1e-12));
-    for (std::size_t q = 0; q < 2; ++q) CHECK(far.grad.Z[q] == doctest::Approx(near.grad.Z[q]).epsilon(1e-12));
+    for (std::size_t q = 0; q < m; ++q) CHECK(far.grad.Z[q] == doctest::Approx(near.grad.Z[q]).epsilon(1e-12));
     double xs[1] = {1e200}, mean[1], var[1];
     gp::predict(far.posterior, xs, 1, mean, var, 1 << 20);
     CHECK(mean[0] == 0.0);
