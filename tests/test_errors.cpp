@@ -57,13 +57,19 @@ TEST_CASE("errors: messages write numbers as std::to_string does") {
     CHECK(cat(msg{v}) == std::to_string(v));
     CHECK(cat(msg{-static_cast<long long>(v)}) == std::to_string(-static_cast<long long>(v)));
   }
-  // floating point as "%f", the largest double included
-  for (double x : {0.0, -0.0, 0.5, -1.25, 1e-7, 3.0e15, 1e300, std::numeric_limits<double>::max(),
-                   -std::numeric_limits<double>::max(), inf_d, -inf_d, nan_d}) {
+  // floating point as "%f" (std::to_string) where that shows the leading digits, else as "%.6g"
+  for (double x : {0.0, -0.0, 0.5, -1.25, 2e-4, 3.0e15, 9.9e15, inf_d, -inf_d, nan_d}) {
     CAPTURE(x);
     CHECK(cat(msg{x}) == std::to_string(x));
     CHECK(cat(msg{static_cast<float>(x)}) == std::to_string(static_cast<float>(x)));
   }
+  CHECK(cat(msg{1e-7}) == "1e-07");
+  CHECK(cat(msg{-1e-9}) == "-1e-09");  // not "-0.000000": a tiny negative parameter reads as what it is
+  CHECK(cat(msg{1.5e16}) == "1.5e+16");
+  CHECK(cat(msg{1e300}) == "1e+300");
+  CHECK(cat(msg{std::numeric_limits<double>::max()}) == "1.79769e+308");
+  CHECK(cat(msg{-std::numeric_limits<double>::max()}) == "-1.79769e+308");
+  CHECK(cat(msg{std::numeric_limits<double>::denorm_min()}) == "4.94066e-324");
   // text pieces of every kind, empty ones included, in order
   const std::string s = "std::string";
   CHECK(cat(msg{"a ", std::string_view("view"), "", s, std::string(" tmp"), " ", 42, "."}) == "a viewstd::string tmp 42.");

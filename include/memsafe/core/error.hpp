@@ -53,7 +53,8 @@ struct out_of_memory : std::bad_alloc {
 namespace detail {
 
 /// One piece of a message for detail::cat: text as it is, or a number written as std::to_string
-/// writes it (decimal integers; "%f" for floating point). Built in place in cat's braced list.
+/// writes it (decimal integers; "%f" for floating point of moderate magnitude, "%.6g" for the
+/// rest). Built in place in cat's braced list.
 class msg_piece {
  public:
   msg_piece(const char* s) : v_(s) {}
@@ -65,7 +66,14 @@ class msg_piece {
     if constexpr (std::is_signed_v<I>) set(static_cast<long long>(i));
     else set_unsigned(static_cast<unsigned long long>(i), false);
   }
-  msg_piece(double x) { v_ = {buf_, static_cast<std::size_t>(std::snprintf(buf_, sizeof buf_, "%f", x))}; }
+  /// "%f" (std::to_string's format) where it shows the value's leading digits: 0, ±∞, NaN and
+  /// 1e-4 ≤ |x| < 1e16; else "%.6g" — "%f" would write 1e-9 as 0.000000 (a misleading "got
+  /// -0.000000" for a tiny negative parameter) and 1e300 as 301 digits.
+  msg_piece(double x) {
+    const double a = x < 0 ? -x : x;
+    const bool fixed = x != x || a == 0 || a > 1.7976931348623157e308 || (a >= 1e-4 && a < 1e16);
+    v_ = {buf_, static_cast<std::size_t>(std::snprintf(buf_, sizeof buf_, fixed ? "%f" : "%.6g", x))};
+  }
   msg_piece(const msg_piece&) = delete;
   msg_piece& operator=(const msg_piece&) = delete;
   std::string_view view() const { return v_; }
@@ -82,7 +90,7 @@ class msg_piece {
     if (minus) *--b = '-';
     v_ = {b, static_cast<std::size_t>(e - b)};
   }
-  char buf_[328];  // "%f" of the largest double: 309 digits, the point and six decimals
+  char buf_[32];  // "%f" below 1e16 (17 digits, the point and six decimals), or "%.6g"
   std::string_view v_;
 };
 
