@@ -306,6 +306,60 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
   CHECK(r.indices == memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, memsafe::points(y.data(), m, d)), 3), unlimited_opts).indices);
 }
 
+TEST_CASE("edges across ranks: a non-finite V on one rank, an index empty everywhere, a result without columns") {
+  const std::size_t n = 6, m = 16, d = 2, c = 2;
+  auto x = data<double>(n, d, 21), y = data<double>(m, d, 22), v = data<double>(m, c, 23);
+  const span s = shard_of(m, "even", rank(), ranks());
+  const auto X = memsafe::points(x.data(), n, d), Y = memsafe::points(y.data() + s.b * d, s.size(), d);
+  const int last = ranks() - 1;
+  // softmax_sum with V(1, 1) = inf in the last rank's shard only: every rank raises it (before,
+  // that rank alone threw during its local evaluation and the others waited in the merge for ever),
+  // the message naming the rank and its own row. The same on the ring (shard_both).
+  std::vector<double> vb(v.begin() + s.b * c, v.begin() + s.e * c);
+  if (rank() == last && s.size() > 1) vb[1 * c + 1] = std::numeric_limits<double>::infinity();
+  const auto V = memsafe::matrix(static_cast<const double*>(vb.data()), s.size(), c);
+  for (const bool ring : {false, true}) {
+    CAPTURE(ring);
+    try {
+      if (ring) {
+        const span sx = shard_of(n, "even", rank(), ranks());
+        (void)memsafe::mpi::eval(memsafe::softmax_sum(-memsafe::sqdist(memsafe::points(x.data() + sx.b * d, sx.size(), d), Y), V),
+                                 MPI_COMM_WORLD, memsafe::mpi::shard_both);
+      } else {
+        (void)memsafe::mpi::eval(memsafe::softmax_sum(-memsafe::sqdist(X, Y), V), MPI_COMM_WORLD,
+                                 memsafe::mpi::shard_reduced);
+      }
+      FAIL("no argument_error");
+    } catch (const memsafe::argument_error& e) {
+      const std::string w = e.what();
+      CHECK(w.find("V(1, 1) is inf") != std::string::npos);
+      if (rank() != last) CHECK(w.find("rank " + std::to_string(last)) != std::string::npos);
+    }
+  }
+  // min and max over an index that is empty on every rank: the identity, as one process gives; an
+  // index to return (argmin) is still an error.
+  const auto Y0 = memsafe::points(y.data(), 0, d);
+  const auto one_min = memsafe::eval(memsafe::min(memsafe::sqdist(X, Y0)), unlimited_opts);
+  const auto mn = memsafe::mpi::eval(memsafe::min(memsafe::sqdist(X, Y0)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+  const auto mx = memsafe::mpi::eval(memsafe::max(memsafe::sqdist(X, Y0)), MPI_COMM_WORLD, memsafe::mpi::shard_both);
+  for (std::size_t i = 0; i < n; ++i) {
+    CHECK(mn.values[i] == one_min.values[i]);
+    CHECK(mn.values[i] == std::numeric_limits<double>::infinity());
+  }
+  for (double val : mx.values) CHECK(val == -std::numeric_limits<double>::infinity());
+  CHECK_THROWS_AS((void)memsafe::mpi::eval(memsafe::argmin(memsafe::sqdist(X, Y0)), MPI_COMM_WORLD,
+                                           memsafe::mpi::shard_reduced),
+                  memsafe::argument_error);
+  // K·M with M of 0 columns: a 0-column result (rows of 0 bytes divided the chunk size: SIGFPE).
+  const auto M0 = memsafe::matrix(static_cast<const double*>(v.data()), s.size(), 0);
+  const auto km = memsafe::mpi::eval(memsafe::rbf(X, Y, 1.0) * M0, MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+  CHECK(km.rows == n);
+  CHECK(km.cols == 0);
+  // And the communicator is still in step.
+  const auto r = memsafe::mpi::eval(memsafe::min(memsafe::sqdist(X, Y)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+  CHECK(r.values == memsafe::eval(memsafe::min(memsafe::sqdist(X, memsafe::points(y.data(), m, d))), unlimited_opts).values);
+}
+
 // ---- shard_both: X and Y sharded, the Y shards travelling around the ring -----------------------
 
 /// Rows [s.b, s.e) of a one-process result with `c` entries per row.

@@ -30,6 +30,10 @@ namespace detail {
 /// host_backend's twin: the shard evaluated by memsafe::cuda on the rank's current device.
 struct cuda_backend {
   memsafe::cuda::options o;
+  /// Nothing: the operands are in device memory, and the device does not refuse a non-finite
+  /// softmax_sum V (docs/gpu_notes.md, "Known differences from the host backend").
+  template <class X>
+  void check_values(const X&) const {}
   std::size_t budget() const { return resolve_budget(o.budget); }
   memsafe::cuda::options with(std::size_t b) const {
     memsafe::cuda::options oo = o;

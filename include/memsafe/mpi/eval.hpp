@@ -290,6 +290,14 @@ struct host_backend {
   std::string explain(const X& x) const {
     return memsafe::explain(x, o);
   }
+  /// What the local evaluation would refuse after the agreement, checked before it (in
+  /// plan_guarded, so that every rank raises it): softmax_sum's V must be finite (this rank's rows).
+  template <class X>
+  void check_values(const X& x) const {
+    if constexpr (requires { x.values; } && std::is_same_v<typename rule_of<X>::type,
+                                                            softmax_rule<typename X::value_type>>)
+      host::check_softmax_values(x.values);
+  }
   /// Rows [r0, r0 + nr) of `src` into `dst`, contiguous (the ring's own chunk, before it is sent).
   template <class T>
   void gather(T* dst, const matrix_view<const T>& src, std::size_t r0, std::size_t nr) const {
@@ -358,7 +366,8 @@ void eval_partial(const B& be, const X& local, std::size_t budget, memsafe::resu
 /// checks the same numbers, so every rank raises the same error).
 template <class X, class Rule>
 void check_global_k(const X& x, const Rule& rule, std::size_t global) {
-  if constexpr (requires { rule.k; }) {
+  // (value-only min and max, k = 1, have the identity ±∞ over an empty index, as one process gives)
+  if constexpr (requires { rule.k; } && rule_has_indices<Rule>) {
     if (global == 0)
       throw argument_error(cat(msg{"memsafe::mpi: ", x.str(),
                                    ": the reduced index is empty on every rank, so there is no index to return"}));
@@ -386,6 +395,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   me.kind = reduction_kind<X>();
   plan_guarded(me, [&] {
     pre();
+    be.check_values(d.local);
     d.budget = be.budget();
     me.budget = d.budget;
     // softmax_sum: the log-sum-exps of its scores (one per row) are evaluated after its partial
@@ -411,7 +421,10 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
                                        " and its communication buffers"}),
                                d.budget, need);
     const std::size_t cap = std::size_t(INT_MAX) / 2;
-    me.chunk_rows = std::max<std::size_t>(1, std::min(d.budget - d.lse_bytes, cap) / 2 / d.rule.row_bytes());
+    // A result with no columns (K·M with M of 0 columns) has rows of 0 bytes: nothing to send.
+    me.chunk_rows = d.rule.row_bytes() == 0
+                        ? std::max<std::size_t>(1, x.rows())
+                        : std::max<std::size_t>(1, std::min(d.budget - d.lse_bytes, cap) / 2 / d.rule.row_bytes());
     return need;
   });
   const auto all = agree(me, comm, rank);

@@ -53,6 +53,13 @@ struct output {
 
 /// Selections: k pairs per row.
 template <class T, bool Max, bool WithIndex>
+struct select_rule;
+/// Whether a merge rule returns indices (argmin, argmax, argkmin, argkmax), which need a point.
+template <class Rule>
+inline constexpr bool rule_has_indices = false;
+template <class T, bool Max, bool WithIndex>
+inline constexpr bool rule_has_indices<select_rule<T, Max, WithIndex>> = WithIndex;
+template <class T, bool Max, bool WithIndex>
 struct select_rule {
   using rec = ranked<T>;
   std::size_t k = 1;

@@ -242,6 +242,7 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   std::size_t min_eval = 0;
   plan_guarded(me, [&] {
     pre();
+    be.check_values(x);  // this rank's shard of the reduced operand, named by its own rows
     g.budget = be.budget();
     me.budget = g.budget;
     if constexpr (requires { x.transpose_out; })
