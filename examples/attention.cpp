@@ -83,23 +83,39 @@ int run(const config& c) {
   std::vector<T> O(n), lse(B * H * Tn), dQ(n), dK(n), dV(n);
   const auto Ov = memsafe::heads(O.data(), B, H, Tn, d);
   const memsafe::options opts = c.run.eval_options();
+  const auto forward = [&](const memsafe::options& o) { return memsafe::eval_into(A, Ov, lse.data(), o); };
+  const auto backward = [&](const memsafe::options& o) {
+    const auto dOh = memsafe::heads(dOv.data(), B, H, Tn, d);
+    const auto dQh = memsafe::heads(dQ.data(), B, H, Tn, d), dKh = memsafe::heads(dK.data(), B, H, Tn, d),
+               dVh = memsafe::heads(dV.data(), B, H, Tn, d);
+    return c.bias ? memsafe::attention_backward(A, Ov, lse.data(), dOh, dQh, dKh, dVh,
+                                                memsafe::heads(dBias.data(), 1, H, Tn, Tn), o)
+                  : memsafe::attention_backward(A, Ov, lse.data(), dOh, dQh, dKh, dVh, o);
+  };
+  // --explain: the expression, the kernels and the plans of the forward and the backward (stderr).
+  if (c.run.explain) std::fprintf(stderr, "%s", memsafe::explain(A, opts).c_str());
+  // Before any work, every pass's minimum (the backward needs more than the forward): a budget too
+  // small fails at once with the smallest budget that runs both, not after the forward ran. The
+  // attention API has no function returning it, but each pass checks its budget before any work
+  // and names its minimum in the budget_error (run.hpp, probe_minimum_bytes).
+  std::vector<mx::step_minimum> steps{
+      {"the forward", mx::probe_minimum_bytes([&](std::size_t b) { forward({b, opts.threads}); })}};
+  if (!c.forward_only)
+    steps.push_back({c.bias ? "the backward (with dBias)" : "the backward",
+                     mx::probe_minimum_bytes([&](std::size_t b) { backward({b, opts.threads}); })});
+  mx::require_budget("attention", *opts.budget, steps);
 
   std::vector<double> tf, tb;
   memsafe::eval_stats sf, sb;
   for (std::size_t r = 0; r < c.repeat; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    sf = memsafe::eval_into(A, Ov, lse.data(), opts);
+    sf = forward(opts);
     tf.push_back(seconds_since(t0));
   }
   if (!c.forward_only)
     for (std::size_t r = 0; r < c.repeat; ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      const auto dOh = memsafe::heads(dOv.data(), B, H, Tn, d);
-      const auto dQh = memsafe::heads(dQ.data(), B, H, Tn, d), dKh = memsafe::heads(dK.data(), B, H, Tn, d),
-                 dVh = memsafe::heads(dV.data(), B, H, Tn, d);
-      sb = c.bias ? memsafe::attention_backward(A, Ov, lse.data(), dOh, dQh, dKh, dVh,
-                                                memsafe::heads(dBias.data(), 1, H, Tn, Tn), opts)
-                  : memsafe::attention_backward(A, Ov, lse.data(), dOh, dQh, dKh, dVh, opts);
+      sb = backward(opts);
       tb.push_back(seconds_since(t0));
     }
   const std::size_t peak_rss = mx::max_rss_bytes();
@@ -247,7 +263,7 @@ int run(const config& c) {
       .add("H", H)
       .add("T", Tn)
       .add("d", d)
-      .add("causal", c.causal ? "true" : "false")
+      .add("causal", c.causal)
       .add("bias", c.bias ? "[1, H, T, T]" : "none")
       .add("dropout", c.dropout)
       .add("layout", c.fused ? "bthd" : "bhtd")

@@ -27,7 +27,7 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,23 +46,53 @@ constexpr double two_pi = 6.283185307179586476925286766559;
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
-/// "a,b,c" → {a, b, c}; one value → d copies.
-std::vector<double> parse_lengthscales(const std::string& s, std::size_t d) {
+/// --lengthscales "a,b,c" → {a, b, c}: every comma-separated item a positive finite number (no
+/// empty item: "2," and "2,,3" are refused). Throws std::invalid_argument saying what is wrong.
+std::vector<double> parse_lengthscales(const std::string& s) {
   std::vector<double> v;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = s.find(',', start);
+    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     double x = 0;
     const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
-    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || !std::isfinite(x) || !(x > 0))
-      throw std::runtime_error("--lengthscales: '" + item + "' is not a positive finite number");
+    if (item.empty())
+      throw std::invalid_argument("--lengthscales: an empty value in '" + s + "' (give one number, or d numbers "
+                                  "separated by commas)");
+    if (ec != std::errc() || p != item.data() + item.size() || !std::isfinite(x) || !(x > 0))
+      throw std::invalid_argument("--lengthscales: '" + item + "' is not a positive finite number");
     v.push_back(x);
+    if (comma == std::string::npos) return v;
+    start = comma + 1;
   }
+}
+
+/// The lengthscales for d inputs: one value → d copies; otherwise exactly d values.
+std::vector<double> lengthscales_for(std::vector<double> v, std::size_t d) {
   if (v.size() == 1) v.assign(d, v[0]);
   if (v.size() != d)
     throw std::runtime_error("--lengthscales: " + std::to_string(v.size()) + " values for d = " + std::to_string(d) +
                              " (give one value or one per input)");
   return v;
+}
+
+/// The smallest plan (bytes) of the means' product k(X*, X)·α, the one budgeted kernel product
+/// gp::exact_predict_mean evaluates: the same kernel from memsafe's lazy builders, ARD lengthscales.
+std::size_t mean_minimum_bytes(const gp::hyperparameters& h, const double* Xs, std::size_t ns, const gp::data_view& D) {
+  const auto A = memsafe::points(Xs, ns, D.d);
+  const auto B = memsafe::points(D.X, D.n, D.d);
+  const auto ls = memsafe::ard(h.lengthscales.data(), D.d);
+  const auto alpha = memsafe::vec(D.y, D.n);  // stands for α: the planner reads no values
+  const memsafe::options unbounded{memsafe::unlimited, 1};
+  switch (h.kind) {
+    case gp::kernel::rbf: return memsafe::plan_for(memsafe::rbf(A, B, ls, h.variance) * alpha, unbounded).min_bytes;
+    case gp::kernel::matern12:
+      return memsafe::plan_for(memsafe::matern12(A, B, ls, h.variance) * alpha, unbounded).min_bytes;
+    case gp::kernel::matern32:
+      return memsafe::plan_for(memsafe::matern32(A, B, ls, h.variance) * alpha, unbounded).min_bytes;
+    case gp::kernel::matern52: break;
+  }
+  return memsafe::plan_for(memsafe::matern52(A, B, ls, h.variance) * alpha, unbounded).min_bytes;
 }
 
 /// Kernel value written independently of the library (from r = the scaled Euclidean distance).
@@ -89,14 +119,31 @@ struct check_result {
   double alpha_rel = 0, mean_rel = 0, seconds_dense = 0, seconds_cg = 0;
 };
 
+/// --check's sizes: its first n training points and first ns test points.
+struct check_sizes {
+  std::size_t n = 0, ns = 0;
+};
+check_sizes check_sizes_for(const mx::uci_split& sp, std::size_t check_n) {
+  return {std::min(check_n, sp.n_train), std::min<std::size_t>(200, sp.n_test)};
+}
+
+/// The options of --check's solve (tolerance 1e-10) and means.
+gp::exact_options check_options(std::size_t n, std::size_t rank, std::size_t budget, unsigned threads) {
+  gp::exact_options o;
+  o.budget = budget;
+  o.threads = threads;
+  o.tolerance = 1e-10;
+  o.preconditioner_rank = std::min(rank, n);
+  return o;
+}
+
 /// --check (see the file comment).
-check_result run_check(const mx::uci_split& sp, const gp::hyperparameters& h, std::size_t n, std::size_t rank,
+check_result run_check(const mx::uci_split& sp, const gp::hyperparameters& h, std::size_t check_n, std::size_t rank,
                        std::size_t budget, unsigned threads) {
   namespace la = memsafe::linalg;
   check_result c;
   const std::size_t d = sp.d;
-  n = std::min(n, sp.n_train);
-  const std::size_t ns = std::min<std::size_t>(200, sp.n_test);
+  const auto [n, ns] = check_sizes_for(sp, check_n);
   c.n = n;
   c.ns = ns;
   auto t0 = clock_type::now();
@@ -117,11 +164,7 @@ check_result run_check(const mx::uci_split& sp, const gp::hyperparameters& h, st
 
   t0 = clock_type::now();
   const gp::data_view D{sp.X_train.data(), sp.y_train.data(), n, d};
-  gp::exact_options o;
-  o.budget = budget;
-  o.threads = threads;
-  o.tolerance = 1e-10;
-  o.preconditioner_rank = std::min(rank, n);
+  const gp::exact_options o = check_options(n, rank, budget, threads);
   const auto r = gp::exact_solve(D, h, o);
   std::vector<double> mean(ns);
   gp::exact_predict_mean(D, r.alpha.data(), 1, h, {sp.X_test.data(), ns, d}, mean.data(), o);
@@ -168,7 +211,7 @@ int main(int argc, char** argv) {
       .option("check-n", "1000", "--check: training points of the dense comparison")
       .flag("no-cache", "recompute every kernel value in every product (no kernel cache in the budget's free part)")
       .flag("check", "compare alpha and predictions with a dense Cholesky solve on the first --check-n points");
-  mx::add_eval_options(args);
+  mx::add_eval_options(args);  // no --explain: the GP calls offer no explain or plan to print
   args.parse(argc, argv);
 
   const mx::run_options run = mx::read_eval_options(args);
@@ -188,10 +231,20 @@ int main(int argc, char** argv) {
   o.tolerance = args.get_double("tol");
   o.max_iterations = args.get_uint("max-iters");
   o.min_iterations = args.get_uint("min-iters");
+  if (o.min_iterations > o.max_iterations) args.fail("--min-iters must not exceed --max-iters");
   o.preconditioner_rank = args.get_uint("rank");
   o.cache = !args.get_flag("no-cache");
   const std::string dataset = args.get_string("dataset");
   const std::size_t split = args.get_uint("split");
+  const bool check = args.get_flag("check");
+  const std::size_t check_n = args.get_uint("check-n");
+  if (check_n == 0) args.fail("--check-n must be positive");
+  std::vector<double> lengthscales;  // the list as given; its count is checked against d after loading
+  try {
+    lengthscales = parse_lengthscales(args.get_string("lengthscales"));
+  } catch (const std::exception& e) {
+    args.fail(e.what());
+  }
 
   try {
     const auto t_start = clock_type::now();
@@ -210,9 +263,30 @@ int main(int argc, char** argv) {
       sp.y_test.resize(mt);
     }
     const std::size_t n = sp.n_train, ns = sp.n_test;
-    h.lengthscales = parse_lengthscales(args.get_string("lengthscales"), d);
+    h.lengthscales = lengthscales_for(lengthscales, d);
     const double seconds_load = since(t0);
     const gp::data_view D{sp.X_train.data(), sp.y_train.data(), n, d};
+    const std::size_t nv = std::min<std::size_t>(args.get_uint("var-points"), ns);
+    std::vector<double> var(nv);
+
+    // Before any work, every step's minimum (the variances need more than the solve): a budget too
+    // small fails at once with the smallest budget that runs them all, not after the solve ran.
+    std::vector<mx::step_minimum> steps{{"gp::exact_solve", gp::exact_minimum_bytes(D, 1, h, o)}};
+    if (ns > 0) steps.push_back({"gp::exact_predict_mean", mean_minimum_bytes(h, sp.X_test.data(), ns, D)});
+    if (nv > 0)  // no function returns its minimum; it checks its budget before any work (run.hpp)
+      steps.push_back({"gp::exact_predict_variance", mx::probe_minimum_bytes([&](std::size_t b) {
+                         gp::exact_options ob = o;
+                         ob.budget = b;
+                         gp::exact_predict_variance(D, h, {sp.X_test.data(), nv, d}, var.data(), ob);
+                       })});
+    if (check) {
+      const auto [cn, cns] = check_sizes_for(sp, check_n);
+      const gp::data_view Dc{sp.X_train.data(), sp.y_train.data(), cn, d};
+      steps.push_back({"the --check solve",
+                       gp::exact_minimum_bytes(Dc, 1, h, check_options(cn, o.preconditioner_rank, budget, run.threads))});
+      if (cns > 0) steps.push_back({"the --check means", mean_minimum_bytes(h, sp.X_test.data(), cns, Dc)});
+    }
+    const std::size_t minimum_bytes = mx::require_budget("exact_gp", budget, steps);
 
     // The solve.
     const std::clock_t cpu0 = std::clock();
@@ -229,8 +303,6 @@ int main(int argc, char** argv) {
     const auto pm = gp::exact_predict_mean(D, r.alpha.data(), 1, h, {sp.X_test.data(), ns, d}, mean.data(), o);
     const double seconds_mean = since(t0);
     const double cpu_seconds = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;  // solve + means
-    const std::size_t nv = std::min<std::size_t>(args.get_uint("var-points"), ns);
-    std::vector<double> var(nv);
     gp::exact_predict_stats pv;
     double seconds_var = 0;
     if (nv > 0) {
@@ -253,8 +325,7 @@ int main(int argc, char** argv) {
     const std::size_t peak_rss = mx::max_rss_bytes();  // before --check allocates its dense matrix
 
     check_result chk;
-    const bool check = args.get_flag("check");
-    if (check) chk = run_check(sp, h, args.get_uint("check-n"), o.preconditioner_rank, budget, run.threads);
+    if (check) chk = run_check(sp, h, check_n, o.preconditioner_rank, budget, run.threads);
 
     // Caller-owned memory: the data set and its split, α, the means and variances.
     const std::size_t input_bytes =
@@ -308,7 +379,7 @@ int main(int argc, char** argv) {
         .add("peak_temp_bytes", peak_temp)
         .add("solver_bytes", r.stats.solver_bytes)
         .add("matvec_peak_bytes", r.stats.matvec_peak_bytes)
-        .add("minimum_bytes", r.stats.minimum_bytes)
+        .add("minimum_bytes", minimum_bytes)
         .add("budget_bytes", budget)
         .add("threads", r.stats.threads)
         .add("isa", r.stats.matvec_isa)

@@ -209,6 +209,64 @@ void predict(const Kern& kern, const sgpr_fit& f, const std::vector<double>& Xs,
   }
 }
 
+// ---- every evaluation's minimum, before any work ----------------------------------------------------
+
+/// The smallest plan (bytes) of each lazy evaluation fit_memsafe makes on the first n points of X,
+/// named as it names them (`suffix` appended): the same expressions, planned (memsafe::plan_for at an
+/// unlimited budget reports the smallest plan's bytes; nothing is evaluated). Keep in step with
+/// fit_memsafe.
+template <class Kern>
+void fit_minima(const Kern& kern, const double* X, const double* y, std::size_t n, const std::vector<double>& Z,
+                std::size_t m, std::size_t d, const hyper& h, const std::string& suffix,
+                std::vector<mx::step_minimum>& steps) {
+  const memsafe::options unbounded{memsafe::unlimited, 1};
+  auto Xv = memsafe::points(X, n, d);
+  auto Zv = memsafe::points(Z.data(), m, d);
+  auto Kuf = kern(Zv, Xv);
+  steps.push_back({"Kuu + jitter*I" + suffix,
+                   memsafe::plan_for(memsafe::dense(kern(Zv, Zv) + h.jitter * memsafe::identity(m)), unbounded).min_bytes});
+  steps.push_back({"Kuf*Kuf^T" + suffix, memsafe::plan_for(Kuf * memsafe::transpose(Kuf), unbounded).min_bytes});
+  steps.push_back({"Kuf*y" + suffix, memsafe::plan_for(Kuf * memsafe::vec(y, n), unbounded).min_bytes});
+  steps.push_back({"trace(Kff)" + suffix, memsafe::plan_for(memsafe::trace(kern(Xv, Xv)), unbounded).min_bytes});
+}
+
+/// The same for predict's evaluations at ns test points (its batches of at most m points, and the
+/// last, shorter one). Keep in step with predict.
+template <class Kern>
+void predict_minima(const Kern& kern, const std::vector<double>& Xs, std::size_t ns, const std::vector<double>& Z,
+                    std::size_t m, std::size_t d, std::vector<mx::step_minimum>& steps) {
+  if (ns == 0) return;
+  const memsafe::options unbounded{memsafe::unlimited, 1};
+  auto Zv = memsafe::points(Z.data(), m, d);
+  // Z's first m values stand for w: the planner reads no values
+  steps.push_back({"K*u*w", memsafe::plan_for(kern(memsafe::points(Xs.data(), ns, d), Zv) * memsafe::vec(Z.data(), m),
+                                              unbounded).min_bytes});
+  const std::size_t batch = std::min(ns, std::max<std::size_t>(m, 1));
+  std::size_t ku = 0, kss = 0;
+  for (const std::size_t nb : {batch, ns % batch}) {
+    if (nb == 0) continue;
+    auto Xb = memsafe::points(Xs.data(), nb, d);
+    ku = std::max(ku, memsafe::plan_for(memsafe::dense(kern(Zv, Xb)), unbounded).min_bytes);
+    kss = std::max(kss, memsafe::plan_for(memsafe::diag(kern(Xb, Xb)), unbounded).min_bytes);
+  }
+  steps.push_back({"Ku*", ku});
+  steps.push_back({"diag(K**)", kss});
+}
+
+/// The points of --check's dense part: the first `want` training points (0: all n), at most as many
+/// as keep Kuf (m × points doubles) within 2 GiB; `note` says so when that cap applies.
+std::size_t dense_check_points(std::size_t want, std::size_t n, std::size_t m, std::string& note) {
+  constexpr std::size_t dense_limit = std::size_t{2} << 30;
+  const std::size_t fit_n = std::max<std::size_t>(1, dense_limit / (m * sizeof(double)));
+  std::size_t check_n = want ? std::min(want, n) : n;
+  if (check_n > fit_n) {
+    check_n = fit_n;
+    note = "dense check on the first " + std::to_string(check_n) + " training points: Kuf for all " +
+           std::to_string(n) + " would exceed 2 GiB";
+  }
+  return check_n;
+}
+
 // ---- the independent dense reference (--check) ---------------------------------------------------
 
 /// k(x, y) from r = ‖x − y‖, written independently of memsafe's formulas.
@@ -291,6 +349,25 @@ int run(const config& cfg, const Kern& kern) {
   ev.explain = cfg.run.explain;
   ev.initial_blas_threads = la::blas_threads();
 
+  // Before any work, every evaluation's minimum (--check's gp::sgpr needs more than the lazy
+  // evaluations): a budget too small fails at once with the smallest budget that runs them all, not
+  // after the first steps ran.
+  std::string check_note;
+  const std::size_t check_n = cfg.check ? dense_check_points(cfg.check_n, n, m, check_note) : 0;
+  {
+    std::vector<mx::step_minimum> steps;
+    fit_minima(kern, sp.X_train.data(), sp.y_train.data(), n, Z, m, d, cfg.h, "", steps);
+    predict_minima(kern, sp.X_test, ns, Z, m, d, steps);
+    if (cfg.check) {
+      // gp::predict's minimum, (d + 2 + m) doubles, is below gp::sgpr's (sgpr.hpp)
+      steps.push_back({"gp::sgpr (--check)", memsafe::gp::sgpr_minimum_bytes(m, d, false)});
+      if (check_n < n)
+        fit_minima(kern, sp.X_train.data(), sp.y_train.data(), check_n, Z, m, d, cfg.h, " (--check, first points)",
+                   steps);
+    }
+    mx::require_budget("sgpr_bound", *ev.opts.budget, steps);
+  }
+
   const sgpr_fit fit = fit_memsafe(kern, sp.X_train, sp.y_train, n, Z, m, d, cfg.h, ev);
 
   t0 = clock_type::now();
@@ -317,8 +394,6 @@ int run(const config& cfg, const Kern& kern) {
   bool check_pass = true;
   double check_memsafe = 0, check_dense = 0, check_rel = 0, seconds_check = 0;
   double check_gp_bound = 0, check_gp_rel = 0, check_mean_rel = 0, check_var_rel = 0;
-  std::size_t check_n = 0;
-  std::string check_note;
   if (cfg.check) {
     t0 = clock_type::now();
     namespace gp = memsafe::gp;
@@ -358,14 +433,6 @@ int run(const config& cfg, const Kern& kern) {
       check_pass = false;
     }
 
-    constexpr std::size_t dense_limit = std::size_t{2} << 30;
-    const std::size_t fit_n = std::max<std::size_t>(1, dense_limit / (m * sizeof(double)));
-    check_n = cfg.check_n ? std::min(cfg.check_n, n) : n;
-    if (check_n > fit_n) {
-      check_n = fit_n;
-      check_note = "dense check on the first " + std::to_string(check_n) + " training points: Kuf for all " +
-                   std::to_string(n) + " would exceed 2 GiB";
-    }
     const std::vector<double> Xc(sp.X_train.begin(), sp.X_train.begin() + static_cast<std::ptrdiff_t>(check_n * d));
     const std::vector<double> yc(sp.y_train.begin(), sp.y_train.begin() + static_cast<std::ptrdiff_t>(check_n));
     check_memsafe = check_n == n ? fit.bound : fit_memsafe(kern, Xc, yc, check_n, Z, m, d, cfg.h, ev).bound;
@@ -457,7 +524,7 @@ int main(int argc, char** argv) {
       .option("seed", "0", "seed of the shuffle that picks the inducing points")
       .flag("check", "also compute the bound and predictions with memsafe::gp (whole training set) and the bound with an independent dense implementation")
       .option("check-n", "0", "points of the dense --check (the first training points; 0 = all that fit 2 GiB of Kuf)");
-  mx::add_eval_options(args);  // the budget applies to every memsafe evaluation
+  mx::add_explain_option(mx::add_eval_options(args));  // the budget applies to every memsafe evaluation
   args.parse(argc, argv);
   if (const std::string note = la::blas_core_note(); !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
 

@@ -47,6 +47,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -138,6 +139,15 @@ gp::sgpr_result sgpr_all(const gp::data_view& D, const gp::inducing_view& I, con
 #endif
 }
 
+/// The smallest budget of sgpr_all: gp::sgpr's, or under MPI mpi::sgpr's (room for its buffers too).
+std::size_t sgpr_minimum_bytes(std::size_t m, std::size_t d, bool gradient) {
+#if defined(MEMSAFE_SGPR_TRAIN_MPI)
+  return memsafe::mpi::sgpr_minimum_bytes(m, d, gradient);
+#else
+  return gp::sgpr_minimum_bytes(m, d, gradient);
+#endif
+}
+
 /// Rank 0's decision, the same on every rank (a time limit is read on each rank's clock; the ranks
 /// must leave L-BFGS at the same iteration). Without MPI: the decision itself.
 bool rank0_decides(bool decision) {
@@ -197,12 +207,20 @@ saved_model load_model(const std::string& path, const saved_model& want) {
   const auto expect = [&](const char* key) {
     if (!(in >> w) || w != key) throw bad(std::string("missing '") + key + "'");
   };
-  expect("dataset"), in >> s.dataset;
-  expect("split"), in >> s.split;
-  expect("kernel"), in >> kernel;
-  expect("m"), in >> s.m;
-  expect("d"), in >> s.d;
-  if (!in || s.m == 0 || s.d == 0) throw bad("bad header");
+  // `key`, then its value: a value that does not parse is named here (the failed stream would
+  // otherwise make the next key look missing)
+  const auto field = [&](const char* key, auto& value) {
+    expect(key);
+    if (!(in >> value))
+      throw bad(std::string("the value of '") + key + "' is missing" +
+                (std::is_arithmetic_v<std::remove_reference_t<decltype(value)>> ? " or not a number" : ""));
+  };
+  field("dataset", s.dataset);
+  field("split", s.split);
+  field("kernel", kernel);
+  field("m", s.m);
+  field("d", s.d);
+  if (s.m == 0 || s.d == 0) throw bad("m and d must be positive");
   try {
     s.h.kind = gp::parse_kernel(kernel);
   } catch (const std::exception& e) {
@@ -214,16 +232,19 @@ saved_model load_model(const std::string& path, const saved_model& want) {
   };
   if (s.dataset != want.dataset || s.split != want.split || s.h.kind != want.h.kind || s.m != want.m || s.d != want.d)
     throw std::runtime_error("--init-model " + path + " holds a model for " + what(s) + "; this run is " + what(want));
-  expect("variance"), in >> s.h.variance;
-  expect("noise"), in >> s.h.noise;
-  expect("jitter"), in >> s.h.jitter;
+  field("variance", s.h.variance);
+  field("noise", s.h.noise);
+  field("jitter", s.h.jitter);
   expect("lengthscales");
   s.h.lengthscales.resize(s.d);
   for (double& l : s.h.lengthscales) in >> l;
+  if (!in) throw bad("'lengthscales' needs d = " + std::to_string(s.d) + " numbers: fewer, or one that is not a number");
   expect("Z");
   s.Z.resize(s.m * s.d);
   for (double& z : s.Z) in >> z;
-  if (!in) throw bad("truncated or not numbers");
+  if (!in)
+    throw bad("'Z' needs m × d = " + std::to_string(s.m) + " × " + std::to_string(s.d) +
+              " numbers: truncated, or one that is not a number");
   if (in >> w) throw bad("unexpected '" + w + "' after Z's " + std::to_string(s.m) + " rows");
   bool finite = std::isfinite(s.h.jitter) && s.h.jitter >= 0;
   for (double v : s.Z) finite = finite && std::isfinite(v);
@@ -430,7 +451,7 @@ int run_main(int argc, char** argv) {
       .flag("whitened", "always accumulate AA^T from L^-1 Kuf chunks (accurate; ~2x the n-sized flops)")
       .flag("gram-first", "always accumulate Kuf Kuf^T first and whiten after (fewer flops; inaccurate when "
                           "eps*cond(Kuu)*variance/noise is large). Default: chosen per evaluation");
-  mx::add_eval_options(args);
+  mx::add_eval_options(args);  // no --explain: gp::sgpr and gp::predict offer no explain or plan to print
   args.parse(argc, argv);
 
   const std::string data_dir = args.get_string("data-dir"), dataset = args.get_string("dataset");
@@ -455,6 +476,9 @@ int run_main(int argc, char** argv) {
   const std::size_t lbfgs_memory = args.get_uint("lbfgs-memory");
   if (lbfgs_memory == 0 || lbfgs_memory > 1000) args.fail("--lbfgs-memory must be between 1 and 1000");
   if (!(ell0 > 0) || !(var0 > 0) || !(noise0 > noise_floor)) args.fail("initial values must be positive (noise > 1e-6)");
+  const double jitter = args.get_double("jitter");  // finite (get_double refuses inf and nan)
+  if (!(jitter >= 0)) args.fail("--jitter must not be negative");
+  if (args.get_flag("whitened") && args.get_flag("gram-first")) args.fail("--whitened and --gram-first exclude each other");
   if (const std::string note = memsafe::linalg::blas_core_note(); !note.empty() && writer_rank())
     std::fprintf(stderr, "%s\n", note.c_str());
 
@@ -465,6 +489,15 @@ int run_main(int argc, char** argv) {
     const mx::uci_split sp = mx::make_split(ds, split);
     const std::size_t n = sp.n_train, ns = sp.n_test, d = sp.d;
     if (m > n) throw std::runtime_error("--m " + std::to_string(m) + " is larger than the " + std::to_string(n) + " training points");
+    // Before any work (the inducing points' seeding, the first save): the largest minimum of the
+    // calls this run makes. The bound with the gradient (training, --dump-gradient, --bench) needs
+    // more than without (the final bound); gp::predict's minimum, (d + 2 + m) doubles, is below both.
+    {
+      const bool gradient = args.get_flag("dump-gradient") || (bench > 0 && !args.get_flag("bench-bound-only")) ||
+                            (bench == 0 && iters > 0);
+      mx::require_budget("sgpr_train", budget,
+                         {{gradient ? "the bound with its gradient" : "the bound", sgpr_minimum_bytes(m, d, gradient)}});
+    }
     const double seconds_load = since(t0);
     t0 = clock_type::now();
     const std::string init_path = args.get_string("init-model");
@@ -485,12 +518,11 @@ int run_main(int argc, char** argv) {
     P.d = d;
     P.m = m;
     P.kind = kind;
-    P.jitter = init ? init->h.jitter : args.get_double("jitter");
+    P.jitter = init ? init->h.jitter : jitter;
     P.train_z = !args.get_flag("fix-z");
     P.time_limit = time_limit;
     P.opts.budget = budget;
     P.opts.gradient = true;
-    if (args.get_flag("whitened") && args.get_flag("gram-first")) args.fail("--whitened and --gram-first exclude each other");
     if (args.get_flag("whitened")) P.opts.whitened = true;
     if (args.get_flag("gram-first")) P.opts.whitened = false;
     P.opts.threads = run.threads;

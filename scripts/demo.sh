@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the examples (Release, build/) and run the demo.
+# Build two of the examples, kernel_matvec and knn (Release, build/), and run the demo.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

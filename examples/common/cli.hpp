@@ -7,10 +7,11 @@
 //   auto n = args.get_uint("n");       // the declared default unless --n was given
 //   bool explicit_n = args.given("n");
 //
-// Accepted forms: `--name value`, `--name=value`, `--flag`.  An unknown option,
-// a missing value or an unparsable number prints a message (listing the valid
-// options) to stderr and exits with status 2.  `--help` / `-h` prints usage to
-// stdout and exits with status 0.
+// Accepted forms: `--name value`, `--name=value`, `--flag`.  An unknown option
+// prints a message and the list of valid options to stderr and exits with status 2;
+// a missing value, an unparsable number or a value the program refuses (fail())
+// prints a one-line message with a hint to run --help, and exits with status 2.
+// `--help` / `-h` prints usage to stdout and exits with status 0.
 #pragma once
 
 #include <charconv>
@@ -77,6 +78,13 @@ class cli {
 
   // True if the option was given on the command line.
   bool given(std::string_view name) const { return get_entry(name).value.has_value(); }
+
+  // True if the program declared the option (or flag) `name`.
+  bool declared(std::string_view name) const {
+    for (const auto& e : opts_)
+      if (e.name == name) return true;
+    return false;
+  }
 
   bool get_flag(std::string_view name) const {
     const entry& e = get_entry(name);

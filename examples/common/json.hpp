@@ -4,9 +4,13 @@
 //   j.add("example", "knn").add("n", n).add("seconds", 0.25).add("ok", true);
 //   j.print();   // {"example": "knn", "n": 100000, "seconds": 0.25, "ok": true}
 //
-// Strings are escaped per RFC 8259; doubles print in shortest round-trip form
-// (std::to_chars); NaN and infinities print as null.  Adding an existing key
-// replaces its value in place.
+// Strings are escaped per RFC 8259 and the line is always valid JSON (UTF-8): valid UTF-8
+// sequences are kept as they are, and each byte of an invalid one (a stray continuation byte, a
+// truncated or overlong sequence, a surrogate, a code point above U+10FFFF, a byte UTF-8 never
+// holds: 0xC0, 0xC1, 0xF5–0xFF; e.g. a Latin-1 file name) is written as \u00XX, the byte's value
+// read as a Latin-1 character (so no byte is lost, and the line stays one JSON text). Doubles print in
+// shortest round-trip form (std::to_chars); NaN and infinities print as null.  Adding an existing
+// key replaces its value in place.
 #pragma once
 
 #include <charconv>
@@ -21,12 +25,49 @@
 
 namespace memsafe_examples {
 
+/// The length of the valid UTF-8 sequence (RFC 3629: no overlong form, no surrogate, at most
+/// U+10FFFF) that starts s[i] (a byte >= 0x80), or 0 when none starts there.
+inline std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  std::size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;  // not overlong
+    if (c == 0xED) hi = 0x9F;  // not a surrogate (U+D800–U+DFFF)
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;  // not overlong
+    if (c == 0xF4) hi = 0x8F;  // not above U+10FFFF
+  } else {
+    return 0;  // a continuation byte, 0xC0, 0xC1 or 0xF5–0xFF
+  }
+  if (i + len > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return len;
+}
+
 inline std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
   out += '"';
-  for (char ch : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {
+      if (const std::size_t len = utf8_sequence_length(s, i)) {  // valid UTF-8: as it is
+        out.append(s.substr(i, len));
+        i += len - 1;
+      } else {  // not UTF-8: this byte as the Latin-1 character \u00XX (see the file comment)
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -41,7 +82,7 @@ inline std::string json_escape(std::string_view s) {
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
         } else {
-          out += ch;  // UTF-8 bytes pass through unchanged
+          out += ch;
         }
     }
   }

@@ -47,4 +47,13 @@ mkdir -p "$work/uci/kin40k"
 printf '1,2,3\n4,nan,6\n7,8,9\n' | gzip -c > "$work/uci/kin40k/data.csv.gz"
 printf '0\n1\n0\n' | gzip -c > "$work/uci/kin40k/test_mask.csv.gz"
 expect_exit 1 "line 2: field 2 'nan' is not a finite number" "$train" --dataset kin40k --m 1 --iters 1 --data-dir "$work/uci"
+# 6. sgpr_train --jitter < 0: a command-line error (it failed in the first evaluation, reported as a
+#    rejected line-search step); --explain where a program has nothing to explain: unknown option.
+expect_exit 2 "--jitter must not be negative" "$train" --dataset kin40k --m 10 --jitter -1
+expect_exit 2 "explain" "$train" --dataset kin40k --m 10 --explain
+# 7. --rss-slack 0 is a strict limit, not a malformed byte count.
+expect_exit 0 '"rss_check": "pass"' "$knn" --n 2000 --m 20 --d 3 --budget unlimited --rss-slack 0 --threads 1
+# 8. A byte that is not UTF-8 in a string of the JSON line (here a data set's path) is written as
+#    \u00XX: the line stays valid JSON.
+expect_exit 1 'u00ff' "$train" --dataset "$(printf '\377')" --m 1 --iters 1 --data-dir "$work/uci"
 echo "bad_inputs: pass"
