@@ -113,9 +113,24 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
     ord.solve(solve_budget);
     return walk_splits(cp.steps, mins);
   };
-  double need = attempt(double(budget));
-  if (need > double(budget)) need = attempt(0.0);  // the leanest order by intermediates
-  double least = need;  // the smallest walk of any order: the chain's minimum budget
+  double need = 0, least = 0;  // the chosen order's walk; the chain's minimum budget
+  if constexpr (N > max_enumerated_factors) {
+    // Too many orders to walk them all. The minimum is the smaller walk of two orders that do not
+    // depend on the budget — the fewest flops, and the fewest bytes of intermediates — so that
+    // plan.min_bytes and budget_error's minimum are the same at every budget, and a budget of that
+    // minimum runs (the order falls back to the one of the two with the smaller walk). A smaller
+    // budget may still find an order of its own that fits: the solver weighs flops against the
+    // budget it is given.
+    const double fewest_flops = attempt(double(unlimited));
+    const double leanest = attempt(0.0);
+    least = std::min(fewest_flops, leanest);
+    need = attempt(double(budget));
+    if (need > double(budget)) need = leanest <= fewest_flops ? attempt(0.0) : attempt(double(unlimited));
+  } else {
+    need = attempt(double(budget));
+    if (need > double(budget)) need = attempt(0.0);  // the leanest order by intermediates
+    least = need;
+  }
   if constexpr (N <= max_enumerated_factors) {
     // Every order, walked with its steps' workspaces: the smallest walk is the minimum budget, and
     // when the solver's orders do not fit, the cheapest order that does is taken (or, if none, the
