@@ -99,6 +99,27 @@ TEST_CASE("budget: parse_bytes accepts decimal and binary units") {
   CHECK(parse_bytes("1") == 1u);
 }
 
+TEST_CASE("budget: the byte-count grammar with zero allowed (the examples' --rss-slack)") {
+  using memsafe::detail::parse_byte_count;
+  CHECK(parse_byte_count("0", "the slack", true) == 0u);
+  CHECK(parse_byte_count(" 0 MiB", "the slack", true) == 0u);
+  CHECK(parse_byte_count("0.0e3", "the slack", true) == 0u);
+  CHECK(parse_byte_count("40MiB", "the slack", true) == 40u << 20);
+  for (const char* bad : {"0.5", "0.3KB-", "-1", "", "40MiBs"}) {
+    CAPTURE(bad);
+    try {
+      (void)parse_byte_count(bad, "the slack", true);
+      FAIL("no argument_error");
+    } catch (const memsafe::argument_error& e) {
+      CHECK(std::string(e.what()).find(std::string("cannot parse the slack \"") + bad + "\"") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_WITH_AS((void)parse_byte_count("0.5", "the slack", true), doctest::Contains("more than 0 but less than 1 byte"),
+                       memsafe::argument_error);
+  CHECK_THROWS_WITH_AS((void)memsafe::parse_bytes("0"), doctest::Contains("a budget must be at least 1 byte"),
+                       memsafe::argument_error);
+}
+
 TEST_CASE("budget: parse_bytes takes exponents and decimal fractions exactly") {
   using memsafe::parse_bytes;
   CHECK(parse_bytes("1e9") == 1000000000u);

@@ -7,12 +7,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
-#include <stdexcept>
 #include <string>
 
 #include <memsafe/core/budget.hpp>
@@ -62,30 +59,12 @@ struct rss_limit {
     return pass && this->pass(max_rss) ? 0 : 1;
   }
 };
+
 /// The bytes of an --rss-slack: memsafe::parse_bytes's forms ("40MiB", "100 MB", "4096",
 /// "unlimited"), and also zero ("0", "0MiB", …), a strict limit: peak RSS ≤ inputs + budget.
-/// Throws std::invalid_argument with a message about the slack (parse_bytes's speaks of a budget).
+/// Throws memsafe::argument_error with a message about the slack.
 inline std::size_t parse_slack_bytes(const std::string& text) {
-  std::string s;  // without blanks, as parse_bytes reads it
-  for (char c : text)
-    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
-  std::size_t p = 0;
-  while (p < s.size() && (s[p] == '0' || s[p] == '.')) ++p;
-  const bool zero = p > 0 && s.find('0') < p && s.find('.') == s.rfind('.') &&
-                    (p == s.size() || !std::isdigit(static_cast<unsigned char>(s[p])));
-  try {
-    if (!zero) return memsafe::parse_bytes(s.empty() ? text : s);
-    (void)memsafe::parse_bytes("1" + s.substr(p));  // the unit (or exponent) after the zero must be valid
-    return 0;
-  } catch (const std::exception& e) {
-    // parse_bytes's reason, between `budget "<text>": ` and ` (examples: …)`
-    std::string why = e.what();
-    if (const auto a = why.find("\": "); a != std::string::npos) why = why.substr(a + 3);
-    if (const auto b = why.find(" (examples"); b != std::string::npos) why.resize(b);
-    if (why.find("budget") != std::string::npos) why = "more than 0 but less than 1 byte";
-    throw std::invalid_argument("cannot parse the slack \"" + text + "\": " + why +
-                                " (examples: 40MiB, 100MB, 4096, 0)");
-  }
+  return memsafe::detail::parse_byte_count(text, "the slack", true);
 }
 
 inline rss_limit make_rss_limit(const std::string& slack_text, std::size_t input_bytes, std::size_t budget_bytes) {

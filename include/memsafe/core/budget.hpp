@@ -76,10 +76,16 @@ constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<s
 /// TiB) powers of 1024; units are case-insensitive except that "b" alone is not accepted as bits.
 /// A fractional number of bytes is rounded down ("1.7KiB" is 1740 bytes).
 /// Throws argument_error naming the text on anything else.
-MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
-  auto fail = [text](const char* why) -> std::size_t {
-    throw argument_error(detail::cat(
-        detail::msg{"memsafe: cannot parse budget \"", text, "\": ", why, " (examples: 512MiB, 1GB, 100MB, 4096)"}));
+MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text);
+
+namespace detail {
+/// parse_bytes's grammar for a byte count that messages call `what`; with `allow_zero`, also an
+/// exact zero ("0", "0MiB"; a count between 0 and 1 byte is still refused).
+MEMSAFE_COLD inline std::size_t parse_byte_count(std::string_view text, const char* what, bool allow_zero) {
+  auto fail = [text, what, allow_zero](const char* why) -> std::size_t {
+    throw argument_error(detail::cat(detail::msg{"memsafe: cannot parse ", what, " \"", text, "\": ", why,
+                                                 allow_zero ? " (examples: 40MiB, 100MB, 4096, 0)"
+                                                            : " (examples: 512MiB, 1GB, 100MB, 4096)"}));
   };
   // the text without its blanks, and lower-cased for the words and units
   char compact[64], folded[64];
@@ -136,11 +142,17 @@ MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
   // ("0.001KB" is 1 byte, not 0.99999…)
   const long double exact = value * mult, near = libm::round(exact);
   long double bytes = libm::fabs(exact - near) <= 1e-15L * exact ? near : libm::floor(exact);
-  if (!(bytes >= 1)) return fail("a budget must be at least 1 byte");
+  if (allow_zero && exact == 0) return 0;
+  if (!(bytes >= 1)) return fail(allow_zero ? "more than 0 but less than 1 byte" : "a budget must be at least 1 byte");
   // 2^64 − 1 is `unlimited` itself; anything larger is not a number of bytes this machine can hold
   // (it must not silently become unlimited).
   if (bytes > static_cast<long double>(unlimited)) return fail("more bytes than 2^64 − 1; write \"unlimited\" for no limit");
   return static_cast<std::size_t>(bytes);
+}
+}  // namespace detail
+
+MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text) {
+  return detail::parse_byte_count(text, "budget", false);
 }
 
 /// Human-readable byte count: "64 MiB", "1.5 GiB", "123 B".
