@@ -181,6 +181,15 @@ inline void validate_options(const exact_options& o, const std::string& f) {
     throw argument_error(cat(msg{f, "tolerance must be finite and >= 0, got ", o.tolerance}));
 }
 
+/// What exact_solve and exact_minimum_bytes both check before planning: the data and
+/// hyperparameters, the options and at least one right-hand side.
+inline void validate_solve(const data_view& D, std::size_t rhs, const hyperparameters& h, const exact_options& o,
+                           const std::string& f) {
+  validate_exact(D, h, f);
+  validate_options(o, f);
+  if (rhs == 0) throw shape_error(cat(msg{f, "no right-hand side (rhs = 0)"}));
+}
+
 /// What both predictions check first: the training data and hyperparameters, the test points'
 /// dimension and the output; sets st's budget. False (nothing to do) when there are no test points.
 /// The output (out_count values, named out_name) must not share memory with the test points, the
@@ -658,10 +667,7 @@ namespace memsafe::gp {
 /// one kernel product.
 inline std::size_t exact_minimum_bytes(const data_view& D, std::size_t rhs, const hyperparameters& h,
                                        const exact_options& opts = {}) {
-  const std::string f = "memsafe::gp::exact_minimum_bytes: ";  // exact_solve's checks, in its order
-  memsafe::detail::gp::validate_exact(D, h, f);
-  memsafe::detail::gp::validate_options(opts, f);
-  if (rhs == 0) throw shape_error(memsafe::detail::cat(memsafe::detail::msg{f, "no right-hand side (rhs = 0)"}));
+  memsafe::detail::gp::validate_solve(D, rhs, h, opts, "memsafe::gp::exact_minimum_bytes: ");
   return memsafe::detail::gp::pcg_plan(D, rhs, h, opts).minimum();
 }
 
@@ -674,9 +680,7 @@ inline exact_result exact_solve(const data_view& D, const double* B, std::size_t
                                 const exact_options& opts = {}) {
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_solve: ";
-  dg::validate_exact(D, h, f);
-  dg::validate_options(opts, f);
-  if (rhs == 0) throw shape_error(memsafe::detail::cat(memsafe::detail::msg{f, "no right-hand side (rhs = 0)"}));
+  dg::validate_solve(D, rhs, h, opts, f);
   dg::validate_values(B, D.n * rhs, f, "right-hand side");
   const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
   const auto sz = dg::pcg_plan(D, rhs, h, opts);
