@@ -263,6 +263,10 @@ X localize(const X& x, std::size_t extent) {
   return l;
 }
 
+/// softmax_sum's merge rule (its partial sums come with the log-sum-exps of their scores).
+template <class X>
+inline constexpr bool is_softmax = std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>;
+
 /// How a rank evaluates its shard: on the host (this policy) or on its GPU (host_backend's twin
 /// in mpi/cuda.cuh, chosen by passing memsafe::cuda::options). Both give memsafe::result<T>.
 struct host_backend {
@@ -294,9 +298,7 @@ struct host_backend {
   /// plan_guarded, so that every rank raises it): softmax_sum's V must be finite (this rank's rows).
   template <class X>
   void check_values(const X& x) const {
-    if constexpr (requires { x.values; } && std::is_same_v<typename rule_of<X>::type,
-                                                            softmax_rule<typename X::value_type>>)
-      host::check_softmax_values(x.values);
+    if constexpr (is_softmax<X>) host::check_softmax_values(x.values);
   }
   /// Rows [r0, r0 + nr) of `src` into `dst`, contiguous (the ring's own chunk, before it is sent).
   template <class T>
@@ -337,9 +339,6 @@ typename rule_of<X>::type make_rule(const X& x) {
   if constexpr (requires { r.dv; }) r.dv = x.cols();
   return r;
 }
-
-template <class X>
-inline constexpr bool is_softmax = std::is_same_v<typename rule_of<X>::type, softmax_rule<typename X::value_type>>;
 
 /// softmax_sum's log-sum-exps of its scores (of this rank's shard, or of a chunk), the second
 /// local evaluation beside its partial sums.
