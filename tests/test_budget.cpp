@@ -139,7 +139,11 @@ TEST_CASE("budget: parse_bytes takes exponents and decimal fractions exactly") {
     CHECK(parse_bytes(t + "MB") == i * 1000u);
     CHECK(parse_bytes(t + "GB") == i * 1000000u);
   }
-  for (const char* bad : {"1e", "1e-", "1ex", "e3", ".", "1e3.5", "1e21", "1e99999999"}) check_parse_error(bad);
+  for (const char* bad : {"1e", "1e-", "1ex", "e3", ".", "1e3.5", "1e21", "1e99999999", ".e5", "1e+-3", "1e5e5"})
+    check_parse_error(bad);
+  // the words and units are folded to lower case by the ASCII rule, not the C locale's tolower
+  CHECK(parse_bytes("\t2 MiB\n") == 2u << 20);
+  CHECK(parse_bytes("1E3kb") == 1000000u);
 }
 
 TEST_CASE("budget: parse_bytes units are case-insensitive") {

@@ -79,74 +79,78 @@ constexpr std::size_t operator""_GB(unsigned long long v) { return static_cast<s
 MEMSAFE_COLD inline std::size_t parse_bytes(std::string_view text);
 
 namespace detail {
+/// parse_byte_count's refusal: the text quoted, why, and examples.
+[[noreturn, gnu::noinline]] MEMSAFE_COLD inline void parse_byte_count_fail(std::string_view text, const char* what,
+                                                                          bool allow_zero, const char* why) {
+  throw argument_error(detail::cat(detail::msg{"memsafe: cannot parse ", what, " \"", text, "\": ", why,
+                                               allow_zero ? " (examples: 40MiB, 100MB, 4096, 0)"
+                                                          : " (examples: 512MiB, 1GB, 100MB, 4096)"}));
+}
+
 /// parse_bytes's grammar for a byte count that messages call `what`; with `allow_zero`, also an
-/// exact zero ("0", "0MiB"; a count between 0 and 1 byte is still refused).
+/// exact zero ("0", "0MiB"; a count between 0 and 1 byte is still refused). Written with plain
+/// character loops: every std::string_view member it would call is one more function for each
+/// translation unit that calls parse_bytes to compile (docs/design.md, "Compile time").
 MEMSAFE_COLD inline std::size_t parse_byte_count(std::string_view text, const char* what, bool allow_zero) {
-  auto fail = [text, what, allow_zero](const char* why) -> std::size_t {
-    throw argument_error(detail::cat(detail::msg{"memsafe: cannot parse ", what, " \"", text, "\": ", why,
-                                                 allow_zero ? " (examples: 40MiB, 100MB, 4096, 0)"
-                                                            : " (examples: 512MiB, 1GB, 100MB, 4096)"}));
-  };
-  // the text without its blanks, and lower-cased for the words and units
-  char compact[64], folded[64];
+  const auto fail = [&](const char* why) { parse_byte_count_fail(text, what, allow_zero, why); };
+  // the text without its blanks, lower-cased
+  char s[64];
   std::size_t len = 0;
   for (char c : text)
-    if (!std::isspace(static_cast<unsigned char>(c))) {
-      if (len == sizeof compact) return fail("more than 64 characters besides blanks");
-      compact[len] = c;
-      folded[len++] = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!(c == ' ' || (c >= '\t' && c <= '\r'))) {
+      if (len == sizeof s) fail("more than 64 characters besides blanks");
+      s[len++] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
     }
-  const std::string_view s(compact, len), lower(folded, len);
-  if (s.empty()) return fail("empty");
-  if (lower == "unlimited" || lower == "inf" || lower == "none") return unlimited;
-  std::size_t pos = 0;
-  auto digit = [&](std::size_t i) { return i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); };
-  while (digit(pos) || (pos < s.size() && s[pos] == '.')) ++pos;
-  if (pos == 0) return fail(s[0] == '-' ? "a negative size" : "no number");
+  // does s[from, len) spell the lower-case word w?
+  const auto is = [&](std::size_t from, const char* w) {
+    std::size_t i = from;
+    for (; i < len && *w; ++i, ++w)
+      if (s[i] != *w) return false;
+    return i == len && !*w;
+  };
+  if (len == 0) fail("empty");
+  if (is(0, "unlimited") || is(0, "inf") || is(0, "none")) return unlimited;
+  const auto digit = [&](std::size_t i) { return i < len && s[i] >= '0' && s[i] <= '9'; };
+  std::size_t pos = 0, dots = 0;
+  for (; digit(pos) || (pos < len && s[pos] == '.'); ++pos) dots += s[pos] == '.';
+  if (pos == 0) fail(s[0] == '-' ? "a negative size" : "no number");
+  const std::size_t mantissa = pos;
   // an exponent ("1e9", "2.5E6", "1e+3"): no unit begins with 'e'
-  if (pos < s.size() && lower[pos] == 'e') {
-    std::size_t q = pos + 1;
-    if (q < s.size() && (s[q] == '+' || s[q] == '-')) ++q;
-    if (!digit(q)) return fail("malformed exponent");
-    while (digit(q)) ++q;
-    pos = q;
+  int exp10 = 0, exp_sign = 1;
+  if (pos < len && s[pos] == 'e') {
+    ++pos;
+    if (pos < len && (s[pos] == '+' || s[pos] == '-')) exp_sign = s[pos++] == '-' ? -1 : 1;
+    if (!digit(pos)) fail("malformed exponent");
+    for (; digit(pos); ++pos) exp10 = exp10 < 100000 ? exp10 * 10 + (s[pos] - '0') : exp10;
   }
-  const std::string_view num = s.substr(0, pos), unit = lower.substr(pos);
-  if (num.find('.') != num.rfind('.') || num[0] == 'e' || num[0] == 'E' || num == ".") return fail("malformed number");
+  if (dots > 1 || (mantissa == 1 && dots == 1)) fail("malformed number");
   // parsed here, not by strtold: the C locale's decimal point is not the user's business
   long double value = 0, scale = 1;
-  int exp10 = 0, exp_sign = 1;
-  bool frac = false, in_exp = false;
-  for (char c : num) {
-    if (c == '.') frac = true;
-    else if (c == 'e' || c == 'E') in_exp = true;
-    else if (c == '-') exp_sign = -1;
-    else if (c == '+') continue;
-    else if (in_exp) exp10 = exp10 < 100000 ? exp10 * 10 + (c - '0') : exp10;
-    else if (frac) value += (c - '0') * (scale /= 10);
-    else value = value * 10 + (c - '0');
+  bool frac = false;
+  for (std::size_t i = 0; i < mantissa; ++i) {
+    if (s[i] == '.') frac = true;
+    else if (frac) value += (s[i] - '0') * (scale /= 10);
+    else value = value * 10 + (s[i] - '0');
   }
   value *= libm::pow(10.0L, static_cast<long double>(exp_sign * exp10));
-  long double mult = 0;
-  struct u { std::string_view name; long double m; };
-  static constexpr u units[] = {{"", 1.0L},         {"b", 1.0L},
-                                {"kb", 1e3L},
-                                {"mb", 1e6L},       {"gb", 1e9L},
-                                {"tb", 1e12L},      {"kib", 1024.0L},
-                                {"mib", 1048576.0L}, {"gib", 1073741824.0L},
+  struct u { const char* name; long double m; };
+  static constexpr u units[] = {{"", 1.0L},          {"b", 1.0L},           {"kb", 1e3L},
+                                {"mb", 1e6L},        {"gb", 1e9L},          {"tb", 1e12L},
+                                {"kib", 1024.0L},    {"mib", 1048576.0L},   {"gib", 1073741824.0L},
                                 {"tib", 1099511627776.0L}};
+  long double mult = 0;
   for (const auto& e : units)
-    if (unit == e.name) mult = e.m;
-  if (mult == 0) return fail("unknown unit");
+    if (is(pos, e.name)) mult = e.m;
+  if (mult == 0) fail("unknown unit");
   // rounded down, but a product within rounding error of a whole number is that number
   // ("0.001KB" is 1 byte, not 0.99999…)
   const long double exact = value * mult, near = libm::round(exact);
   long double bytes = libm::fabs(exact - near) <= 1e-15L * exact ? near : libm::floor(exact);
   if (allow_zero && exact == 0) return 0;
-  if (!(bytes >= 1)) return fail(allow_zero ? "more than 0 but less than 1 byte" : "a budget must be at least 1 byte");
+  if (!(bytes >= 1)) fail(allow_zero ? "more than 0 but less than 1 byte" : "a budget must be at least 1 byte");
   // 2^64 − 1 is `unlimited` itself; anything larger is not a number of bytes this machine can hold
   // (it must not silently become unlimited).
-  if (bytes > static_cast<long double>(unlimited)) return fail("more bytes than 2^64 − 1; write \"unlimited\" for no limit");
+  if (bytes > static_cast<long double>(unlimited)) fail("more bytes than 2^64 − 1; write \"unlimited\" for no limit");
   return static_cast<std::size_t>(bytes);
 }
 }  // namespace detail

@@ -105,9 +105,12 @@ using msg = std::initializer_list<msg_piece>;
 [[gnu::noinline]] MEMSAFE_COLD inline std::string cat(msg parts) {
   std::size_t n = 0;
   for (const msg_piece& p : parts) n += p.view().size();
-  std::string s;
-  s.reserve(n);
-  for (const msg_piece& p : parts) s.append(p.view().data(), p.view().size());
+  std::string s(n, '\0');
+  char* out = s.data();
+  for (const msg_piece& p : parts) {
+    std::char_traits<char>::copy(out, p.view().data(), p.view().size());
+    out += p.view().size();
+  }
   return s;
 }
 

@@ -9,13 +9,13 @@
 // can serve. Chains: chain.hpp;
 // the driver (lower + plan + run): eval.hpp.
 #pragma once
-#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "../../core/algo.hpp"
 #include "../../core/accounting.hpp"
 #include "../../core/budget.hpp"
 #include "../../lower/job.hpp"

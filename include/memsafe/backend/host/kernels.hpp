@@ -5,8 +5,8 @@
 // (R ≤ 4) keeps R×W accumulators in registers while it walks the features: every packed value
 // loaded is used R times. All loops have compile-time trip counts the compiler vectorises.
 #pragma once
+#include "../../core/algo.hpp"
 #include "../../core/libm.hpp"
-#include <algorithm>
 #include <cstddef>
 
 #include <limits>

@@ -1,0 +1,48 @@
+// tests/test_headers.cpp — what including <memsafe/memsafe.hpp> costs a translation unit.
+//
+// The main header is included first, alone, and must not bring in the standard headers the library
+// chose not to include because they cost much to compile and the library uses little of them
+// (docs/design.md, "Compile time"): libstdc++'s <algorithm> (core/algo.hpp includes the two of its
+// headers that declare the algorithms the library calls), <cmath> with its special functions
+// (core/libm.hpp), <chrono>, streams, <functional>, <map>. A header that includes one of them again
+// fails this translation unit's build here, with the name of the header, rather than showing
+// later as a slower compile in bench/compile_time.sh.
+#include <memsafe/memsafe.hpp>
+
+#if defined(__GLIBCXX__) && !defined(__CUDACC__)
+#ifdef _GLIBCXX_ALGORITHM
+#error "memsafe.hpp includes <algorithm>: include core/algo.hpp instead"
+#endif
+#ifdef _GLIBCXX_RANGES_ALGO_H
+#error "memsafe.hpp includes <bits/ranges_algo.h> (the ranges algorithms of <algorithm>)"
+#endif
+#ifdef _GLIBCXX_CMATH
+#error "memsafe.hpp includes <cmath>: call core/libm.hpp's functions instead"
+#endif
+#ifdef _GLIBCXX_CHRONO
+#error "memsafe.hpp includes <chrono>"
+#endif
+#if defined(_GLIBCXX_IOSTREAM) || defined(_GLIBCXX_OSTREAM) || defined(_GLIBCXX_SSTREAM)
+#error "memsafe.hpp includes a stream header"
+#endif
+#ifdef _GLIBCXX_FUNCTIONAL
+#error "memsafe.hpp includes <functional>"
+#endif
+#if defined(_GLIBCXX_MAP) || defined(_GLIBCXX_UNORDERED_MAP)
+#error "memsafe.hpp includes <map> or <unordered_map>"
+#endif
+#endif
+
+#include <doctest/doctest.h>
+
+TEST_CASE("headers: memsafe.hpp alone is enough to evaluate") {
+  // nothing else included: points, a selection, a budget parsed from text
+  const std::vector<float> x = {0.0f, 1.0f, 3.0f}, y = {2.9f, 0.2f, 1.2f};
+  const auto X = memsafe::points(x.data(), 3, 1), Y = memsafe::points(y.data(), 3, 1);
+  const auto nearest = memsafe::eval(memsafe::argkmin(memsafe::sqdist(X, Y), 1),
+                                     memsafe::budget_bytes(memsafe::parse_bytes("1 MiB")));
+  REQUIRE(nearest.indices.size() == 3);
+  CHECK(nearest.indices[0] == 1);
+  CHECK(nearest.indices[1] == 2);
+  CHECK(nearest.indices[2] == 0);
+}
