@@ -46,3 +46,33 @@ TEST_CASE("headers: memsafe.hpp alone is enough to evaluate") {
   CHECK(nearest.indices[1] == 2);
   CHECK(nearest.indices[2] == 0);
 }
+
+// memsafe::precompiled_expr (a few partial specializations) against the list the library is built
+// from (MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA × FOR_EACH_EXPR): every listed type, and none of its
+// near neighbours.
+#define MEMSAFE_TEST_LISTED_(T_, ...) static_assert(memsafe::precompiled_expr<__VA_ARGS__>);
+#define MEMSAFE_TEST_FORMULA_(F_)                                                       \
+  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, float, MEMSAFE_TEST_LISTED_) \
+  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, double, MEMSAFE_TEST_LISTED_)
+MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_TEST_FORMULA_)
+#undef MEMSAFE_TEST_FORMULA_
+#undef MEMSAFE_TEST_LISTED_
+
+namespace {
+namespace md = memsafe::detail;
+template <class F, class T = float, std::size_t D = memsafe::dyn>
+using pw = md::pairwise<F, T, memsafe::dyn, memsafe::dyn, D>;
+using sq = memsafe::formula::sqdist;
+struct own_formula : sq {};   // a user's formula is not in the library
+struct own_reduction { static constexpr const char* name = "own"; };
+static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, pw<sq, long double>>>);
+static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, pw<sq, float, 3>>>);
+static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, pw<own_formula>>>);
+static_assert(!memsafe::precompiled_expr<md::reduce_expr<own_reduction, pw<sq>>>);
+static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, md::transpose_expr<md::transpose_expr<pw<sq>>>>>);
+static_assert(!memsafe::precompiled_expr<md::matmul_expr<pw<sq>, true>>);
+static_assert(!memsafe::precompiled_expr<md::matmul_expr<md::transpose_expr<pw<sq>>, false>>);
+static_assert(!memsafe::precompiled_expr<md::softmax_sum_expr<md::transpose_expr<pw<sq>>>>);
+static_assert(!memsafe::precompiled_expr<pw<sq>>);
+static_assert(memsafe::precompiled_expr<md::matmul_expr<pw<memsafe::formula::matern32, double>>>);
+}  // namespace

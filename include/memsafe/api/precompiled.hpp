@@ -24,6 +24,7 @@
 // units never use the declarations (their host code has no SIMD kernels).
 #pragma once
 #include <cstddef>
+#include <type_traits>
 
 #include "../backend/host/eval.hpp"
 #include "../core/config.hpp"
@@ -67,18 +68,49 @@ using pwt = detail::transpose_expr<pw<F, T>>;
   X(T, ::memsafe::detail::softmax_sum_expr<::memsafe::precompiled_types::pw<F, T>>)
 
 /// Whether memsafe::precompiled holds expression type X (whether or not this translation unit
-/// links it: see `precompiled_linked`).
+/// links it: see `precompiled_linked`): the list above, written as a few partial specializations
+/// rather than one per listed type — 418 explicit specializations, each naming its expression
+/// type, cost every translation unit that includes memsafe.hpp ≈ 60 M compiler instructions
+/// (docs/design.md, "Compile time"). tests/test_headers.cpp checks the two agree.
+namespace detail::precompiled_list {
+template <class F>
+inline constexpr bool formula = false;
+#define MEMSAFE_PRECOMPILED_FORMULA_(F_) \
+  template <>                            \
+  inline constexpr bool formula<::memsafe::formula::F_> = true;
+MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_PRECOMPILED_FORMULA_)
+#undef MEMSAFE_PRECOMPILED_FORMULA_
+/// pw<F, T> of a listed formula, T float or double
+template <class E>
+inline constexpr bool pw = false;
+template <class F, class T>
+inline constexpr bool pw<pairwise<F, T, dyn, dyn, dyn>> =
+    formula<F> && (std::is_same_v<T, float> || std::is_same_v<T, double>);
+/// the reductions of the list: all eight of red::
+template <class R>
+inline constexpr bool reduction =
+    std::is_same_v<R, red::sum> || std::is_same_v<R, red::min> || std::is_same_v<R, red::max> ||
+    std::is_same_v<R, red::argmin> || std::is_same_v<R, red::argmax> || std::is_same_v<R, red::argkmin> ||
+    std::is_same_v<R, red::argkmax> || std::is_same_v<R, red::logsumexp>;
+/// pwt<F, T>: the transpose of one
+template <class E>
+inline constexpr bool pwt = false;
+template <class E>
+inline constexpr bool pwt<transpose_expr<E>> = pw<E>;
+}  // namespace detail::precompiled_list
+
 template <class X>
 inline constexpr bool precompiled_expr = false;
-#define MEMSAFE_PRECOMPILED_TRAIT_(T_, ...) \
-  template <>                               \
-  inline constexpr bool precompiled_expr<__VA_ARGS__> = true;
-#define MEMSAFE_PRECOMPILED_TRAITS_(F_)                                                 \
-  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, float, MEMSAFE_PRECOMPILED_TRAIT_) \
-  MEMSAFE_PRECOMPILED_FOR_EACH_EXPR(::memsafe::formula::F_, double, MEMSAFE_PRECOMPILED_TRAIT_)
-MEMSAFE_PRECOMPILED_FOR_EACH_FORMULA(MEMSAFE_PRECOMPILED_TRAITS_)
-#undef MEMSAFE_PRECOMPILED_TRAITS_
-#undef MEMSAFE_PRECOMPILED_TRAIT_
+/// every reduction over j of pw, and over i (of pwt)
+template <class R, class E>
+inline constexpr bool precompiled_expr<detail::reduce_expr<R, E>> =
+    detail::precompiled_list::reduction<R> && (detail::precompiled_list::pw<E> || detail::precompiled_list::pwt<E>);
+/// K·v, K·M, and v·K, M·K (captured as the transpose's product, FromLeft)
+template <class E, bool FromLeft>
+inline constexpr bool precompiled_expr<detail::matmul_expr<E, FromLeft>> =
+    FromLeft ? detail::precompiled_list::pwt<E> : detail::precompiled_list::pw<E>;
+template <class E>
+inline constexpr bool precompiled_expr<detail::softmax_sum_expr<E>> = detail::precompiled_list::pw<E>;
 
 /// True in a translation unit that takes the listed evaluations from memsafe::precompiled
 /// (MEMSAFE_PRECOMPILED_LINKED_, the one place the condition is written, also guards the extern
