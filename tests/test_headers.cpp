@@ -64,7 +64,7 @@ template <class F, class T = float, std::size_t D = memsafe::dyn>
 using pw = md::pairwise<F, T, memsafe::dyn, memsafe::dyn, D>;
 using sq = memsafe::formula::sqdist;
 struct own_formula : sq {};   // a user's formula is not in the library
-struct own_reduction { static constexpr const char* name = "own"; };
+struct own_reduction {};
 static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, pw<sq, long double>>>);
 static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, pw<sq, float, 3>>>);
 static_assert(!memsafe::precompiled_expr<md::reduce_expr<memsafe::red::sum, pw<own_formula>>>);
