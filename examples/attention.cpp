@@ -95,14 +95,10 @@ int run(const config& c) {
   // --explain: the expression, the kernels and the plans of the forward and the backward (stderr).
   if (c.run.explain) std::fprintf(stderr, "%s", memsafe::explain(A, opts).c_str());
   // Before any work, every pass's minimum (the backward needs more than the forward): a budget too
-  // small fails at once with the smallest budget that runs both, not after the forward ran. The
-  // attention API has no function returning it, but each pass checks its budget before any work
-  // and names its minimum in the budget_error (run.hpp, probe_minimum_bytes).
-  std::vector<mx::step_minimum> steps{
-      {"the forward", mx::probe_minimum_bytes([&](std::size_t b) { forward({b, opts.threads}); })}};
-  if (!c.forward_only)
-    steps.push_back({c.bias ? "the backward (with dBias)" : "the backward",
-                     mx::probe_minimum_bytes([&](std::size_t b) { backward({b, opts.threads}); })});
+  // small fails at once with the smallest budget that runs both, not after the forward ran.
+  const memsafe::attention_minimums mins = memsafe::attention_minimum_bytes(A);
+  std::vector<mx::step_minimum> steps{{"the forward", mins.forward}};
+  if (!c.forward_only) steps.push_back({c.bias ? "the backward (with dBias)" : "the backward", mins.backward});
   mx::require_budget("attention", *opts.budget, steps);
 
   std::vector<double> tf, tb;

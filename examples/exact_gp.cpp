@@ -273,12 +273,8 @@ int main(int argc, char** argv) {
     // small fails at once with the smallest budget that runs them all, not after the solve ran.
     std::vector<mx::step_minimum> steps{{"gp::exact_solve", gp::exact_minimum_bytes(D, 1, h, o)}};
     if (ns > 0) steps.push_back({"gp::exact_predict_mean", mean_minimum_bytes(h, sp.X_test.data(), ns, D)});
-    if (nv > 0)  // no function returns its minimum; it checks its budget before any work (run.hpp)
-      steps.push_back({"gp::exact_predict_variance", mx::probe_minimum_bytes([&](std::size_t b) {
-                         gp::exact_options ob = o;
-                         ob.budget = b;
-                         gp::exact_predict_variance(D, h, {sp.X_test.data(), nv, d}, var.data(), ob);
-                       })});
+    if (nv > 0)
+      steps.push_back({"gp::exact_predict_variance", gp::exact_predict_variance_minimum_bytes(D, h, nv, o)});
     if (check) {
       const auto [cn, cns] = check_sizes_for(sp, check_n);
       const gp::data_view Dc{sp.X_train.data(), sp.y_train.data(), cn, d};

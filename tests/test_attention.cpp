@@ -419,6 +419,10 @@ TEST_CASE("attention: peak <= budget, results independent of the budget and thre
     const std::size_t fmin = s0.min_budget_bytes, bmin = b0.min_budget_bytes;
     CHECK(fmin > 0);
     CHECK(bmin > fmin);
+    // the minimums, asked before any work, are the ones the passes report and refuse below
+    const memsafe::attention_minimums mins = memsafe::attention_minimum_bytes(p.expr());
+    CHECK(mins.forward == fmin);
+    CHECK(mins.backward == bmin);
     for (std::size_t budget : {fmin, fmin + 1000, 3 * fmin, bmin, bmin * 3, std::size_t(1) << 20, memsafe::unlimited})
       for (unsigned threads : {1u, 2u, 3u}) {
         CAPTURE(budget);
@@ -449,6 +453,13 @@ TEST_CASE("attention: peak <= budget, results independent of the budget and thre
       CHECK(e.budget_bytes == fmin - 1);
     }
     for (float x : O) CHECK(x == 42.0f);
+    std::vector<float> dQ, dK, dV;
+    try {
+      run_backward(p, O0, l0, dO, dQ, dK, dV, {bmin - 1, 2});
+      FAIL("no budget_error");
+    } catch (const memsafe::budget_error& e) {
+      CHECK(e.minimum_bytes == bmin);
+    }
   }
 }
 

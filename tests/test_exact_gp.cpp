@@ -324,6 +324,29 @@ TEST_CASE("exact_solve: a budget too small is an error before any work, naming t
                   memsafe::budget_error);
   CHECK_THROWS_AS(gp::exact_predict_variance(p.data(), p.h, p.tests(), mean.data(), {.budget = minimum}),
                   memsafe::budget_error);
+  // The variances' minimum, asked before any work: what exact_predict_variance refuses below and
+  // runs within, for the default batch and a smaller one.
+  o.preconditioner_rank = 10;
+  for (std::size_t batch : {std::size_t(16), std::size_t(3)}) {
+    CAPTURE(batch);
+    const std::size_t vmin = gp::exact_predict_variance_minimum_bytes(p.data(), p.h, p.tests().n, o, batch);
+    CHECK(vmin > 2 * p.n * std::min(batch, p.tests().n) * sizeof(double));
+    gp::exact_options ov = o;
+    ov.budget = vmin - 1;
+    try {
+      gp::exact_predict_variance(p.data(), p.h, p.tests(), mean.data(), ov, batch);
+      FAIL("expected a budget_error");
+    } catch (const memsafe::budget_error& e) {
+      CHECK(e.minimum_bytes == vmin);
+    }
+    ov.budget = vmin;
+    const auto vs = gp::exact_predict_variance(p.data(), p.h, p.tests(), mean.data(), ov, batch);
+    CHECK(vs.peak_temp_bytes <= vmin);
+  }
+  CHECK(gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 0, o) == 0);
+  CHECK_THROWS_AS((void)gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 5, o, 0), memsafe::argument_error);
+  CHECK_THROWS_AS((void)gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 5, {.tolerance = -1.0}),
+                  memsafe::argument_error);
 }
 
 TEST_CASE("exact_solve: bad inputs") {

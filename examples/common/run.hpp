@@ -110,20 +110,6 @@ struct step_minimum {
   std::size_t bytes = 0;
 };
 
-/// The smallest budget of a library call that has no function returning it but checks its budget
-/// before any work, throwing a memsafe::budget_error that names its minimum: `call(budget_bytes)` is
-/// made with a budget of one byte and that error's minimum_bytes returned (0 if the call fitted in
-/// one byte, in which case it ran). Any other error the call throws goes through.
-template <class F>
-std::size_t probe_minimum_bytes(F&& call) {
-  try {
-    call(std::size_t{1});
-  } catch (const memsafe::budget_error& e) {
-    return e.minimum_bytes;
-  }
-  return 0;
-}
-
 /// For a run of several budgeted steps one after another, before any of them: the largest of the
 /// steps' minimums (the smallest budget with which every step runs). When `budget` is below it,
 /// throws a memsafe::budget_error naming that step and that minimum, which print_json_failure

@@ -124,6 +124,19 @@ eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_iden
   return detail::attention_backward<T>(a, O, lse, dO, dQ, dK, dV, &dBias, o);
 }
 
+/// The least budgets attention's passes fit in (each pass's smallest plan: one worker, one query
+/// row against a block of 64 keys), what their budget_errors name: for checking a budget against
+/// every pass before any work. 0 for a pass with nothing to compute (no query row meets a key).
+struct attention_minimums {
+  std::size_t forward = 0;   ///< eval_into
+  std::size_t backward = 0;  ///< attention_backward, with or without dBias
+};
+template <real T>
+attention_minimums attention_minimum_bytes(const detail::attention_expr<T>& a) {
+  namespace at = detail::attn;
+  return {at::plan_forward(a, unlimited, 1).min_bytes, at::plan_backward(a, false, unlimited, 1).p.min_bytes};
+}
+
 /// A human-readable account of an attention evaluation, nothing allocated or computed: the
 /// expression, the kernels, and the plans of the forward and of the backward (and, for a bias
 /// broadcast over B or H, of the backward with its gradient, whose work items are the bias's

@@ -658,6 +658,15 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   R.stats.seconds_total = since(t_start);
 }
 
+/// exact_predict_variance's own temporaries for batches of cb test points: k(X, x_q) and its
+/// solution (n × cb each) and the inverse squared lengthscales.
+inline std::size_t variance_own_bytes(std::size_t n, std::size_t cb, std::size_t d) {
+  return 2 * n * cb * sizeof(double) + d * sizeof(double);
+}
+inline void check_variance_batch(std::size_t batch, const std::string& f) {
+  if (batch == 0) throw argument_error(cat(msg{f, "batch must be >= 1"}));
+}
+
 }  // namespace memsafe::detail::gp
 
 namespace memsafe::gp {
@@ -669,6 +678,22 @@ inline std::size_t exact_minimum_bytes(const data_view& D, std::size_t rhs, cons
                                        const exact_options& opts = {}) {
   memsafe::detail::gp::validate_solve(D, rhs, h, opts, "memsafe::gp::exact_minimum_bytes: ");
   return memsafe::detail::gp::pcg_plan(D, rhs, h, opts).minimum();
+}
+
+/// Bytes of temporaries the smallest plan of exact_predict_variance needs for `test_points` test
+/// points in batches of `batch`: the batch's k(X, x_q) and its solution plus one solve's minimum
+/// (what its budget_error names). 0 when there are no test points.
+inline std::size_t exact_predict_variance_minimum_bytes(const data_view& D, const hyperparameters& h,
+                                                        std::size_t test_points, const exact_options& opts = {},
+                                                        std::size_t batch = 16) {
+  namespace dg = memsafe::detail::gp;
+  const std::string f = "memsafe::gp::exact_predict_variance_minimum_bytes: ";
+  dg::validate_exact(D, h, f);
+  dg::validate_options(opts, f);
+  dg::check_variance_batch(batch, f);
+  if (test_points == 0) return 0;
+  const std::size_t cb = std::min(batch, test_points);
+  return dg::variance_own_bytes(D.n, cb, D.d) + dg::pcg_plan(D, cb, h, opts).minimum();
 }
 
 /// Solve (K + σ²I)·α = B for `rhs` right-hand sides B (n × rhs, row-major) by preconditioned CG
@@ -739,12 +764,11 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
   exact_predict_stats st;
   if (!dg::start_predict(D, h, T, var, T.n, "var", nullptr, 0, opts, f, st)) return st;
   using memsafe::detail::cat, memsafe::detail::msg;
-  if (batch == 0) throw argument_error(cat(msg{f, "batch must be >= 1"}));
+  dg::check_variance_batch(batch, f);
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   const std::size_t n = D.n, d = D.d, cb = std::min(batch, T.n);
   const auto sz = dg::pcg_plan(D, cb, h, opts);
-  const std::size_t own = 2 * n * cb * sizeof(double) + d * sizeof(double);
-  const std::size_t minimum = own + sz.minimum();
+  const std::size_t minimum = dg::variance_own_bytes(n, cb, d) + sz.minimum();
   if (st.budget_bytes < minimum)
     throw budget_error(cat(msg{f, "a budget of ", format_bytes(st.budget_bytes), " is too small for n = ", n,
                                " and batches of ", cb, " test points: use a budget of at least ", minimum, " bytes"}),
