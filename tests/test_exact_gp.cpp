@@ -344,6 +344,7 @@ TEST_CASE("exact_solve: a budget too small is an error before any work, naming t
     CHECK(vs.peak_temp_bytes <= vmin);
   }
   CHECK(gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 0, o) == 0);
+  CHECK(gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 0, o, 0) == 0);  // as the call: nothing to do
   CHECK_THROWS_AS((void)gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 5, o, 0), memsafe::argument_error);
   CHECK_THROWS_AS((void)gp::exact_predict_variance_minimum_bytes(p.data(), p.h, 5, {.tolerance = -1.0}),
                   memsafe::argument_error);

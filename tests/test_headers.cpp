@@ -9,29 +9,7 @@
 // later as a slower compile in bench/compile_time.sh.
 #include <memsafe/memsafe.hpp>
 
-#if defined(__GLIBCXX__) && !defined(__CUDACC__)
-#ifdef _GLIBCXX_ALGORITHM
-#error "memsafe.hpp includes <algorithm>: include core/algo.hpp instead"
-#endif
-#ifdef _GLIBCXX_RANGES_ALGO_H
-#error "memsafe.hpp includes <bits/ranges_algo.h> (the ranges algorithms of <algorithm>)"
-#endif
-#ifdef _GLIBCXX_CMATH
-#error "memsafe.hpp includes <cmath>: call core/libm.hpp's functions instead"
-#endif
-#ifdef _GLIBCXX_CHRONO
-#error "memsafe.hpp includes <chrono>"
-#endif
-#if defined(_GLIBCXX_IOSTREAM) || defined(_GLIBCXX_OSTREAM) || defined(_GLIBCXX_SSTREAM)
-#error "memsafe.hpp includes a stream header"
-#endif
-#ifdef _GLIBCXX_FUNCTIONAL
-#error "memsafe.hpp includes <functional>"
-#endif
-#if defined(_GLIBCXX_MAP) || defined(_GLIBCXX_UNORDERED_MAP)
-#error "memsafe.hpp includes <map> or <unordered_map>"
-#endif
-#endif
+#include "header_guards.hpp"
 
 #include <doctest/doctest.h>
 

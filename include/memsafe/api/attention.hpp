@@ -126,7 +126,8 @@ eval_stats attention_backward(const detail::attention_expr<T>& a, std::type_iden
 
 /// The least budgets attention's passes fit in (each pass's smallest plan: one worker, one query
 /// row against a block of 64 keys), what their budget_errors name: for checking a budget against
-/// every pass before any work. 0 for a pass with nothing to compute (no query row meets a key).
+/// every pass before any work. 0 for a pass with nothing to compute (no query row meets a key):
+/// it then runs at any budget.
 struct attention_minimums {
   std::size_t forward = 0;   ///< eval_into
   std::size_t backward = 0;  ///< attention_backward, with or without dBias

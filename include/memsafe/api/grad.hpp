@@ -10,8 +10,6 @@
 // grad = lower (jobs::lower_grad, rules fired once) → plan (host::plan_grad; budget_error with the
 // minimum before any work) → run (host::run_grad; every temporary from one accountant).
 #pragma once
-#include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -21,6 +19,8 @@
 #include "../backend/host/grad.hpp"
 #include "../core/accounting.hpp"
 #include "../core/budget.hpp"
+#include "../core/clock.hpp"
+#include "../core/libm.hpp"
 #include "../expr/grad.hpp"
 #include "../lower/grad.hpp"
 #include "../plan/grad.hpp"
@@ -99,7 +99,7 @@ void append_param_gradients(const E& e, const host::grad_layout& L, const std::v
             for (std::size_t k = 0; k < d; ++k)
               g.lengthscale.push_back(static_cast<T>(-2.0 * as * q[k] / static_cast<double>(p.per_dim[k])));
           } else {
-            g.lengthscale = {static_cast<T>(-2.0 * as * std::sqrt(as) * qs)};  // ℓ = 1/√acc_scale
+            g.lengthscale = {static_cast<T>(-2.0 * as * libm::sqrt(as) * qs)};  // ℓ = 1/√acc_scale
           }
         }
         if constexpr (Dv::has_alpha) g.alpha = {static_cast<T>(a[1])};
@@ -127,7 +127,7 @@ gradients<typename X::value_type> grad(const backward_expr<X>& b, const options&
   using T = typename X::value_type;
   const std::size_t budget = detail::resolve_budget(o.budget);
   const std::size_t threads = plan::resolve_threads(o.threads);
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = detail::monotonic_seconds();
   rewrite::rule_log log;
   const auto j = jobs::lower_grad(b, log);
   auto hp = host::plan_grad(j, budget, threads, detail::grad_what(b));
@@ -161,7 +161,7 @@ gradients<typename X::value_type> grad(const backward_expr<X>& b, const options&
   }
   if (!j.params)
     for (auto& p : g.params) p = param_gradient<T>{p.formula, {}, {}, {}};
-  g.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g.stats.seconds = detail::monotonic_seconds() - t0;
   g.stats.budget_bytes = budget;
   g.stats.peak_temp_bytes = acc.peak();
   g.stats.planned_temp_bytes = hp.shown.planned_bytes;

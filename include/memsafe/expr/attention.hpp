@@ -11,7 +11,6 @@
 // compile time; nothing is computed, and the Tq×Tk score matrices never exist (the host backend,
 // backend/host/attention.hpp, evaluates the node as the online-softmax reduction tile by tile).
 #pragma once
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -20,6 +19,7 @@
 
 #include "../core/config.hpp"
 #include "../core/error.hpp"
+#include "../core/libm.hpp"
 #include "lazy.hpp"
 #include "overlap.hpp"
 #include "view.hpp"
@@ -252,7 +252,7 @@ detail::attention_scores<std::remove_cv_t<T>> dot(const heads_view<T>& Q, const 
 
 namespace detail {
 inline void check_scale(double c, bool has_bias) {
-  if (!std::isfinite(c)) throw argument_error("memsafe: attention scores: the scale must be finite");
+  if (!libm::isfinite(c)) throw argument_error("memsafe: attention scores: the scale must be finite");
   if (has_bias)
     throw argument_error("memsafe: attention scores: write the scale on the product, before the bias: "
                          "scale * dot(Q, K) + bias");
@@ -266,7 +266,7 @@ detail::attention_scores<T> operator*(S c, detail::attention_scores<T> s) {
   s.scale *= static_cast<double>(c);
   // each factor finite, their product too, and in T (the kernels scale in T): 1e39 · dot(Q, K) is
   // finite as a double but not as a float
-  if (!(std::abs(s.scale) <= static_cast<double>(std::numeric_limits<T>::max())))
+  if (!(libm::fabs(s.scale) <= static_cast<double>(std::numeric_limits<T>::max())))
     throw argument_error(detail::cat(detail::msg{"memsafe: attention scores: the scale ", s.scale,
                                                  " is not finite in the value type; the scale must be finite"}));
   return s;

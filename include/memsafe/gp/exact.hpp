@@ -682,16 +682,17 @@ inline std::size_t exact_minimum_bytes(const data_view& D, std::size_t rhs, cons
 
 /// Bytes of temporaries the smallest plan of exact_predict_variance needs for `test_points` test
 /// points in batches of `batch`: the batch's k(X, x_q) and its solution plus one solve's minimum
-/// (what its budget_error names). 0 when there are no test points.
+/// (what its budget_error names). 0 when there are no test points (the call then runs at any
+/// budget). Checks what the call checks, in its order.
 inline std::size_t exact_predict_variance_minimum_bytes(const data_view& D, const hyperparameters& h,
                                                         std::size_t test_points, const exact_options& opts = {},
                                                         std::size_t batch = 16) {
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_predict_variance_minimum_bytes: ";
-  dg::validate_exact(D, h, f);
   dg::validate_options(opts, f);
-  dg::check_variance_batch(batch, f);
+  dg::validate_exact(D, h, f);
   if (test_points == 0) return 0;
+  dg::check_variance_batch(batch, f);
   const std::size_t cb = std::min(batch, test_points);
   return dg::variance_own_bytes(D.n, cb, D.d) + dg::pcg_plan(D, cb, h, opts).minimum();
 }

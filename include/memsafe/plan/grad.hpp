@@ -3,7 +3,6 @@
 // the host fills it in backend/host/grad.hpp. docs/design.md, "Gradients".
 #pragma once
 #include <cstddef>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,33 +27,35 @@ struct grad_plan {
   std::size_t budget = 0;
   std::size_t threads = 0;  ///< the most threads any pass uses
 
+  /// One "name: value" line each; built with detail::cat, not <sstream> (docs/design.md, "Compile time").
   std::string describe() const {
-    std::ostringstream o;
-    o << "as rewritten: " << rewritten << "\nrules fired:  ";
-    if (rules.empty()) o << "(none)";
-    for (std::size_t k = 0; k < rules.size(); ++k) o << (k ? "\n              " : "") << rules[k];
-    o << "\nbackward:     " << weights << "\nmode:         " << mode << "\n";
+    using detail::cat, detail::msg;
+    std::string o = cat(msg{"as rewritten: ", rewritten, "\nrules fired:  "});
+    if (rules.empty()) o += "(none)";
+    for (std::size_t k = 0; k < rules.size(); ++k) o += cat(msg{k ? "\n              " : "", rules[k]});
+    o += cat(msg{"\nbackward:     ", weights, "\nmode:         ", mode, "\n"});
     for (std::size_t k = 0; k < pre.size(); ++k) {
-      o << "pre-step " << k + 1 << ":   " << pre_labels[k] << "\n";
+      o += cat(msg{"pre-step ", k + 1, ":   ", pre_labels[k], "\n"});
       append_tiles(o, pre[k]);
     }
     for (std::size_t k = 0; k < passes.size(); ++k) {
-      o << "pass " << k + 1 << ":       " << labels[k] << "\n";
+      o += cat(msg{"pass ", k + 1, ":       ", labels[k], "\n"});
       append_tiles(o, passes[k]);
     }
-    o << "temporaries:  " << format_bytes(planned_bytes) << " planned (" << format_bytes(persistent_bytes)
-      << " through every pass), budget " << format_bytes(budget) << ", minimum " << format_bytes(min_bytes) << "\n";
-    return o.str();
+    o += cat(msg{"temporaries:  ", format_bytes(planned_bytes), " planned (", format_bytes(persistent_bytes),
+                 " through every pass), budget ", format_bytes(budget), ", minimum ", format_bytes(min_bytes), "\n"});
+    return o;
   }
 
  private:
-  static void append_tiles(std::ostringstream& o, const tile_plan& p) {
-    o << "              index space " << p.rows << " x " << p.cols;
+  static void append_tiles(std::string& o, const tile_plan& p) {
+    using detail::cat, detail::msg;
+    o += cat(msg{"              index space ", p.rows, " x ", p.cols});
     if (p.tile_rows)
-      o << ", tile " << p.tile_rows << " x " << p.tile_cols << " (" << p.num_tiles << " tiles), " << p.threads
-        << (p.threads == 1 ? " thread" : " threads") << (p.split_columns ? " splitting columns" : "");
-    o << ", " << format_bytes(p.planned_bytes) << " (" << format_bytes(p.per_thread_bytes) << " per thread), minimum "
-      << format_bytes(p.min_bytes) << "\n";
+      o += cat(msg{", tile ", p.tile_rows, " x ", p.tile_cols, " (", p.num_tiles, " tiles), ", p.threads,
+                   p.threads == 1 ? " thread" : " threads", p.split_columns ? " splitting columns" : ""});
+    o += cat(msg{", ", format_bytes(p.planned_bytes), " (", format_bytes(p.per_thread_bytes), " per thread), minimum ",
+                 format_bytes(p.min_bytes), "\n"});
   }
 };
 

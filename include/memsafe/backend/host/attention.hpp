@@ -34,10 +34,7 @@
 // order, dQ's over key blocks in order): results are bitwise independent of the budget and the
 // thread count.
 #pragma once
-#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,7 +43,10 @@
 #include <vector>
 
 #include "../../core/accounting.hpp"
+#include "../../core/algo.hpp"
+#include "../../core/libm.hpp"
 #include "../../core/budget.hpp"
+#include "../../core/clock.hpp"
 #include "../../core/error.hpp"
 #include "../../core/math.hpp"
 #include "../../expr/attention.hpp"
@@ -56,9 +56,6 @@
 
 #include "isa.hpp"
 
-#if defined(MEMSAFE_SIMD_DISPATCH)
-#include <immintrin.h>
-#endif
 
 namespace memsafe::detail::attn {
 
@@ -162,6 +159,15 @@ namespace portable {
 // The AVX2 + FMA and AVX-512 kernels (attention_kernel.inc, written once), each compiled for its
 // target whatever the translation unit's -march (as simd.hpp's kernels) and chosen at run time
 // (host::choose_isa: the CPU, MEMSAFE_ISA).
+// Their registers are GCC/Clang vector types and their four operations (load, store, broadcast,
+// fused multiply-add) the same instructions <immintrin.h>'s intrinsics give, without that header:
+// its parsing alone is ≈ 2.9 G compiler instructions (g++ 12 -O2), more than all of memsafe.hpp
+// (docs/design.md, "Compile time").
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_elementwise_fma)
+#define MEMSAFE_ATTN_ELEMENTWISE_FMA 1
+#endif
+#endif
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -169,14 +175,29 @@ namespace portable {
 #pragma GCC target("avx2,fma")
 #endif
 namespace avx2 {
-inline __m256 vld(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256d vld(const double* p) { return _mm256_loadu_pd(p); }
-inline void vst(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-inline void vst(double* p, __m256d v) { _mm256_storeu_pd(p, v); }
-inline __m256 vbc(float a) { return _mm256_set1_ps(a); }
-inline __m256d vbc(double a) { return _mm256_set1_pd(a); }
-inline __m256 vfma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-inline __m256d vfma(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
+typedef float vf __attribute__((vector_size(32)));
+typedef double vd __attribute__((vector_size(32)));
+inline vf vld(const float* p) {  // unaligned
+  vf r;
+  __builtin_memcpy(&r, p, sizeof r);
+  return r;
+}
+inline vd vld(const double* p) {
+  vd r;
+  __builtin_memcpy(&r, p, sizeof r);
+  return r;
+}
+inline void vst(float* p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
+inline void vst(double* p, vd v) { __builtin_memcpy(p, &v, sizeof v); }
+inline vf vbc(float a) { return vf{a, a, a, a, a, a, a, a}; }
+inline vd vbc(double a) { return vd{a, a, a, a}; }
+#if defined(MEMSAFE_ATTN_ELEMENTWISE_FMA)
+inline vf vfma(vf a, vf b, vf c) { return __builtin_elementwise_fma(a, b, c); }
+inline vd vfma(vd a, vd b, vd c) { return __builtin_elementwise_fma(a, b, c); }
+#else
+inline vf vfma(vf a, vf b, vf c) { return __builtin_ia32_vfmaddps256(a, b, c); }
+inline vd vfma(vd a, vd b, vd c) { return __builtin_ia32_vfmaddpd256(a, b, c); }
+#endif
 #include "attention_kernel.inc"
 #include "attention_softmax.inc"
 }  // namespace avx2
@@ -195,14 +216,29 @@ MEMSAFE_ATTENTION_MM(mm_avx2, avx2::mm_rows)
 #pragma GCC target("avx512f,avx2,fma")
 #endif
 namespace avx512 {
-inline __m512 vld(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512d vld(const double* p) { return _mm512_loadu_pd(p); }
-inline void vst(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void vst(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
-inline __m512 vbc(float a) { return _mm512_set1_ps(a); }
-inline __m512d vbc(double a) { return _mm512_set1_pd(a); }
-inline __m512 vfma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-inline __m512d vfma(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+typedef float vf __attribute__((vector_size(64)));
+typedef double vd __attribute__((vector_size(64)));
+inline vf vld(const float* p) {  // unaligned
+  vf r;
+  __builtin_memcpy(&r, p, sizeof r);
+  return r;
+}
+inline vd vld(const double* p) {
+  vd r;
+  __builtin_memcpy(&r, p, sizeof r);
+  return r;
+}
+inline void vst(float* p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
+inline void vst(double* p, vd v) { __builtin_memcpy(p, &v, sizeof v); }
+inline vf vbc(float a) { return vf{a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; }
+inline vd vbc(double a) { return vd{a, a, a, a, a, a, a, a}; }
+#if defined(MEMSAFE_ATTN_ELEMENTWISE_FMA)
+inline vf vfma(vf a, vf b, vf c) { return __builtin_elementwise_fma(a, b, c); }
+inline vd vfma(vd a, vd b, vd c) { return __builtin_elementwise_fma(a, b, c); }
+#else
+inline vf vfma(vf a, vf b, vf c) { return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4); }
+inline vd vfma(vd a, vd b, vd c) { return __builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4); }
+#endif
 #include "attention_kernel.inc"
 #include "attention_softmax.inc"
 }  // namespace avx512
@@ -411,13 +447,13 @@ bwd_plan plan_backward(const attention_expr<T>& a, bool want_db, std::size_t bud
 /// What a forward or backward pass reports: its time, the budget and the accountant's peak, the
 /// plan's bytes, minimum and threads, the tile shape (Br × BC over d) and the tiles it computed.
 template <class Plan>
-eval_stats pass_stats(std::chrono::steady_clock::time_point t0, std::size_t budget, const accountant& acc,
+eval_stats pass_stats(double t0, std::size_t budget, const accountant& acc,
                       const Plan& p, std::size_t Br, std::size_t BC, std::size_t d, std::size_t tiles, kernel mm,
                       const char* schedule) {
   eval_stats st;
   st.plan.isa = memsafe::host::isa_name(mm.i);
   st.plan.reduction = schedule;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds = monotonic_seconds() - t0;
   st.budget_bytes = budget;
   st.peak_temp_bytes = acc.peak();
   st.planned_temp_bytes = p.bytes;
@@ -434,7 +470,7 @@ eval_stats pass_stats(std::chrono::steady_clock::time_point t0, std::size_t budg
 /// Forward: O[b, h] and lse[b, h] (lse may be null).
 template <class T>
 eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const options& o) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = monotonic_seconds();
   const attention_scores<T>& sc = a.s;
   const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), Tk = a.keys(), d = a.dim(), dv = a.value_dim();
   const std::size_t budget = resolve_budget(o.budget);
@@ -563,7 +599,7 @@ template <class T>
 eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* lse, heads_view<const T> dO,
                     heads_view<T> dQ, heads_view<T> dK, heads_view<T> dV, const heads_view<T>* dB,
                     const options& o) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = monotonic_seconds();
   const attention_scores<T>& sc = a.s;
   const std::size_t B = a.batch(), H = a.heads(), Tq = a.queries(), Tk = a.keys(), d = a.dim(), dv = a.value_dim();
   const std::size_t budget = resolve_budget(o.budget);

@@ -15,6 +15,7 @@
 
 #include "../../core/accounting.hpp"
 #include "../../core/budget.hpp"
+#include "../../core/clock.hpp"
 #include "../../lower/chain.hpp"
 #include "../../lower/job.hpp"
 #include "../../plan/options.hpp"
@@ -22,27 +23,9 @@
 #include "chain.hpp"
 #include "jobs.hpp"
 
-// A monotonic clock for eval_stats::seconds. POSIX clock_gettime where there is one: <chrono>
-// includes <sstream> under C++20 (libstdc++ 12), ≈ 0.1 s of parsing in every translation unit.
-#if __has_include(<time.h>)
-#include <time.h>
-#endif
-#if !defined(CLOCK_MONOTONIC)
-#include <chrono>
-#endif
-
 namespace memsafe::host {
 
-/// Seconds on a monotonic clock (differences only).
-inline double monotonic_seconds() {
-#if defined(CLOCK_MONOTONIC)
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-#else
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-#endif
-}
+using detail::monotonic_seconds;
 
 /// lower → plan → outputs() → run. Every planning error (budget_error with the minimum, a shape or
 /// argument error found while planning) comes before outputs() is called: eval allocates its

@@ -13,8 +13,6 @@
 // plan::tiles_2d; the parameter and fused column accumulators are allocated beside the tile
 // workspaces, one per thread, and counted in the same plan.
 #pragma once
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <optional>
@@ -23,6 +21,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "../../core/algo.hpp"
+#include "../../core/libm.hpp"
 
 #include "../../core/accounting.hpp"
 #include "../../core/budget.hpp"
