@@ -55,6 +55,7 @@
 #include "executor.hpp"
 
 #include "isa.hpp"
+#include "simd.hpp"
 
 
 namespace memsafe::detail::attn {
@@ -158,16 +159,10 @@ namespace portable {
 #if defined(MEMSAFE_SIMD_DISPATCH)
 // The AVX2 + FMA and AVX-512 kernels (attention_kernel.inc, written once), each compiled for its
 // target whatever the translation unit's -march (as simd.hpp's kernels) and chosen at run time
-// (host::choose_isa: the CPU, MEMSAFE_ISA).
-// Their registers are GCC/Clang vector types and their four operations (load, store, broadcast,
-// fused multiply-add) the same instructions <immintrin.h>'s intrinsics give, without that header:
-// its parsing alone is ≈ 2.9 G compiler instructions (g++ 12 -O2), more than all of memsafe.hpp
-// (docs/design.md, "Compile time").
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_elementwise_fma)
-#define MEMSAFE_ATTN_ELEMENTWISE_FMA 1
-#endif
-#endif
+// (host::choose_isa: the CPU, MEMSAFE_ISA). Their four operations (load, store, broadcast, fused
+// multiply-add) are simd.hpp's host::<isa>::simd<T>, the screening kernels' own: GCC/Clang vector
+// types and builtins, without <immintrin.h>, whose parsing alone is ≈ 2.9 G compiler instructions
+// (g++ 12 -O2), more than all of memsafe.hpp (docs/design.md, "Compile time").
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -175,29 +170,8 @@ namespace portable {
 #pragma GCC target("avx2,fma")
 #endif
 namespace avx2 {
-typedef float vf __attribute__((vector_size(32)));
-typedef double vd __attribute__((vector_size(32)));
-inline vf vld(const float* p) {  // unaligned
-  vf r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-inline vd vld(const double* p) {
-  vd r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-inline void vst(float* p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
-inline void vst(double* p, vd v) { __builtin_memcpy(p, &v, sizeof v); }
-inline vf vbc(float a) { return vf{a, a, a, a, a, a, a, a}; }
-inline vd vbc(double a) { return vd{a, a, a, a}; }
-#if defined(MEMSAFE_ATTN_ELEMENTWISE_FMA)
-inline vf vfma(vf a, vf b, vf c) { return __builtin_elementwise_fma(a, b, c); }
-inline vd vfma(vd a, vd b, vd c) { return __builtin_elementwise_fma(a, b, c); }
-#else
-inline vf vfma(vf a, vf b, vf c) { return __builtin_ia32_vfmaddps256(a, b, c); }
-inline vd vfma(vd a, vd b, vd c) { return __builtin_ia32_vfmaddpd256(a, b, c); }
-#endif
+template <class T>
+using simd = memsafe::host::avx2::simd<T>;
 #include "attention_kernel.inc"
 #include "attention_softmax.inc"
 }  // namespace avx2
@@ -216,29 +190,8 @@ MEMSAFE_ATTENTION_MM(mm_avx2, avx2::mm_rows)
 #pragma GCC target("avx512f,avx2,fma")
 #endif
 namespace avx512 {
-typedef float vf __attribute__((vector_size(64)));
-typedef double vd __attribute__((vector_size(64)));
-inline vf vld(const float* p) {  // unaligned
-  vf r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-inline vd vld(const double* p) {
-  vd r;
-  __builtin_memcpy(&r, p, sizeof r);
-  return r;
-}
-inline void vst(float* p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
-inline void vst(double* p, vd v) { __builtin_memcpy(p, &v, sizeof v); }
-inline vf vbc(float a) { return vf{a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; }
-inline vd vbc(double a) { return vd{a, a, a, a, a, a, a, a}; }
-#if defined(MEMSAFE_ATTN_ELEMENTWISE_FMA)
-inline vf vfma(vf a, vf b, vf c) { return __builtin_elementwise_fma(a, b, c); }
-inline vd vfma(vd a, vd b, vd c) { return __builtin_elementwise_fma(a, b, c); }
-#else
-inline vf vfma(vf a, vf b, vf c) { return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4); }
-inline vd vfma(vd a, vd b, vd c) { return __builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4); }
-#endif
+template <class T>
+using simd = memsafe::host::avx512::simd<T>;
 #include "attention_kernel.inc"
 #include "attention_softmax.inc"
 }  // namespace avx512

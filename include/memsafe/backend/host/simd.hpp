@@ -78,6 +78,14 @@ struct simd<float> : simd_ops<float, vec::f32x16, vec::i32x16> {
     return __builtin_ia32_sqrtps512_mask(a, a, (unsigned short)-1, 4);
 #endif
   }
+  /// a·b + c, one rounding
+  static reg fmadd(reg a, reg b, reg c) {
+#if defined(MEMSAFE_ELEMENTWISE_FMA)
+    return __builtin_elementwise_fma(a, b, c);
+#else
+    return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4);
+#endif
+  }
   /// c − a·b, one rounding
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
@@ -174,6 +182,14 @@ template <>
 struct simd<float> : simd_ops<float, vec::f32x8, vec::i32x8> {
   static reg set1(float v) { return reg{v, v, v, v, v, v, v, v}; }
   static reg sqrt(reg a) { return __builtin_ia32_sqrtps256(a); }
+  /// a·b + c, one rounding
+  static reg fmadd(reg a, reg b, reg c) {
+#if defined(MEMSAFE_ELEMENTWISE_FMA)
+    return __builtin_elementwise_fma(a, b, c);
+#else
+    return __builtin_ia32_vfmaddps256(a, b, c);
+#endif
+  }
   static reg fnmadd(reg a, reg b, reg c) {
 #if defined(MEMSAFE_ELEMENTWISE_FMA)
     return __builtin_elementwise_fma(-a, b, c);
