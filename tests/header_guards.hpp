@@ -7,6 +7,9 @@
 #ifdef _GLIBCXX_ALGORITHM
 #error "the header under test includes <algorithm>: include core/algo.hpp instead"
 #endif
+#ifdef _STL_ALGO_H
+#error "the header under test includes <bits/stl_algo.h> (sort, find, clamp, …): core/algo.hpp has what the library needs"
+#endif
 #ifdef _GLIBCXX_RANGES_ALGO_H
 #error "the header under test includes <bits/ranges_algo.h> (the ranges algorithms of <algorithm>)"
 #endif

@@ -716,3 +716,62 @@ TEST_CASE("select: the int16 screen passes the same lanes with AVX-VNNI (VPDPWSS
   }
 }
 #endif
+
+// core/algo.hpp's selection and sort (the tile path's per-row top-k merge) against std::nth_element
+// and std::sort, on the orders that trouble a quickselect or a heap: random, ascending, descending,
+// few distinct values (ties broken by index: a total order, so the results must be equal), and
+// organ-pipe; sizes around the insertion-sort and depth limits.
+TEST_CASE("algo: select_nth, sort_range and sort_best agree with nth_element and sort") {
+  struct item {
+    float v;
+    long i;
+  };
+  const auto before = [](const item& a, const item& b) { return a.v != b.v ? a.v < b.v : a.i < b.i; };
+  std::uint64_t state = 12345;
+  const auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(state >> 33);
+  };
+  for (int order = 0; order < 5; ++order)
+    for (std::size_t n : {1u, 2u, 3u, 8u, 9u, 16u, 17u, 33u, 100u, 1000u, 4196u}) {
+      std::vector<item> base(n);
+      for (std::size_t j = 0; j < n; ++j) {
+        const float v = order == 0   ? float(next() % 100000)
+                        : order == 1 ? float(j)
+                        : order == 2 ? float(n - j)
+                        : order == 3 ? float(next() % 3)
+                                     : float(j < n / 2 ? j : n - j);
+        base[j] = {v, static_cast<long>(next() % 1000003) * 4096 + static_cast<long>(j)};
+      }
+      std::vector<item> want = base;
+      std::sort(want.begin(), want.end(), before);
+      std::vector<item> got = base;
+      memsafe::detail::sort_range(got.data(), n, before);
+      bool same = true;
+      for (std::size_t j = 0; j < n; ++j) same = same && got[j].i == want[j].i;
+      CHECK_MESSAGE(same, "sort_range, order " << order << ", n = " << n);
+      for (int depth : {0, 1}) {  // the heap sort after no partition, or after one
+        got = base;
+        memsafe::detail::sort_range(got.data(), n, before, depth);
+        same = true;
+        for (std::size_t j = 0; j < n; ++j) same = same && got[j].i == want[j].i;
+        CHECK_MESSAGE(same, "sort_range, depth " << depth << ", order " << order << ", n = " << n);
+      }
+      for (std::size_t k : {std::size_t{0}, std::size_t{1}, n / 3, n / 2, n > 1 ? n - 1 : 0}) {
+        if (k >= n) continue;
+        for (int depth : {-1, 0, 1}) {  // the quickselect, its heap selection at once, after one partition
+          got = base;
+          memsafe::detail::select_nth(got.data(), n, k, before, depth);
+          bool ok = got[k].i == want[k].i;
+          for (std::size_t j = 0; j < k; ++j) ok = ok && !before(got[k], got[j]);
+          for (std::size_t j = k + 1; j < n; ++j) ok = ok && !before(got[j], got[k]);
+          CHECK_MESSAGE(ok, "select_nth, order " << order << ", n = " << n << ", k = " << k << ", depth " << depth);
+        }
+        got = base;
+        memsafe::detail::sort_best(got.data(), n, k, before);
+        bool best = true;
+        for (std::size_t j = 0; j < k; ++j) best = best && got[j].i == want[j].i;
+        CHECK_MESSAGE(best, "sort_best, order " << order << ", n = " << n << ", k = " << k);
+      }
+    }
+}

@@ -180,8 +180,8 @@ namespace detail {
 /// malformed.
 inline std::optional<std::size_t> env_budget() {
   const auto e = env::budget();
-  if (!e) return std::nullopt;
-  return parse_bytes(*e);
+  if (e.empty()) return std::nullopt;
+  return parse_bytes(e);
 }
 
 /// Resolve the budget of one call following the documented precedence.

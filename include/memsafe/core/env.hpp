@@ -1,7 +1,7 @@
 // memsafe/core/env.hpp — the environment variables the library reads, all read here.
 //
-// Each variable has one function returning its text, or nullopt when it is unset or set to the
-// empty string or spaces only (such a variable counts as unset everywhere; spaces around a value
+// Each variable has one function returning its text, or an empty view when it is unset or set to
+// the empty string or spaces only (such a variable counts as unset everywhere; spaces around a value
 // are dropped). The text is parsed where its meaning is owned; a malformed value is an
 // argument_error quoting the text:
 //
@@ -50,50 +50,48 @@
 // MEMSAFE_FUZZ_*) belong to the examples, benchmarks, scripts and tests, not to the library.
 #pragma once
 #include <cstdlib>
-#include <optional>
 #include <string_view>
 
 namespace memsafe::env {
 
-/// The text of the environment variable `name` without surrounding spaces; nullopt when unset,
-/// empty or all spaces. The view is valid until the environment is next modified.
-inline std::optional<std::string_view> get(const char* name) {
+/// The text of the environment variable `name` without surrounding spaces; empty when unset, empty
+/// or all spaces. The view is valid until the environment is next modified.
+inline std::string_view get(const char* name) {
   const char* e = std::getenv(name);
-  if (!e) return std::nullopt;
+  if (!e) return {};
   std::string_view s(e);
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
   while (!s.empty() && space(s.front())) s.remove_prefix(1);
   while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  if (s.empty()) return std::nullopt;
   return s;
 }
 
 /// MEMSAFE_BUDGET (see above).
-inline std::optional<std::string_view> budget() { return get("MEMSAFE_BUDGET"); }
+inline std::string_view budget() { return get("MEMSAFE_BUDGET"); }
 
 /// MEMSAFE_NUM_THREADS (see above).
-inline std::optional<std::string_view> num_threads() { return get("MEMSAFE_NUM_THREADS"); }
+inline std::string_view num_threads() { return get("MEMSAFE_NUM_THREADS"); }
 
 /// MEMSAFE_KERNELS (see above).
-inline std::optional<std::string_view> kernels() { return get("MEMSAFE_KERNELS"); }
+inline std::string_view kernels() { return get("MEMSAFE_KERNELS"); }
 
 /// MEMSAFE_ISA (see above).
-inline std::optional<std::string_view> isa() { return get("MEMSAFE_ISA"); }
+inline std::string_view isa() { return get("MEMSAFE_ISA"); }
 
 /// MEMSAFE_SCREEN (see above).
-inline std::optional<std::string_view> screen() { return get("MEMSAFE_SCREEN"); }
+inline std::string_view screen() { return get("MEMSAFE_SCREEN"); }
 
 /// MEMSAFE_SYMMETRIC (see above).
-inline std::optional<std::string_view> symmetric() { return get("MEMSAFE_SYMMETRIC"); }
+inline std::string_view symmetric() { return get("MEMSAFE_SYMMETRIC"); }
 /// MEMSAFE_SYMMETRIC is "off" or "0": no symmetric K·v on either backend.
 inline bool symmetric_off() {
   const auto v = symmetric();
-  return v && (*v == "off" || *v == "0");
+  return v == "off" || v == "0";
 }
 /// MEMSAFE_SYMMETRIC is "on": the CUDA backend takes the symmetric K·v wherever it fits.
 inline bool symmetric_forced() {
   const auto v = symmetric();
-  return v && *v == "on";
+  return v == "on";
 }
 
 }  // namespace memsafe::env

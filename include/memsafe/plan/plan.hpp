@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
-#include <optional>
 #include <string_view>
 #include <string>
 #include <type_traits>
@@ -27,6 +26,7 @@
 #include "../core/budget.hpp"
 #include "../core/config.hpp"
 #include "../core/env.hpp"
+#include "../core/maybe.hpp"
 #include "../core/threads.hpp"
 #include "../core/error.hpp"
 
@@ -109,19 +109,19 @@ namespace plan {
 /// one (Linux), else the processors online; at least 1.
 using detail::available_cores;
 
-/// A positive decimal integer (surrounding spaces allowed); nullopt for anything else, including
+/// A positive decimal integer (surrounding spaces allowed); none for anything else, including
 /// values that do not fit in 64 bits.
-inline std::optional<std::uint64_t> parse_positive(std::string_view s) {
+inline detail::maybe<std::uint64_t> parse_positive(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  if (s.empty()) return std::nullopt;
+  if (s.empty()) return {};
   std::uint64_t v = 0;
   for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    if (v > (std::numeric_limits<std::uint64_t>::max() - std::uint64_t(c - '0')) / 10) return std::nullopt;
+    if (c < '0' || c > '9') return {};
+    if (v > (std::numeric_limits<std::uint64_t>::max() - std::uint64_t(c - '0')) / 10) return {};
     v = v * 10 + std::uint64_t(c - '0');
   }
-  if (v == 0) return std::nullopt;
+  if (v == 0) return {};
   return v;
 }
 
@@ -131,9 +131,9 @@ inline std::optional<std::uint64_t> parse_positive(std::string_view s) {
 inline std::size_t resolve_threads(unsigned requested) {
   const std::size_t cores = available_cores();
   if (requested) return std::min<std::size_t>(requested, cores);
-  if (const auto e = env::num_threads()) {
-    if (auto v = parse_positive(*e)) return static_cast<std::size_t>(std::min<std::uint64_t>(*v, cores));
-    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"", *e, "\""}));
+  if (const auto e = env::num_threads(); !e.empty()) {
+    if (auto v = parse_positive(e)) return static_cast<std::size_t>(std::min<std::uint64_t>(*v, cores));
+    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_NUM_THREADS must be a positive integer, got \"", e, "\""}));
   }
   return cores;
 }
@@ -143,7 +143,7 @@ std::vector<std::size_t> candidates(std::size_t extent, std::initializer_list<st
   std::vector<std::size_t> v;
   for (std::size_t p : prefs) {
     std::size_t c = std::min(p, extent);
-    if (c && std::find(v.begin(), v.end(), c) == v.end()) v.push_back(c);
+    if (c && !detail::contains(v, c)) v.push_back(c);
   }
   return v;
 }

@@ -103,7 +103,7 @@ struct chain_order {
         std::size_t ms = i;
         for (std::size_t s = i; s < j; ++s) {
           const double hl = held(i, s), hr = held(s + 1, j);
-          const double pk = std::max({peak[i * N + s], hl + peak[(s + 1) * N + j], hl + hr + out});
+          const double pk = std::max(std::max(peak[i * N + s], hl + peak[(s + 1) * N + j]), hl + hr + out);
           const double f = flops[i * N + s] + flops[(s + 1) * N + j] + combine_flops(i, s, j);
           if (pk < minpk) { minpk = pk; ms = s; }
           if (pk <= budget && f < best) { best = f; bestpk = pk; bs = s; }

@@ -23,7 +23,7 @@ struct rule_log {
   std::vector<std::string> fired;
   template <class = void>
   void add(const std::string& r) {
-    if (std::find(fired.begin(), fired.end(), r) == fired.end()) fired.push_back(r);
+    if (!detail::contains(fired, r)) fired.push_back(r);
   }
   template <class = void>
   MEMSAFE_COLD std::string str() const {

@@ -17,13 +17,13 @@
 // MEMSAFE_NO_SIMD defined; then MEMSAFE_SIMD_DISPATCH is 1.
 #pragma once
 #include <cctype>
-#include <optional>
 #include <string>
 #include <string_view>
 
 #include "../../core/config.hpp"
 #include "../../core/env.hpp"
 #include "../../core/error.hpp"
+#include "../../core/maybe.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -184,13 +184,13 @@ inline bool ascii_iequal(std::string_view a, std::string_view b) {
   return true;
 }
 
-/// "avx512", "avx2" or "portable", case insensitive, surrounding spaces allowed; nullopt otherwise.
-inline std::optional<isa> parse_isa(std::string_view s) {
+/// "avx512", "avx2" or "portable", case insensitive, surrounding spaces allowed; none otherwise.
+inline detail::maybe<isa> parse_isa(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   for (isa i : isa_all)
     if (ascii_iequal(s, isa_name(i))) return i;
-  return std::nullopt;
+  return {};
 }
 
 /// The instruction set of the fused kernels for one evaluation, in a translation unit that has
@@ -199,13 +199,13 @@ inline std::optional<isa> parse_isa(std::string_view s) {
 /// call (the CPU only once). Throws argument_error for a MEMSAFE_ISA that is not a name, or names
 /// an instruction set not available here.
 MEMSAFE_COLD inline isa choose_isa(unsigned compiled) {
-  if (const auto k = env::kernels(); k && *k == "reference") return isa::portable;
+  if (env::kernels() == "reference") return isa::portable;
   const unsigned cpu = cpu_isas(), have = compiled & cpu;
   const auto e = env::isa();
-  if (!e) return best_isa(have);
-  const auto want = parse_isa(*e);
+  if (e.empty()) return best_isa(have);
+  const auto want = parse_isa(e);
   if (!want)
-    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_ISA must be avx512, avx2 or portable, got \"", *e, "\""}));
+    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_ISA must be avx512, avx2 or portable, got \"", e, "\""}));
   if (have & isa_bit(*want)) return *want;
   const char* n = isa_name(*want);
   if (!(cpu & isa_bit(*want)))

@@ -17,6 +17,7 @@
 
 #include "../../core/algo.hpp"
 #include "../../core/accounting.hpp"
+#include "../../core/maybe.hpp"
 #include "../../core/budget.hpp"
 #include "../../lower/job.hpp"
 #include "../../plan/plan.hpp"
@@ -219,9 +220,9 @@ void run_rows_job(const jobs::rows_job<E, R, T>& job, const jobs::out_spec<T>& o
       [&](const auto& e) {
         host::dispatch_sum(
             e, mon, [&](const auto& leaf) { host::run_fsum(leaf, mon, out, p, acc); },
-            [&](const auto& g) { host::run_rows(g, mon, out, p, acc); }, std::optional<bool>(p.fused));
+            [&](const auto& g) { host::run_rows(g, mon, out, p, acc); }, detail::maybe<bool>(p.fused));
       },
-      std::optional<bool>(p.fused));
+      detail::maybe<bool>(p.fused));
   jobs::apply_post(post, job.rhs, out, job.e.rows(), job.rhs.data() ? job.rhs.cols() : 1);
 }
 template <class J, class T>

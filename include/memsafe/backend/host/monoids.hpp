@@ -184,11 +184,8 @@ struct topk_monoid {
   }
   void keep_best(ranked<T>* row_best, std::size_t& cnt, std::size_t total) {
     auto cmp = [](const ranked<T>& a, const ranked<T>& b) { return ranks_before<Max>(a, b); };
-    if (total > k) {
-      std::nth_element(cand, cand + k, cand + total, cmp);
-      total = k;
-    }
-    std::sort(cand, cand + total, cmp);
+    detail::sort_best(cand, total, k, cmp);
+    if (total > k) total = k;
     std::copy(cand, cand + total, row_best);
     cnt = total;
   }

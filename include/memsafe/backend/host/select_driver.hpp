@@ -24,7 +24,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <optional>
 #include <vector>
 
 #include "isa.hpp"
@@ -33,6 +32,7 @@
 #include "simd.hpp"
 #include "../../core/accounting.hpp"
 #include "../../core/env.hpp"
+#include "../../core/maybe.hpp"
 #include "../../expr/formulas.hpp"
 #include "../../expr/lazy.hpp"
 #include "../../plan/plan.hpp"
@@ -144,7 +144,7 @@ decltype(auto) fused_or_generic(const Leaf& leaf, const E& e, Fused& fused, Gene
 
 /// Whether a host row job takes the fused kernels: the plan's choice when running (`planned`), else
 /// the environment's (MEMSAFE_ISA, MEMSAFE_KERNELS), looked up only when planning.
-inline bool fused_chosen(std::optional<bool> planned) { return planned ? *planned : fused_kernels_enabled(); }
+inline bool fused_chosen(detail::maybe<bool> planned) { return planned ? *planned : fused_kernels_enabled(); }
 
 /// Call fused(leaf) when the fused selection applies to the (normalised) expression `e` — a
 /// pairwise leaf, or a guarded rewrite whose run-time guard chose one — and an instruction set of
@@ -155,7 +155,7 @@ inline bool fused_chosen(std::optional<bool> planned) { return planned ? *planne
 /// run takes the planned form whatever the environment says by then.
 template <class E, class Mon, class Fused, class Generic>
 decltype(auto) dispatch_select(const E& e, const Mon&, Fused&& fused, Generic&& generic,
-                               std::optional<bool> planned = std::nullopt) {
+                               detail::maybe<bool> planned = {}) {
   if constexpr (fusable_select<E, Mon>) {
     if (fused_chosen(planned)) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
@@ -221,7 +221,7 @@ struct select_worker {
   T* qs = nullptr;
   std::int32_t* acc0 = nullptr;
   int e_lo = 0, e_hi = 0;
-  std::optional<int> tile_ey;
+  detail::maybe<int> tile_ey;
   T* center = nullptr;         // sqdist: the row block's centre
   double* center_sum = nullptr;  // its scratch
   T *cpack = nullptr, *cxs = nullptr;  // sqdist: the panels and rows less the centre
@@ -444,7 +444,7 @@ struct select_worker {
         if (q16) {
           const T* yq = centred ? cpack : pack;
           const int ey = host::i16_exponent(kernels.max_abs(yq, np * W * d), host::i16_qmax(d));
-          const std::optional<int> was = tile_ey;
+          const detail::maybe<int> was = tile_ey;
           tile_ey.reset();
           if (e_lo + ey >= -100 && e_hi + ey <= 100) {
             tile_ey = ey;
@@ -544,13 +544,13 @@ inline constexpr std::size_t i16_screen_max_d = 536870911;
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
   const auto e = env::screen();
-  if (e && *e != "fp32" && *e != "bf16" && *e != "i16" && *e != "amx")
-    throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"", *e, "\""}));
+  if (!e.empty() && e != "fp32" && e != "bf16" && e != "i16" && e != "amx")
+    throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"", e, "\""}));
   constexpr bool sq = K == select_kind::sqdist;
   constexpr bool applies = std::is_same_v<T, float> && K != select_kind::l1;
-  if (!applies || (e && *e == "fp32") || (!sq && e && *e == "i16")) return screen_mode::native;
+  if (!applies || e == "fp32" || (!sq && e == "i16")) return screen_mode::native;
   const bool bf16 = i == isa::avx512 && cpu_has_avx512bf16();
-  if (e && *e == "bf16") {
+  if (e == "bf16") {
     if (!bf16)
       throw argument_error(cpu_has_avx512bf16()
                                ? cat(msg{"memsafe: MEMSAFE_SCREEN=bf16: the bfloat16 screen runs on the AVX-512 kernels, not ",
@@ -559,7 +559,7 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
     return screen_mode::bf16;
   }
   const bool amx = bf16 && cpu_has_amx_bf16();
-  if (e && *e == "amx") {
+  if (e == "amx") {
     if (!amx)
       throw argument_error(
           cpu_has_amx_bf16()
@@ -567,7 +567,7 @@ MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
               : cat(msg{"memsafe: MEMSAFE_SCREEN=amx: this CPU (or its operating system) offers no AMX-BF16 tiles"}));
     return screen_mode::amx;
   }
-  if (e) {  // i16, forced
+  if (!e.empty()) {  // i16, forced
     if (i != isa::avx2)
       throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN=i16: the int16 screen runs on the AVX2 kernels, not ",
                                 isa_name(i), " (MEMSAFE_ISA=avx2 selects them)"}));
@@ -636,7 +636,7 @@ MEMSAFE_COLD tile_plan plan_select(const E& e, const Mon& mon, std::size_t budge
       plan::candidates(std::min(e.rows(), tallest), {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1});
   std::vector<std::size_t> tjs;
   for (std::size_t c : sm == screen_mode::amx ? amx_tile_cols(e.dim()) : select_tile_cols<T>(e.dim()))
-    if (std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end()) tjs.push_back(std::min(c, e.cols()));
+    if (!detail::contains(tjs, std::min(c, e.cols()))) tjs.push_back(std::min(c, e.cols()));
   auto p = plan::tiles_2d(
       e.rows(), e.cols(), budget, threads,
       [&](std::size_t ti, std::size_t tj) { return select_bytes(e, mon, ti, tj, sm); }, what, tis, tjs);

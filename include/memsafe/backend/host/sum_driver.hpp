@@ -51,6 +51,7 @@
 #include "simd.hpp"
 #include "sums.hpp"
 #include "../../core/accounting.hpp"
+#include "../../core/maybe.hpp"
 #include "../../core/env.hpp"
 #include "../../expr/formulas.hpp"
 #include "../../expr/lazy.hpp"
@@ -163,7 +164,7 @@ bool fsum_symmetric(const E& e, const Mon& mon) {
 /// kernels is chosen (choose_isa), else generic(e). `planned` as for dispatch_select.
 template <class E, class Mon, class Fused, class Generic>
 decltype(auto) dispatch_sum(const E& e, const Mon& mon, Fused&& fused, Generic&& generic,
-                            std::optional<bool> planned = std::nullopt) {
+                            detail::maybe<bool> planned = {}) {
   if constexpr (fusable_sum<E, Mon>) {
     if (fsum_fits(mon) && fused_chosen(planned)) return fused_or_generic(e, e, fused, generic);
   } else if constexpr (requires { e.use_fast; }) {
@@ -375,7 +376,7 @@ MEMSAFE_COLD tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget,
                                                         : ~std::size_t{0};
   std::vector<std::size_t> tjs;
   for (std::size_t c : select_tile_cols<T>(d))
-    if ((c <= tj_cap || c <= 16) && std::find(tjs.begin(), tjs.end(), std::min(c, e.cols())) == tjs.end())
+    if ((c <= tj_cap || c <= 16) && !detail::contains(tjs, std::min(c, e.cols())))
       tjs.push_back(std::min(c, e.cols()));
   auto p = plan::tiles_2d(
       e.rows(), e.cols(), budget, threads, [&](std::size_t ti, std::size_t tj) { return fsum_bytes(e, mon, ti, tj); },
