@@ -63,7 +63,10 @@ struct tile_plan {
   std::string screen;
   std::vector<std::string> rules;  ///< rewrite rules that fired (rewrite/normalize.hpp)
 
-  /// "as rewritten" and "rules fired" lines.
+  /// "as rewritten" and "rules fired" lines. (This and describe are templates on nothing, as
+  /// detail::cat's callers elsewhere: compiled only where called, their std::string appends are not
+  /// instantiated in every translation unit.)
+  template <class = void>
   std::string describe_rewrite() const {
     std::string s = detail::cat(detail::msg{"as rewritten: ", expression, "\nrules fired:  "});
     if (rules.empty()) s += "(none)";
@@ -77,6 +80,7 @@ struct tile_plan {
 
   /// The plan, one "name: value" line each (std::string only: <sstream> would cost every
   /// translation unit ≈ 0.1 s of parsing).
+  template <class = void>
   std::string describe() const {
     using detail::cat, detail::msg;
     std::string o = cat(msg{describe_rewrite(), "reduction:    ", reduction, "\n"});

@@ -79,8 +79,10 @@ inline unsigned detect_cpu_isas() {
   return bits;
 }
 
-/// "avx2, portable": the names in `set`, best first.
-MEMSAFE_COLD inline std::string isa_list(unsigned set) {
+/// "avx2, portable": the names in `set`, best first. (A template on nothing: compiled only where a
+/// message needs it.)
+template <class = void>
+MEMSAFE_COLD std::string isa_list(unsigned set) {
   std::string s;
   for (isa i : isa_all)
     if (set & isa_bit(i)) {
