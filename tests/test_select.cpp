@@ -750,6 +750,11 @@ TEST_CASE("algo: select_nth, sort_range and sort_best agree with nth_element and
       bool same = true;
       for (std::size_t j = 0; j < n; ++j) same = same && got[j].i == want[j].i;
       CHECK_MESSAGE(same, "sort_range, order " << order << ", n = " << n);
+      got = base;  // keeping at least all: all of them, sorted
+      CHECK(memsafe::detail::sort_best(got.data(), n, n + 1, before) == n);
+      same = true;
+      for (std::size_t j = 0; j < n; ++j) same = same && got[j].i == want[j].i;
+      CHECK_MESSAGE(same, "sort_best keeping all, order " << order << ", n = " << n);
       for (int depth : {0, 1}) {  // the heap sort after no partition, or after one
         got = base;
         memsafe::detail::sort_range(got.data(), n, before, depth);
@@ -768,7 +773,7 @@ TEST_CASE("algo: select_nth, sort_range and sort_best agree with nth_element and
           CHECK_MESSAGE(ok, "select_nth, order " << order << ", n = " << n << ", k = " << k << ", depth " << depth);
         }
         got = base;
-        memsafe::detail::sort_best(got.data(), n, k, before);
+        CHECK(memsafe::detail::sort_best(got.data(), n, k, before) == k);
         bool best = true;
         for (std::size_t j = 0; j < k; ++j) best = best && got[j].i == want[j].i;
         CHECK_MESSAGE(best, "sort_best, order " << order << ", n = " << n << ", k = " << k);

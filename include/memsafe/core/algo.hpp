@@ -5,8 +5,8 @@
 // the standard headers the library includes anyway. Of the classic ones the library calls std::min,
 // max, fill, copy, swap (<bits/stl_algobase.h>, which every container header includes) and the
 // heap operations (<bits/stl_heap.h>, ≈ 6 M); <bits/stl_algo.h> (find, sort, nth_element, clamp, …:
-// ≈ 84 M) it does without — `contains`, `select_nth`, `sort_range` and `sort_best` below stand for
-// the few calls it had (docs/design.md, "Compile time"). So with libstdc++ those two of its headers
+// ≈ 84 M) it does without — `contains`, `clamp`, `select_nth`, `sort_range` and `sort_best` below
+// stand for the few calls it had (docs/design.md, "Compile time"). So with libstdc++ those two of its headers
 // are included, the same declarations <algorithm> itself includes; with another standard library,
 // or under nvcc, <algorithm>. A translation unit that includes <algorithm> itself pays for it there.
 #pragma once
@@ -27,6 +27,12 @@ bool contains(const C& c, const V& v) {
   for (const auto& e : c)
     if (e == v) return true;
   return false;
+}
+
+/// `v` held to [lo, hi], lo ≤ hi (what std::clamp gives).
+template <class T>
+constexpr const T& clamp(const T& v, const T& lo, const T& hi) {
+  return v < lo ? lo : hi < v ? hi : v;
 }
 
 /// One quicksort partition of [lo, hi), hi − lo ≥ 3, in the strict weak order `before`: the median
@@ -124,14 +130,15 @@ void sort_range(T* first, std::size_t n, Before before, int depth = -1) {
 }
 
 /// Moves the min(keep, n) best elements of [first, first + n) in the strict weak order `before` to
-/// the front, sorted best first; the rest of the range is left in an unspecified order. With a
-/// total order (no two elements equivalent) the result is the one std::nth_element + std::sort
-/// gives.
+/// the front, sorted best first, and returns that count; the rest of the range is left in an
+/// unspecified order. With a total order (no two elements equivalent) the result is the one
+/// std::nth_element + std::sort gives.
 template <class T, class Before>
-void sort_best(T* first, std::size_t n, std::size_t keep, Before before) {
+std::size_t sort_best(T* first, std::size_t n, std::size_t keep, Before before) {
   if (keep < n) select_nth(first, n, keep, before);
   else keep = n;
   sort_range(first, keep, before);
+  return keep;
 }
 
 }  // namespace memsafe::detail

@@ -483,8 +483,8 @@ eval_stats forward(const attention_expr<T>& a, heads_view<T> O, T* lse, const op
       if (drop)
         for (std::size_t r = 0; r < nr; ++r) rk[r] = dropout_row_key(a.drop.seed, b, h, i0 + r);
       std::fill(Oa, Oa + nr * dvp, T(0));
-      const std::size_t kend = sc.is_causal ? static_cast<std::size_t>(std::min<long>(
-                                                  std::max<long>(static_cast<long>(i0 + nr) + off, 0), static_cast<long>(Tk)))
+      const std::size_t kend = sc.is_causal ? static_cast<std::size_t>(memsafe::detail::clamp<long>(
+                                                  static_cast<long>(i0 + nr) + off, 0, static_cast<long>(Tk)))
                                             : Tk;
       for (std::size_t j0 = 0; j0 < kend; j0 += BC) {
         const std::size_t nk = std::min(BC, Tk - j0);

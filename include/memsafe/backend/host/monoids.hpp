@@ -184,8 +184,7 @@ struct topk_monoid {
   }
   void keep_best(ranked<T>* row_best, std::size_t& cnt, std::size_t total) {
     auto cmp = [](const ranked<T>& a, const ranked<T>& b) { return ranks_before<Max>(a, b); };
-    detail::sort_best(cand, total, k, cmp);
-    if (total > k) total = k;
+    total = detail::sort_best(cand, total, k, cmp);
     std::copy(cand, cand + total, row_best);
     cnt = total;
   }
