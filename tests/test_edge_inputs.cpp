@@ -241,6 +241,40 @@ TEST_CASE("edge: extents above 2^40 (a stride of 0) are an argument_error, at 2^
             "more than can be addressed"));
 }
 
+TEST_CASE("edge: 2^40 by 2^40 pairs plan with a tile count held at 2^64 - 1, not wrapped to 0 tiles and 0 threads") {
+  float one = 1.0f, two = 2.0f;
+  const std::size_t top = memsafe::detail::max_extent;
+  const memsafe::matrix_view<const float> X(&one, top, 1, 0, 1), Y(&two, top, 1, 0, 1);  // stride-0 rows
+  const std::size_t sat = static_cast<std::size_t>(-1);
+  int saturated = 0;
+  const auto check = [&](const memsafe::tile_plan& p) {
+    CHECK(p.row_blocks * p.tile_rows >= top);
+    CHECK(p.col_blocks * p.tile_cols >= top);
+    std::size_t product = 0;
+    const bool over = __builtin_mul_overflow(p.row_blocks, p.col_blocks, &product);
+    CHECK(p.num_tiles == (over ? sat : product));
+    CHECK(p.num_tiles >= 1);
+    saturated += over;
+    CHECK(p.threads >= 1);
+    CHECK(p.threads <= 2);
+    CHECK(p.planned_bytes == p.threads * p.per_thread_bytes);
+    CHECK(p.planned_bytes > 0);
+    CHECK(p.planned_bytes <= p.budget);
+    CHECK(has(p.describe(), "2^64 or more tiles") == over);
+  };
+  for (const std::size_t budget : {std::size_t{1} << 10, std::size_t{64} << 20}) {
+    const memsafe::options o{.budget = budget, .threads = 2};
+    check(memsafe::plan_for(memsafe::sum(memsafe::rbf(X, Y, 1.0, 1.0)), o));
+    check(memsafe::plan_for(memsafe::argkmin(memsafe::sqdist(X, Y), 3), o));
+    check(memsafe::plan_for(memsafe::rbf(X, Y, 1.0, 1.0) * memsafe::vec(&two, top, 0), o));
+  }
+  CHECK(saturated >= 3);  // at 1 KiB every one of them: 2^35 x 2^35 blocks of 32 x 32
+  // the saturating product itself
+  CHECK(memsafe::plan::saturating_mul(std::size_t{1} << 32, std::size_t{1} << 31) == std::size_t{1} << 63);
+  CHECK(memsafe::plan::saturating_mul(std::size_t{1} << 32, std::size_t{1} << 32) == sat);
+  CHECK(memsafe::plan::saturating_mul(0, sat) == 0);
+}
+
 TEST_CASE("edge: a batch axis of extent 0 gives an empty result") {
   std::vector<double> x(15, 0.5), y(12, 0.25);
   const std::size_t dx[3] = {0, 5, 3}, dy[3] = {0, 4, 3};

@@ -44,6 +44,8 @@ struct tile_plan {
   std::size_t planned_bytes = 0;  ///< threads × per_thread_bytes (+ shared bytes)
   std::size_t min_bytes = 0;      ///< the smallest plan that works (1 thread, smallest tiles)
   std::size_t budget = 0;
+  /// num_tiles is their product, held at SIZE_MAX where it would pass it (extents near 2⁴⁰ on both
+  /// sides: 2³⁵ × 2³⁵ blocks of 32 wrapped around to 0 tiles, and so to 0 threads).
   std::size_t row_blocks = 0, col_blocks = 0, inner_blocks = 0, num_tiles = 0;
   bool split_columns = false;  ///< threads share one row block's columns and merge partials
   bool symmetric = false;      ///< lazy × lazy A·Aᵀ: only blocks on and below the diagonal, mirrored
@@ -93,7 +95,7 @@ struct tile_plan {
       o += cat(msg{"tile:         ", tile_rows, " x ", tile_cols});
       if (inner) o += cat(msg{" x ", tile_inner});
       const auto count = [](std::size_t k, const char* what) { return cat(msg{k, " ", what, k == 1 ? "" : "s"}); };
-      o += cat(msg{" (", count(num_tiles, "tile"), ": ", count(row_blocks, "row block"), " x ",
+      o += cat(msg{" (", num_tiles == std::size_t(-1) ? std::string("2^64 or more tiles") : count(num_tiles, "tile"), ": ", count(row_blocks, "row block"), " x ",
                 count(col_blocks, "column block")});
       if (inner) o += cat(msg{" x ", count(inner_blocks, "inner block")});
       o += cat(msg{")\nthreads:      ", threads,
@@ -161,6 +163,12 @@ std::vector<std::size_t> candidates(std::size_t extent, std::initializer_list<st
 }
 
 inline constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+/// a·b, or SIZE_MAX where it would pass it: a tile count (tile_plan::num_tiles).
+constexpr std::size_t saturating_mul(std::size_t a, std::size_t b) {
+  std::size_t r;
+  return __builtin_mul_overflow(a, b, &r) ? npos : r;
+}
 
 /// The one search routine of every planner (the host's tiles_2d/tiles_3d, the CUDA backend's row
 /// layouts and product blocks): among `cands`, the index of the candidate of highest `score`
@@ -237,7 +245,7 @@ MEMSAFE_COLD tile_plan tiles_2d(std::size_t n, std::size_t m, std::size_t budget
       p.tile_cols = bj;
       p.row_blocks = (n + bi - 1) / bi;
       p.col_blocks = (m + bj - 1) / bj;
-      p.num_tiles = p.row_blocks * p.col_blocks;
+      p.num_tiles = saturating_mul(p.row_blocks, p.col_blocks);
       p.threads = std::min<std::size_t>(T, p.num_tiles);
       p.split_columns = p.row_blocks < p.threads;
       // Threads sharing a row block each take a share of its column tiles: never more than there are.
@@ -305,8 +313,9 @@ MEMSAFE_COLD tile_plan tiles_3d(std::size_t P, std::size_t Q, std::size_t Tn, st
       p.col_blocks = (Q + bq - 1) / bq;
       p.inner_blocks = (Tn + bt - 1) / bt;
       p.symmetric = symmetric;
+      // The blocks' count fits: the product's P×Q result is addressable (its checks come first).
       const std::size_t blocks = symmetric ? p.row_blocks * (p.row_blocks + 1) / 2 : p.row_blocks * p.col_blocks;
-      p.num_tiles = blocks * p.inner_blocks;
+      p.num_tiles = saturating_mul(blocks, p.inner_blocks);
       p.threads = std::min<std::size_t>(T, p.num_tiles);
       if (blocks < p.threads) p.threads = std::min(p.threads, p.inner_blocks);  // a share of the contraction each
       p.split_columns = blocks < p.threads;  // threads share the contraction

@@ -130,7 +130,7 @@ tile_plan describe(const jobs::product_job<EA, EB, T>& job, const product_shape&
   p.inner_blocks = cdiv(std::max<std::size_t>(s.N, 1), L.tt);
   p.symmetric = s.symmetric;
   const std::size_t blocks = s.symmetric ? p.row_blocks * (p.row_blocks + 1) / 2 : p.row_blocks * p.col_blocks;
-  p.num_tiles = blocks * p.inner_blocks;
+  p.num_tiles = plan::saturating_mul(blocks, p.inner_blocks);
   p.planned_bytes = p.per_thread_bytes = L.bytes;
   p.min_bytes = L.min_bytes;
   p.budget = budget;

@@ -297,7 +297,7 @@ tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const
   p.split_columns = L.splits > 1;
   p.row_blocks = cdiv(std::max<std::size_t>(s.n, 1), L.ti);
   p.col_blocks = cdiv(std::max<std::size_t>(s.m, 1), L.tj);
-  p.num_tiles = p.row_blocks * p.col_blocks;
+  p.num_tiles = plan::saturating_mul(p.row_blocks, p.col_blocks);
   p.per_thread_bytes = L.bytes;
   p.planned_bytes = L.bytes;
   p.min_bytes = min_layout_bytes(s);

@@ -387,7 +387,7 @@ MEMSAFE_COLD tile_plan plan_fsum(const E& e, const Mon& mon, std::size_t budget,
     const std::size_t ti = std::min(p.tile_rows, ((e.rows() + nb - 1) / nb + 3) / 4 * 4);
     p.tile_rows = ti;
     p.row_blocks = (e.rows() + ti - 1) / ti;
-    p.num_tiles = p.row_blocks * p.col_blocks;
+    p.num_tiles = plan::saturating_mul(p.row_blocks, p.col_blocks);
     p.per_thread_bytes = fsum_bytes(e, mon, ti, p.tile_cols);
     p.planned_bytes = p.threads * p.per_thread_bytes;
   }
