@@ -65,6 +65,73 @@ void at_against_closed_form(const char* name, G g) {
 }
 }  // namespace
 
+namespace {
+/// w/(1 + w) − log1p(w) in long double by its alternating series Σ_{k≥2} (−1)^(k+1) (k−1)/k · w^k
+/// (w < 0.1, to a long double's rounding), or as written (w ≥ 0.1: cancels ≤ 6 bits of 64).
+long double dlog_t_reference(long double w) {
+  if (w >= 0.1L) return w / (1 + w) - std::log1p(w);
+  long double s = 0, wk = w;
+  for (int k = 2; k < 40; ++k) {
+    wk *= w;
+    s += (k % 2 ? 1 : -1) * static_cast<long double>(k - 1) / k * wk;
+  }
+  return s;
+}
+template <class T>
+void check_rq_dalpha(double ulps) {
+  using D = memsafe::derivative<memsafe::formula::rq>;
+  const long double eps = std::numeric_limits<T>::epsilon();
+  for (double w = 1e-12; w < 1e4; w *= 1.37) {
+    const T wt = static_cast<T>(w);
+    const long double ref = dlog_t_reference(wt);
+    if (std::fabs(ref) < std::numeric_limits<T>::min()) continue;  // below T's normal range
+    CAPTURE(w);
+    CHECK(std::fabs((D::dlog_t(wt) - ref) / ref) <= ulps * eps);
+  }
+  // both sides of the switch at w = 1/2
+  for (T wt : {std::nextafter(T(0.5), T(0)), T(0.5)}) {
+    const long double ref = dlog_t_reference(wt);
+    CHECK(std::fabs((D::dlog_t(wt) - ref) / ref) <= ulps * eps);
+  }
+}
+}  // namespace
+
+TEST_CASE("grad: the rational-quadratic dF/dalpha keeps its precision for close points and large alpha") {
+  // w/(1+w) − log1p(w) as written lost log2(2/w) bits: 1.5e-3 relative in float at alpha = 1e5
+  check_rq_dalpha<float>(8);
+  check_rq_dalpha<double>(8);
+  // the gradient of sum(rq) with respect to alpha at alpha = 1e5 (float) and 1e9 (double), against
+  // a long double sum of the same terms (every term has the same sign: relative error of the terms)
+  const auto run = [](auto zero, double alpha, double tol) {
+    using T = decltype(zero);
+    const std::size_t n = 20, m = 20, d = 2;
+    std::vector<T> x(n * d), y(m * d), up(n, T(1));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(std::sin(1.3 * double(i) + 0.2));
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<T>(std::cos(0.7 * double(i) + 0.5));
+    const auto X = memsafe::points(static_cast<const T*>(x.data()), n, d);
+    const auto Y = memsafe::points(static_cast<const T*>(y.data()), m, d);
+    const auto g = memsafe::grad(memsafe::vjp(memsafe::sum(memsafe::rq(X, Y, 1.0, 1.0, alpha)),
+                                              memsafe::vec(static_cast<const T*>(up.data()), n),
+                                              memsafe::wrt<T>(memsafe::params)),
+                                 memsafe::budget_bytes(1 << 16));
+    long double ref = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j) {
+        long double u = 0;
+        for (std::size_t k = 0; k < d; ++k) {
+          const long double t = static_cast<long double>(x[i * d + k]) - y[j * d + k];
+          u += t * t;
+        }
+        const long double w = u / (2.0L * static_cast<T>(alpha));
+        ref += std::exp(-static_cast<long double>(static_cast<T>(alpha)) * std::log1p(w)) * dlog_t_reference(w);
+      }
+    CAPTURE(alpha);
+    CHECK(std::fabs((g.params[0].alpha[0] - ref) / ref) <= tol);
+  };
+  run(float(0), 1e5, 1e-6);
+  run(double(0), 1e9, 1e-14);
+}
+
 TEST_CASE("grad: every formula derivative at u against its closed form and finite differences") {
   namespace fm = memsafe::formula;
   using P = memsafe::detail::formula_params<double>;
