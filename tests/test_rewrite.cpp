@@ -288,10 +288,45 @@ TEST_CASE("scalar factors are hoisted out of sums and products") {
   for (std::size_t i = 0; i < n; ++i) CHECK(scaled[i] == doctest::Approx(6.0 * base[i]).epsilon(1e-13));
   auto ex = ms::explain(ms::sum(3.0 * (K * 2.0)));
   CHECK(ex.find("constant_fold") == std::string::npos);  // both factors are hoisted into the double accumulator
-  CHECK(ex.find("scalar_hoist") != std::string::npos);
+  CHECK(ex.find("scalar_hoist: sum(c*E)") != std::string::npos);
+  CHECK(ex.find("not applied") == std::string::npos);
   auto kv = ms::eval(K * ms::vec(v.data(), m));
   auto nkv = ms::eval((-K / 4.0) * ms::vec(v.data(), m));
   for (std::size_t i = 0; i < n; ++i) CHECK(nkv[i] == doctest::Approx(-kv[i] / 4.0).epsilon(1e-13));
+  CHECK(ms::explain((-K / 4.0) * ms::vec(v.data(), m)).find("not applied") == std::string::npos);
+  // factors in opposite directions are applied to each entry as written: the same values here
+  auto mixed = ms::eval(ms::sum(3.0 * (K * 0.5)));
+  for (std::size_t i = 0; i < n; ++i) CHECK(mixed[i] == doctest::Approx(1.5 * base[i]).epsilon(1e-13));
+  CHECK(ms::explain(ms::sum(3.0 * (K * 0.5))).find("not applied") != std::string::npos);
+  CHECK(ms::explain(ms::sum((K / 0.5) / 4.0)).find("not applied") != std::string::npos);
+  CHECK(ms::explain(ms::sum((K / 0.5) * 4.0)).find("not applied") == std::string::npos);
+}
+
+TEST_CASE("scalar_hoist keeps nested factors in opposite directions as written: an entry may overflow between them") {
+  // Found by probing: sum((E·1e200)·1e-200) hoisted both factors (scale 1) and gave ΣE = 5e120
+  // where every entry is inf as written.
+  const std::vector<double> x{0.0}, y{1e60, 2e60}, v{1, 1};
+  const auto X = ms::points(x.data(), 1, 1), Y = ms::points(y.data(), 2, 1);
+  const auto E = (ms::sqdist(X, Y) * 1e200) * 1e-200;
+  const auto o = ms::budget_bytes(1 << 20);
+  const auto dense = ms::eval(ms::dense(E), o);
+  CHECK(std::isinf(dense.values[0]));
+  CHECK(std::isinf(dense.values[1]));
+  CHECK(std::isinf(ms::eval(ms::sum(E), o).values[0]));
+  CHECK(std::isinf(ms::eval(ms::sum(ms::sqdist(X, Y) / 1e-200 / 1e200), o).values[0]));
+  CHECK(std::isinf(ms::eval(E * ms::vec(v.data(), 2), o).values[0]));
+  CHECK(ms::explain(ms::sum(E), o).find("not applied") != std::string::npos);
+  // underflow between them: (E·1e-200)·1e200 is 0 entry by entry as written (1e-130·1e-200)
+  const std::vector<double> ys{1e-65};
+  const auto Ys = ms::points(ys.data(), 1, 1);
+  CHECK(ms::eval(ms::sum((ms::sqdist(X, Ys) * 1e-200) * 1e200), o).values[0] == 0.0);
+  // lazy × lazy: (A·1e200)·(A·1e-200)ᵀ is inf as written (A·1e200 overflows)
+  const auto P = ms::eval((ms::sqdist(X, Y) * 1e200) * ms::transpose(ms::sqdist(X, Y) * 1e-200), o);
+  CHECK(std::isinf(P.values[0]));
+  // factors one way are still hoisted, with the values as written
+  const auto s = ms::eval(ms::sum((ms::sqdist(X, Y) * 0.5) * 0.25), o);
+  CHECK(s.values[0] == doctest::Approx((1e120 + 4e120) / 8).epsilon(1e-15));
+  CHECK(ms::explain(ms::sum((ms::sqdist(X, Y) * 0.5) * 0.25), o).find("not applied") == std::string::npos);
 }
 
 TEST_CASE("nested scalar factors and offsets are applied as written, with IEEE results") {

@@ -7,9 +7,13 @@
 // Both are type-to-type at compile time (split_linear strips the nodes and records them in a
 // linear_post) and guarded at run time (split_is_exact): they change a result beyond rounding
 // when the hoisted scale is 0, ±inf or NaN (0·inf entries become 0·Σ, an inf·0 on the diagonal
-// disappears into inf·Σ) or when the dense factor M has a non-finite entry ((E + D)·M with
-// M_j = inf: (E_jj + D_j)·inf vs E_jj·inf + D_j·inf). When the guard fails the original,
-// unsplit expression is evaluated (a `guarded` node holds both forms).
+// disappears into inf·Σ), when nested factors pull in opposite directions (one magnifies, |c| > 1
+// or a divisor |c| < 1, another shrinks: (E·10²⁰⁰)·10⁻²⁰⁰ overflows to inf entry by entry as
+// written, and their product 1 would hide it), or when the dense factor M has a non-finite entry
+// ((E + D)·M with M_j = inf: (E_jj + D_j)·inf vs E_jj·inf + D_j·inf). When the guard fails the
+// original, unsplit expression is evaluated (a `guarded` node holds both forms). What the guard
+// does not see: one factor c, or factors all one way, hoisted as c·ΣE, where an entry c·E_ij
+// itself leaves T's range (docs/budget.md, "Rewrites keep IEEE results").
 #pragma once
 #include "../core/libm.hpp"
 #include <optional>
@@ -44,6 +48,15 @@ struct stripped_diagonal {
 template <class T>
 struct linear_post {
   double scale = 1;
+  /// Stripped factors that magnify (|c| > 1, a divisor |c| < 1) and that shrink: both, not hoisted.
+  bool magnifies = false, shrinks = false;
+  /// Record a factor c (divide: a divisor c) as the unsplit expression applies it.
+  void scaled_by(double c, bool divide) {
+    scale = divide ? scale / c : scale * c;
+    const double a = libm::fabs(c);
+    magnifies = magnifies || (divide ? !(a >= 1) : !(a <= 1));  // NaN: magnifies (and the scale is NaN)
+    shrinks = shrinks || (divide ? a > 1 : a < 1);
+  }
   std::vector<std::pair<double, stripped_diagonal<T>>> diags;
   bool trivial() const { return scale == 1 && diags.empty(); }
 };
@@ -76,11 +89,11 @@ template <bool Diags, class E, class T>
 split_linear_t<Diags, E> split_linear(const E& e, linear_post<T>& post, rule_log& log, const char* where) {
   using Op = typename unary_op_of<E>::type;
   if constexpr (std::is_same_v<Op, op::mul_scalar<double>>) {
-    post.scale *= e.op.c;
+    post.scaled_by(e.op.c, false);
     log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist: ", where, "(c*E) -> c*", where, "(E)"}));
     return split_linear<Diags>(e.e, post, log, where);
   } else if constexpr (std::is_same_v<Op, op::div_scalar<double>>) {
-    post.scale /= e.op.c;
+    post.scaled_by(e.op.c, true);
     log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist: ", where, "(E/c) -> ", where, "(E)/c"}));
     return split_linear<Diags>(e.e, post, log, where);
   } else if constexpr (std::is_same_v<Op, op::neg>) {
@@ -99,7 +112,7 @@ split_linear_t<Diags, E> split_linear(const E& e, linear_post<T>& post, rule_log
 /// The run-time guard of both rules: the split form equals the original up to rounding.
 template <class T>
 bool split_is_exact(const linear_post<T>& post, const matrix_view<const T>& rhs) {
-  if (!(libm::isfinite(post.scale) && post.scale != 0)) return false;
+  if (!(libm::isfinite(post.scale) && post.scale != 0) || (post.magnifies && post.shrinks)) return false;
   if (post.diags.empty() || rhs.data() == nullptr) return true;
   for (std::size_t i = 0; i < rhs.rows(); ++i)
     for (std::size_t q = 0; q < rhs.cols(); ++q)
@@ -125,7 +138,7 @@ auto split_linear_guarded(const E& e, linear_post<T>& post, const matrix_view<co
       post = std::move(p);
     } else {
       log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist/diag_in_product not applied to ", where,
-                                    ": zero or non-finite scale, or a non-finite dense factor (kept as written)"}));
+                                    ": a zero or non-finite scale, factors in opposite directions, or a non-finite dense factor (kept as written)"}));
     }
     return guarded<S, E>{{}, s, e, ok};
   }
@@ -142,7 +155,7 @@ bool recheck_linear_guard(E& e, linear_post<T>& post, const matrix_view<const T>
       e.use_fast = false;
       post = {};
       log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist/diag_in_product not applied to ", where,
-                                    ": zero or non-finite scale, or a non-finite dense factor (kept as written)"}));
+                                    ": a zero or non-finite scale, factors in opposite directions, or a non-finite dense factor (kept as written)"}));
       return true;
     }
   }
@@ -170,7 +183,7 @@ auto split_product(const A& a, const B& b, linear_post<T>& post, rule_log& log) 
     for (const auto& r : fired.fired) log.add(r);
     post = std::move(p);
   } else {
-    log.add("scalar_hoist not applied to product: zero or non-finite scale (kept as written)");
+    log.add("scalar_hoist not applied to product: a zero or non-finite scale, or factors in opposite directions (kept as written)");
   }
   return std::pair{detail::keep_or_guard(sa, a, ok), detail::keep_or_guard(sb, b, ok)};
 }
