@@ -13,10 +13,12 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -197,27 +199,54 @@ inline uci_split make_split(const uci_dataset& ds, std::size_t split) {
   s.n_train = s.y_train.size();
   s.n_test = s.y_test.size();
   if (s.n_train < 2) throw std::runtime_error(ds.name + " split " + std::to_string(split) + " has fewer than 2 training points");
-  const double nt = static_cast<double>(s.n_train);
+  // Each column's mean and standard deviation in units of its largest |value| a (mean/a and std/a
+  // lie in [−1, 1] and [0, 1]), and standardised as (v/a − mean/a)/(std/a): in plain double, values
+  // above ≈ 1.3e154 overflowed the squares (std inf: every input standardised to 0, silently) and
+  // two near 1.8e308 the mean (NaN, then blamed on the data).
+  struct column {
+    double a = 1, mu = 0, sd = 0;  // scale, mean/a, std/a (0: a constant column, std 1)
+    double mean() const { return mu * a; }
+    double std_dev() const { return sd > 0 ? sd * a : 1.0; }
+    double standardised(double v) const { return sd > 0 ? (v / a - mu) / sd : v - mean(); }
+  };
+  const auto stats = [&](const std::vector<double>& v, std::size_t stride, std::size_t k) {
+    column c;
+    double big = 0;
+    for (std::size_t i = 0; i < s.n_train; ++i) big = std::max(big, std::fabs(v[i * stride + k]));
+    if (big > 0) c.a = big;
+    const double nt = static_cast<double>(s.n_train);
+    for (std::size_t i = 0; i < s.n_train; ++i) c.mu += v[i * stride + k] / c.a;
+    c.mu /= nt;
+    double var = 0;
+    for (std::size_t i = 0; i < s.n_train; ++i) {
+      const double t = v[i * stride + k] / c.a - c.mu;
+      var += t * t;
+    }
+    c.sd = std::sqrt(var / nt);
+    return c;
+  };
+  std::vector<column> xc(ds.d);
   s.x_mean.assign(ds.d, 0);
   s.x_std.assign(ds.d, 0);
-  for (std::size_t i = 0; i < s.n_train; ++i)
-    for (std::size_t k = 0; k < ds.d; ++k) s.x_mean[k] += s.X_train[i * ds.d + k];
-  for (auto& m : s.x_mean) m /= nt;
-  for (std::size_t i = 0; i < s.n_train; ++i)
-    for (std::size_t k = 0; k < ds.d; ++k) {
-      const double t = s.X_train[i * ds.d + k] - s.x_mean[k];
-      s.x_std[k] += t * t;
-    }
-  for (auto& v : s.x_std) v = v > 0 ? std::sqrt(v / nt) : 1.0;
-  for (double v : s.y_train) s.y_mean += v;
-  s.y_mean /= nt;
-  double yv = 0;
-  for (double v : s.y_train) yv += (v - s.y_mean) * (v - s.y_mean);
-  s.y_std = yv > 0 ? std::sqrt(yv / nt) : 1.0;
+  for (std::size_t k = 0; k < ds.d; ++k) {
+    xc[k] = stats(s.X_train, ds.d, k);
+    s.x_mean[k] = xc[k].mean();
+    s.x_std[k] = xc[k].std_dev();  // may be inf (a spread above 1.8e308): only reported
+  }
+  const column yc = stats(s.y_train, 1, 0);
+  s.y_mean = yc.mean();
+  s.y_std = yc.std_dev();
+  // Predictions are reported in the target's units, their variances scaled by y_std².
+  if (!std::isfinite(s.y_std * s.y_std)) {
+    char sd[32];
+    std::snprintf(sd, sizeof sd, "%.3g", s.y_std);
+    throw std::runtime_error(ds.name + " split " + std::to_string(split) + ": the training targets' standard deviation (" +
+                             sd + ") squared is beyond a double: rescale the targets");
+  }
   auto standardise = [&](std::vector<double>& X, std::vector<double>& y) {
     for (std::size_t i = 0; i < y.size(); ++i) {
-      for (std::size_t k = 0; k < ds.d; ++k) X[i * ds.d + k] = (X[i * ds.d + k] - s.x_mean[k]) / s.x_std[k];
-      y[i] = (y[i] - s.y_mean) / s.y_std;
+      for (std::size_t k = 0; k < ds.d; ++k) X[i * ds.d + k] = xc[k].standardised(X[i * ds.d + k]);
+      y[i] = yc.standardised(y[i]);
     }
   };
   standardise(s.X_train, s.y_train);

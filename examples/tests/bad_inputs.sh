@@ -12,6 +12,7 @@
 #    not an allocation of 3 TB.
 # 4. sgpr_train --iters beyond liblbfgs's int: refused (it wrapped to 1, 0 or a negative count).
 # 5. A UCI CSV with a nan field: an error naming the file, line and field (from_chars reads nan).
+# (6.–9. below.)
 set -eu
 knn=$1
 train=$2
@@ -56,4 +57,23 @@ expect_exit 0 '"rss_check": "pass"' "$knn" --n 2000 --m 20 --d 3 --budget unlimi
 # 8. A byte that is not UTF-8 in a string of the JSON line (here a data set's path) is written as
 #    \u00XX: the line stays valid JSON.
 expect_exit 1 'u00ff' "$train" --dataset "$(printf '\377')" --m 1 --iters 1 --data-dir "$work/uci"
+# 9. Inputs near the top of double's range standardise as the same inputs scaled down do (squares of
+#    values above 1.3e154 overflowed: every input became 0, silently), and a target whose spread
+#    squared is beyond a double is refused by name.
+for set in small big bigy; do
+  mkdir -p "$work/uci/$set"
+  awk -v set="$set" 'BEGIN { for (i = 0; i < 24; i++) {
+      f = (set == "big") ? 1e200 : 1; g = (set == "bigy") ? 1e200 : 1
+      printf "%.17g,%.17g,%.17g\n", i * f, ((i * 7) % 11) * f, (((i * 5) % 13) - 6) * g } }' | gzip -c > "$work/uci/$set/data.csv.gz"
+  awk 'BEGIN { for (i = 0; i < 24; i++) print (i % 4 == 0) ? 1 : 0 }' | gzip -c > "$work/uci/$set/test_mask.csv.gz"
+done
+bound_of() { "$train" --dataset "$1" --m 3 --iters 2 --threads 1 --data-dir "$work/uci" 2>/dev/null | tail -n 1 |
+  sed -n 's/.*"bound": *\([-0-9.eE+]*\).*/\1/p'; }
+small=$(bound_of small)
+big=$(bound_of big)
+echo "bound small $small, big $big"
+[ -n "$small" ] && [ -n "$big" ] || fail "no bound from sgpr_train on the small or big set"
+awk -v a="$small" -v b="$big" 'BEGIN { d = a - b; if (d < 0) d = -d; s = a < 0 ? -a : a; exit !(d <= 1e-9 * s) }' ||
+  fail "inputs scaled by 1e200 changed the bound: $small vs $big"
+expect_exit 1 "rescale the targets" "$train" --dataset bigy --m 3 --iters 1 --threads 1 --data-dir "$work/uci"
 echo "bad_inputs: pass"
