@@ -292,7 +292,20 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
       if (rank() == 0) (void)memsafe::mpi::eval(memsafe::min(memsafe::sqdist(X, Y)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
       else (void)memsafe::mpi::eval(memsafe::max(memsafe::sqdist(X, Y)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
     };
-    CHECK_THROWS_WITH_AS(run(), doctest::Contains("another kind of reduction"), memsafe::argument_error);
+    CHECK_THROWS_WITH_AS(run(), doctest::Contains("another reduction, formula or form"), memsafe::argument_error);
+    // the same merge rule over different expressions (found by probing: merged without an error)
+    const auto formula = [&] {
+      if (rank() == 0) (void)memsafe::mpi::eval(memsafe::argkmin(memsafe::sqdist(X, Y), 3), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+      else (void)memsafe::mpi::eval(memsafe::argkmin(memsafe::l1(X, Y), 3), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+    };
+    CHECK_THROWS_WITH_AS(formula(), doctest::Contains("another reduction, formula or form"), memsafe::argument_error);
+    // points of another dimension on the last rank: distances of different spaces would merge
+    const std::size_t dd = rank() == ranks() - 1 ? d - 1 : d;
+    const auto dims = [&] {
+      (void)memsafe::mpi::eval(memsafe::argkmin(memsafe::sqdist(memsafe::points(x.data(), n, dd), memsafe::points(y.data(), Y.rows(), dd)), 3),
+                               MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+    };
+    CHECK_THROWS_WITH_AS(dims(), doctest::Contains("in their dimension or columns"), memsafe::shape_error);
   }
   // A row of the partial result larger than one MPI message (MPI counts are int): K·M with 2^28
   // columns of doubles (a stride-0 M: nothing that large exists), refused while planning.

@@ -162,7 +162,8 @@ inline comm_stats planned_comm(const mpi::plan& p) {
 struct rank_info {
   std::uint64_t rows, cols, extent, need, budget, chunk_rows;
   std::uint64_t dim, rhs_cols;  // shard_both: what the ring's payload depends on
-  std::uint64_t elem, kind;     // both layouts: the value size and the merge rule (reduction_kind)
+  std::uint64_t elem, kind;     // both layouts: the value size and the expression's type (reduction_kind)
+  std::uint64_t dims;           // shard_reduced: the inputs' unsharded extents (input_dims)
   std::int32_t failed;  // 0 ok, 1 budget_error, 2 shape_error, 3 argument_error, 4 other error
   char message[300];
 };
@@ -172,10 +173,31 @@ inline std::uint64_t fnv1a(const char* s) {
   for (; *s; ++s) h = (h ^ std::uint8_t(*s)) * 1099511628211ull;
   return h;
 }
-/// The merge rule's type, hashed: ranks that built different reductions (min here, max there) differ.
+/// The expression's type, hashed: ranks that built different reductions (min here, max there) or
+/// different expressions with one merge rule (rbf here, matern32 there; sqdist or l1; over i or j)
+/// differ. (The merge rule's type alone let those through, merged.)
 template <class X>
 std::uint64_t reduction_kind() {
-  return fnv1a(typeid(typename rule_of<X>::type).name());
+  return fnv1a(typeid(X).name());
+}
+/// The extents no layout shards, hashed in the expression's order: each pairwise leaf's point
+/// dimension d and each right-hand side's (v, M, softmax's V) columns. Ranks whose points differ in
+/// d would merge distances of different spaces (shard_both compares d in its own agreement).
+template <class N>
+void input_dims(const N& n, std::uint64_t& h) {
+  const auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  if constexpr (requires { n.x.cols(); n.y.cols(); n.params; }) {
+    mix(n.x.cols());
+    mix(n.y.cols());
+  } else if constexpr (std::is_class_v<N>) {
+    if constexpr (requires { n.e; }) input_dims(n.e, h);
+    if constexpr (requires { n.a; n.b; }) {
+      input_dims(n.a, h);
+      input_dims(n.b, h);
+    }
+    if constexpr (requires { n.rhs.cols(); }) mix(n.rhs.cols());
+    if constexpr (requires { n.values.cols(); }) mix(n.values.cols());
+  }
 }
 /// argument_error when rank r's values or reduction differ from this rank's (rank-dependent code):
 /// the records would not match in size, or would merge by another rule. who: "…: rank ".
@@ -185,8 +207,8 @@ void check_same_reduction(const rank_info& a, const rank_info& me, int r, int ra
     throw argument_error(cat(msg{who, r, "'s values are ", a.elem * 8, "-bit but rank ", rank, "'s are ", me.elem * 8,
                                  "-bit (", x.str(), ")"}));
   if (a.kind != me.kind)
-    throw argument_error(cat(msg{who, r, "'s expression is another kind of reduction than rank ", rank, "'s (",
-                                 x.str(), ")"}));
+    throw argument_error(cat(msg{who, r, "'s expression is not the one rank ", rank,
+                                 " evaluates (another reduction, formula or form: ", x.str(), ")"}));
 }
 
 inline void check_mpi(int rc, const char* call) {
@@ -392,6 +414,8 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   me.extent = d.extent;
   me.elem = sizeof(typename X::value_type);
   me.kind = reduction_kind<X>();
+  me.dims = 1469598103934665603ull;
+  input_dims(x, me.dims);
   plan_guarded(me, [&] {
     pre();
     be.check_values(d.local);
@@ -437,6 +461,9 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
                                 "but rank ", r, "'s is ", shape_str(a.rows, a.cols), " and rank ", rank, "'s is ",
                                 shape_str(me.rows, me.cols), " (the reduced index is the sharded one: ", x.str(),
                                 ")"}));
+    if (a.dims != me.dims)
+      throw shape_error(cat(msg{"memsafe::mpi: shard_reduced: rank ", r, "'s points or right-hand side differ from rank ",
+                                rank, "'s in their dimension or columns (", x.str(), ")"}));
     global += a.extent;
     if (r < rank) offset += a.extent;
     chunk = std::min<std::size_t>(chunk, a.chunk_rows);
