@@ -168,9 +168,10 @@ struct rank_info {
   char message[300];
 };
 
+inline constexpr std::uint64_t fnv_basis = 1469598103934665603ull, fnv_prime = 1099511628211ull;
 inline std::uint64_t fnv1a(const char* s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (; *s; ++s) h = (h ^ std::uint8_t(*s)) * 1099511628211ull;
+  std::uint64_t h = fnv_basis;
+  for (; *s; ++s) h = (h ^ std::uint8_t(*s)) * fnv_prime;
   return h;
 }
 /// The expression's type, hashed: ranks that built different reductions (min here, max there) or
@@ -184,20 +185,26 @@ std::uint64_t reduction_kind() {
 /// dimension d and each right-hand side's (v, M, softmax's V) columns. Ranks whose points differ in
 /// d would merge distances of different spaces (shard_both compares d in its own agreement).
 template <class N>
-void input_dims(const N& n, std::uint64_t& h) {
-  const auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+void mix_input_dims(const N& n, std::uint64_t& h) {
+  const auto mix = [&](std::uint64_t v) { h = (h ^ v) * fnv_prime; };
   if constexpr (requires { n.x.cols(); n.y.cols(); n.params; }) {
     mix(n.x.cols());
     mix(n.y.cols());
   } else if constexpr (std::is_class_v<N>) {
-    if constexpr (requires { n.e; }) input_dims(n.e, h);
+    if constexpr (requires { n.e; }) mix_input_dims(n.e, h);
     if constexpr (requires { n.a; n.b; }) {
-      input_dims(n.a, h);
-      input_dims(n.b, h);
+      mix_input_dims(n.a, h);
+      mix_input_dims(n.b, h);
     }
     if constexpr (requires { n.rhs.cols(); }) mix(n.rhs.cols());
     if constexpr (requires { n.values.cols(); }) mix(n.values.cols());
   }
+}
+template <class X>
+std::uint64_t input_dims(const X& x) {
+  std::uint64_t h = fnv_basis;
+  mix_input_dims(x, h);
+  return h;
 }
 /// argument_error when rank r's values or reduction differ from this rank's (rank-dependent code):
 /// the records would not match in size, or would merge by another rule. who: "…: rank ".
@@ -414,8 +421,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   me.extent = d.extent;
   me.elem = sizeof(typename X::value_type);
   me.kind = reduction_kind<X>();
-  me.dims = 1469598103934665603ull;
-  input_dims(x, me.dims);
+  me.dims = input_dims(x);
   plan_guarded(me, [&] {
     pre();
     be.check_values(d.local);

@@ -120,6 +120,13 @@ bool split_is_exact(const linear_post<T>& post, const matrix_view<const T>& rhs)
   return true;
 }
 
+/// The rule log's line when split_is_exact refuses the split of `where`.
+MEMSAFE_COLD inline std::string guard_failed(const char* where) {
+  return memsafe::detail::cat(memsafe::detail::msg{
+      "scalar_hoist/diag_in_product not applied to ", where,
+      ": a zero or non-finite scale, factors in opposite directions, or a non-finite dense factor (kept as written)"});
+}
+
 /// The rules applied with their guard: the split form when it is exact, else the original
 /// (and then `post` is trivial). With nothing to split the type is E itself.
 template <bool Diags, class E, class T>
@@ -137,8 +144,7 @@ auto split_linear_guarded(const E& e, linear_post<T>& post, const matrix_view<co
       for (const auto& r : fired.fired) log.add(r);
       post = std::move(p);
     } else {
-      log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist/diag_in_product not applied to ", where,
-                                    ": a zero or non-finite scale, factors in opposite directions, or a non-finite dense factor (kept as written)"}));
+      log.add(guard_failed(where));
     }
     return guarded<S, E>{{}, s, e, ok};
   }
@@ -154,8 +160,7 @@ bool recheck_linear_guard(E& e, linear_post<T>& post, const matrix_view<const T>
     if (e.use_fast && !split_is_exact(post, rhs)) {
       e.use_fast = false;
       post = {};
-      log.add(memsafe::detail::cat(memsafe::detail::msg{"scalar_hoist/diag_in_product not applied to ", where,
-                                    ": a zero or non-finite scale, factors in opposite directions, or a non-finite dense factor (kept as written)"}));
+      log.add(guard_failed(where));
       return true;
     }
   }
