@@ -348,6 +348,59 @@ TEST_CASE("attention: fully masked rows give O = 0, lse = -inf and zero gradient
   for (float x : le) CHECK(x == -std::numeric_limits<float>::infinity());
 }
 
+TEST_CASE("attention: a NaN at a hidden position leaves the gradients of rows and keys that never see it unchanged") {
+  // Key padding: batch 0's padded keys hold NaN in K; batch 1 has every key padded, and NaN in one
+  // row of Q and one row of dO. Gradients equal a run with finite values there, bit for bit (the
+  // hidden values cannot matter), and batch 1's are exactly zero.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  att_problem<double> p(2, 2, 9, 9, 3, 4, 11, /*causal=*/false, /*pad=*/true);
+  for (std::size_t j = 0; j < p.Tk; ++j) p.keep[1 * p.Tk + j] = 0;
+  p.keep[0 * p.Tk + 2] = 0;
+  p.keep[0 * p.Tk + 6] = 0;
+  std::vector<double> O, lse, dQ, dK, dV, O2, lse2, dQ2, dK2, dV2;
+  run_forward(p, O, lse);
+  auto dO = upstream<double>(O.size(), 4);
+  run_backward(p, O, lse, dO, dQ, dK, dV);
+  auto q = p;
+  for (std::size_t h = 0; h < p.H; ++h) {
+    q.k[((0 * p.H + h) * p.Tk + 2) * p.d + 1] = nan;
+    q.k[((0 * p.H + h) * p.Tk + 6) * p.d + 0] = nan;
+    q.q[((1 * p.H + h) * p.Tq + 4) * p.d + 2] = nan;
+  }
+  run_forward(q, O2, lse2);
+  CHECK(O2 == O);
+  CHECK(lse2 == lse);
+  for (std::size_t h = 0; h < p.H; ++h) dO[((1 * p.H + h) * p.Tq + 5) * p.dv + 1] = nan;
+  run_backward(q, O2, lse2, dO, dQ2, dK2, dV2);
+  const std::size_t half_q = p.H * p.Tq * p.d, half_k = p.H * p.Tk * p.d, half_v = p.H * p.Tk * p.dv;
+  for (std::size_t x = 0; x < half_q; ++x) CHECK(dQ2[x] == dQ[x]);
+  for (std::size_t x = 0; x < half_k; ++x) CHECK(dK2[x] == dK[x]);
+  for (std::size_t x = 0; x < half_v; ++x) CHECK(dV2[x] == dV[x]);
+  for (std::size_t x = half_q; x < dQ2.size(); ++x) CHECK(dQ2[x] == 0.0);
+  for (std::size_t x = half_k; x < dK2.size(); ++x) CHECK(dK2[x] == 0.0);
+  for (std::size_t x = half_v; x < dV2.size(); ++x) CHECK(dV2[x] == 0.0);
+
+  // Causal, T = 130: NaN in key 70's K. Rows 0..69 never see it (their forward is finite), though
+  // rows 64..69 share key 70's 64-key tile: their dQ equals the run with key 70 finite.
+  att_problem<float> c(1, 1, 130, 130, 5, 3, 12, /*causal=*/true);
+  std::vector<float> Oc, lc, dQc, dKc, dVc, Oc2, lc2, dQc2, dKc2, dVc2;
+  run_forward(c, Oc, lc);
+  const auto dOc = upstream<float>(Oc.size(), 6);
+  run_backward(c, Oc, lc, dOc, dQc, dKc, dVc);
+  auto cn = c;
+  cn.k[70 * c.d + 3] = std::numeric_limits<float>::quiet_NaN();
+  for (const std::size_t budget : {std::size_t{1} << 20, std::size_t{200000}}) {
+    memsafe::options o;
+    o.budget = budget;
+    run_forward(cn, Oc2, lc2, o);
+    for (std::size_t i = 0; i < 70; ++i) CHECK(lc2[i] == lc[i]);
+    CHECK(std::isnan(lc2[70]));
+    run_backward(cn, Oc2, lc2, dOc, dQc2, dKc2, dVc2, o);
+    for (std::size_t x = 0; x < 70 * c.d; ++x) CHECK(dQc2[x] == dQc[x]);
+    CHECK(std::isnan(dQc2[70 * c.d]));
+  }
+}
+
 TEST_CASE("attention: gradients against central finite differences (f64, relative error <= 1e-6)") {
   // masks: key padding and a bias (its gradient checked too), [1, H, Tq, Tk] or the extents given
   struct cfg {

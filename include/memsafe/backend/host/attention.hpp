@@ -609,14 +609,23 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
   auto first_row = [&](std::size_t j0) {
     return sc.is_causal ? static_cast<std::size_t>(std::max<long>(static_cast<long>(j0) - off, 0)) : std::size_t{0};
   };
-  // Kᵀ, K and Vᵀ of keys [j0, j0 + nk), zero-padded to BC keys and dp columns.
+  // Kᵀ, K and Vᵀ of keys [j0, j0 + nk), zero-padded to BC keys and dp columns. K (what dQ = dS·K
+  // takes) holds 0 for a non-finite element: a key a row does not see meets it with dS = 0 inside
+  // a shared tile, and 0·NaN would put NaN into that row's dQ, in some rows and not others as the
+  // tiles fall; a row that does see such a key has a NaN or −inf score there (Kᵀ, what the scores
+  // are recomputed from, keeps the element), so its dS is NaN (the row is NaN) or 0 (the key's
+  // weight is 0, and its term 0).
   auto pack_keys = [&](worker& w, std::size_t b, std::size_t h, std::size_t j0, std::size_t nk) {
     const std::size_t ks = sc.k.stride(3), vs = a.v.stride(3);
     for (std::size_t j = 0; j < BC; ++j) {
       const bool in = j < nk;
       const T* k = in ? sc.k.row(b, h, j0 + j) : nullptr;
       const T* v = in ? a.v.row(b, h, j0 + j) : nullptr;
-      for (std::size_t c = 0; c < d; ++c) w.KT[c * BC + j] = w.Kp[j * dp + c] = in ? k[c * ks] : T(0);
+      for (std::size_t c = 0; c < d; ++c) {
+        const T e = in ? k[c * ks] : T(0);
+        w.KT[c * BC + j] = e;
+        w.Kp[j * dp + c] = libm::isfinite(e) ? e : T(0);
+      }
       for (std::size_t c = d; c < dp; ++c) w.Kp[j * dp + c] = 0;
       for (std::size_t c = 0; c < dv; ++c) w.VT[c * BC + j] = in ? v[c * vs] : T(0);
     }
@@ -635,8 +644,17 @@ eval_stats backward(const attention_expr<T>& a, heads_view<const T> O, const T* 
       if (gs == 1) std::copy(go, go + dv, gr);
       else for (std::size_t c = 0; c < dv; ++c) gr[c] = go[c * gs];
       std::fill(gr + dv, gr + dvp, T(0));
-      w.D[r] = dot_lanes(gr, O.row(b, h, i0 + r), os, dv);
       w.L[r] = lse[bh * Tq + i0 + r];
+      if (w.L[r] == -std::numeric_limits<T>::infinity()) {
+        // a row that sees no key: P = 0 on every tile (probs_tile), and its Q, dO and D zeroed so
+        // that a NaN or inf there (dO of a padded position, a Q that is 0/0) cannot reach dK, dV or
+        // dS through a 0 weight: its gradients are exactly zero
+        std::fill(qr, qr + d, T(0));
+        std::fill(gr, gr + dv, T(0));
+        w.D[r] = 0;
+      } else {
+        w.D[r] = dot_lanes(gr, O.row(b, h, i0 + r), os, dv);
+      }
     }
   };
   // One tile: query rows [i0 + r0, i0 + nr) of the packed rows (packed from i0) against the packed
