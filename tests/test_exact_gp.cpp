@@ -446,6 +446,92 @@ TEST_CASE("exact GP with a point whose squared distance overflows: Matérn kerne
   }
 }
 
+TEST_CASE("exact_solve: alpha scales with the right-hand side and the system at any magnitude") {
+  // CG runs on B's columns and on K + sigma^2 I scaled by powers of two: scaling either by 2^e scales
+  // alpha by the same power, bit for bit, and decimal scales of 1e-200 .. 1e160 (whose squared norms
+  // underflow or overflow: alpha came back 0, "converged", or a breakdown) agree to rounding.
+  problem p(120, 2, 2, gp::kernel::matern32);
+  const gp::exact_options o{.budget = 8 << 20, .tolerance = 1e-10};
+  const auto base = gp::exact_solve(p.data(), p.B.data(), p.c, p.h, o);
+  REQUIRE(base.converged);
+  for (const int e : {-900, -600, 550, 900}) {
+    CAPTURE(e);
+    vec B = p.B;
+    for (auto& v : B) v = std::ldexp(v, e);
+    const auto r = gp::exact_solve(p.data(), B.data(), p.c, p.h, o);
+    CHECK(r.converged);
+    CHECK(r.iterations == base.iterations);
+    for (std::size_t i = 0; i < B.size(); ++i) CHECK(r.alpha[i] == std::ldexp(base.alpha[i], e));
+  }
+  for (const double s : {1e-200, 1e-170, 1e160}) {
+    CAPTURE(s);
+    vec B = p.B, want = base.alpha;
+    for (auto& v : B) v *= s;
+    for (auto& v : want) v *= s;
+    const auto r = gp::exact_solve(p.data(), B.data(), p.c, p.h, o);
+    CHECK(r.converged);
+    CHECK_FALSE(r.breakdown);
+    CHECK(col_rel(r.alpha, want, p.c) < 1e-9);
+  }
+  // sigma_f^2 and sigma^2 both times 2^e (alpha times 2^-e), and the variances' (times 2^e): a variance
+  // of 1e-165 gave the prior (k(X, x) read as 0) and one of 1e308 overflowed K*p
+  vec var0(4), var1(4);
+  gp::exact_predict_variance(p.data(), p.h, {p.Xs.data(), 4, p.d}, var0.data(), o);
+  for (const int e : {-560, 1000}) {
+    CAPTURE(e);
+    auto h = p.h;
+    h.variance = std::ldexp(h.variance, e);
+    h.noise = std::ldexp(h.noise, e);
+    const auto r = gp::exact_solve(p.data(), p.B.data(), p.c, h, o);
+    CHECK(r.converged);
+    for (std::size_t i = 0; i < r.alpha.size(); ++i) CHECK(r.alpha[i] == std::ldexp(base.alpha[i], -e));
+    gp::exact_predict_variance(p.data(), h, {p.Xs.data(), 4, p.d}, var1.data(), o);
+    for (std::size_t q = 0; q < 4; ++q) CHECK(var1[q] == doctest::Approx(std::ldexp(var0[q], e)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("exact GP: a noise whose reciprocal overflows, coordinates over lengthscales that overflow and sizes past size_t are refused") {
+  problem p(30, 3, 1, gp::kernel::matern32);
+  auto h = p.h;
+  for (const double tiny : {1e-310, std::numeric_limits<double>::denorm_min()}) {
+    h.noise = tiny;  // 1/sigma^2 = inf: every alpha came back NaN and the CLI blamed alpha
+    CHECK(contains(message_of<memsafe::argument_error>([&] { gp::exact_solve(p.data(), h); }),
+                   "memsafe::gp::exact_solve: noise variance"));
+    CHECK(contains(message_of<memsafe::argument_error>([&] { gp::exact_solve(p.data(), h); }), "is too small"));
+  }
+  h = p.h;
+  h.noise = std::numeric_limits<double>::min();  // the smallest normal: accepted
+  CHECK_NOTHROW((void)gp::exact_minimum_bytes(p.data(), 1, h));
+  // x_k / l_k = inf (the lazy ARD kernel scales before it subtracts: k(x, x) was NaN and the solve
+  // broke down for every point)
+  vec X = p.X;
+  X[5 * 3 + 1] = 1e308;
+  h = p.h;
+  h.lengthscales[1] = 0.5;
+  const std::string why = message_of<memsafe::argument_error>([&] { gp::exact_solve({X.data(), p.B.data(), p.n, p.d}, h); });
+  CHECK(contains(why, "memsafe::gp::exact_solve: training point 5, coordinate 1"));
+  CHECK(contains(why, "rescale the inputs"));
+  const auto r = gp::exact_solve(p.data(), h);
+  vec T(3, 0.0), mean(1);
+  T[1] = -1e308;
+  CHECK(contains(message_of<memsafe::argument_error>(
+                     [&] { gp::exact_predict_mean(p.data(), r.alpha.data(), 1, h, {T.data(), 1, 3}, mean.data()); }),
+                 "test point 0, coordinate 1"));
+  // the solver's bytes for n = 2^31 and a rank-n preconditioner (n^2 doubles) wrapped to a small
+  // "minimum"; an accounted buffer of more than size_t bytes asked for a wrapped size
+  CHECK(contains(message_of<memsafe::argument_error>(
+                     [] { (void)memsafe::detail::gp::pcg_solver_bytes(std::size_t{1} << 31, 1, std::size_t{1} << 31, 1); }),
+                 "overflow the size type"));
+  // (and the aligned operator new, asked for SIZE_MAX bytes, returned a few)
+  memsafe::detail::accountant unlimited, budgeted(1 << 20);
+  CHECK_THROWS_AS(memsafe::detail::temp_buffer<double>(unlimited, std::size_t(-1) / 4), memsafe::out_of_memory);
+  CHECK_THROWS_AS(memsafe::detail::temp_buffer<double>(unlimited, std::size_t(-1) / 8), memsafe::out_of_memory);
+  CHECK_THROWS_AS(memsafe::detail::temp_buffer<double>(budgeted, std::size_t(-1) / 4), memsafe::out_of_memory);
+  CHECK_THROWS_AS(memsafe::detail::temp_buffer<double>(budgeted, std::size_t{1} << 20), memsafe::budget_error);
+  CHECK(unlimited.current() == 0);
+  CHECK(budgeted.current() == 0);
+}
+
 TEST_CASE("exact_predict_mean names itself when the budget is too small") {
   const vec X = {0.0, 0.5, 1.0}, y = {0.3, -0.2, 0.5}, alpha = {1, 2, 3}, xs = {0.25};
   gp::hyperparameters h{gp::kernel::rbf, 1.0, {1.0}, 0.1, 1e-6};

@@ -5,6 +5,7 @@
 // reports as `stats.peak_temp_bytes`.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <string>
 #include <utility>
@@ -44,6 +45,9 @@ class accountant {
   /// Allocate `bytes` (64-byte aligned). Throws budget_error if the limit would be passed.
   void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
+    // No object is larger than PTRDIFF_MAX; above SIZE_MAX − 63 the aligned operator new rounds
+    // the size up to a multiple of 64, wraps around and hands out a few bytes (libstdc++)
+    if (bytes > static_cast<std::size_t>(PTRDIFF_MAX)) refused(bytes);
     reserve(bytes);
     try {
       return ::operator new(bytes, std::align_val_t{64});
@@ -87,7 +91,9 @@ class temp_buffer {
  public:
   temp_buffer() = default;
   temp_buffer(accountant& a, std::size_t n)
-      : acc_(&a), n_(n), p_(static_cast<T*>(a.allocate(n * sizeof(T)))) {}
+      // n·sizeof(T) past std::size_t asks for all of it: the accountant's budget_error, never a
+      // wrapped-around size
+      : acc_(&a), n_(n), p_(static_cast<T*>(a.allocate(n > std::size_t(-1) / sizeof(T) ? std::size_t(-1) : n * sizeof(T)))) {}
   temp_buffer(const temp_buffer&) = delete;
   temp_buffer& operator=(const temp_buffer&) = delete;
   temp_buffer(temp_buffer&& o) noexcept { swap(o); }

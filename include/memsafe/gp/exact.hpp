@@ -160,6 +160,18 @@ inline memsafe::tile_plan kernel_product_plan(const hyperparameters& h, const do
   });
 }
 
+/// argument_error for the first point of X (n × d, row-major, finite) whose coordinate over its
+/// lengthscale is not finite: the lazy kernel (with_lazy_kernel) scales the coordinates before it
+/// takes differences, so x_k/ℓ_k = inf would make k(x, x) = NaN and break the whole solve down.
+inline void check_scaled(const double* X, std::size_t n, std::size_t d, const std::vector<double>& ls, const char* what,
+                         const std::string& f) {
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < d; ++k)
+      if (!std::isfinite(X[i * d + k] / ls[k]))
+        throw argument_error(cat(msg{f, what, " ", i, ", coordinate ", k, " (", X[i * d + k], ") over its lengthscale (",
+                                     ls[k], ") overflows a double; rescale the inputs"}));
+}
+
 /// Shapes, parameters and finiteness of the training inputs (the targets are checked where used).
 inline void validate_exact(const data_view& D, const hyperparameters& h, const std::string& f) {
   if (D.n == 0 || D.d == 0)
@@ -168,6 +180,7 @@ inline void validate_exact(const data_view& D, const hyperparameters& h, const s
   validate_kernel(h.variance, h.lengthscales, D.d, f);
   validate_noise(h, f, /*uses_jitter=*/false);  // σ² > 0 makes K + σ²I positive definite
   check_finite(D.X, D.n, D.d, "training input", f);
+  check_scaled(D.X, D.n, D.d, h.lengthscales, "training point", f);
 }
 
 /// argument_error for a null `what` (when count > 0) or its first entry that is not finite.
@@ -214,22 +227,32 @@ inline bool start_predict(const data_view& D, const hyperparameters& h, const po
   return true;
 }
 
+/// a·b + c (bytes or counts of the solvers' temporaries), or argument_error naming `what` when it
+/// does not fit in std::size_t (n = 2³¹ points and a rank-n preconditioner: n² doubles).
+inline std::size_t size_fma(std::size_t a, std::size_t b, std::size_t c, const std::string& what) {
+  std::size_t r;
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r))
+    throw argument_error(cat(msg{"memsafe::gp: ", what, " overflow the size type"}));
+  return r;
+}
+
 /// Bytes of the solver's own temporaries for n points, c right-hand sides, rank k, d dimensions.
 inline std::size_t pcg_solver_bytes(std::size_t n, std::size_t c, std::size_t k, std::size_t d) {
-  return sizeof(double) * (4 * n * c    // r, z, p, A·p
-                           + n * k      // L_k (column-major)
-                           + (k ? n : 0)  // the remaining diagonal while L_k is built
-                           + k * k      // chol(σ²I + L_kᵀL_k)
-                           + k * c      // the Woodbury block L_kᵀ·r
-                           + k          // one row of L_k (the pivot's)
-                           + d          // 1/ℓ² of the kernel loop
-                           + 5 * c);    // ‖b_j‖, rᵀz, step, residual, stopped
+  const std::string what = cat(msg{"the CG solver's temporaries for n = ", n, ", ", c, " right-hand side(s) and a rank-", k,
+                                  " preconditioner (", n, " × ", k, " doubles; use a lower rank)"});
+  std::size_t e = size_fma(4 * c, n, 0, what);  // r, z, p, A·p (4c ≤ 4·2⁴⁰: c is a view's extent)
+  e = size_fma(n, k, e, what);                   // L_k (column-major)
+  e = size_fma(k ? 1 : 0, n, e, what);           // the remaining diagonal while L_k is built
+  e = size_fma(k, k, e, what);                   // chol(σ²I + L_kᵀL_k)
+  e = size_fma(k, c, e, what);                   // the Woodbury block L_kᵀ·r
+  e = size_fma(1, k + d + 6 * c, e, what);       // a row of L_k (the pivot's), 1/ℓ², ‖b_j‖, rᵀz, step, residual, stopped, eb_j
+  return size_fma(sizeof(double), e, 0, what);
 }
 
 struct pcg_sizes {
   std::size_t rank = 0, solver = 0, matvec_min = 0;
   std::string isa;
-  std::size_t minimum() const { return solver + matvec_min; }
+  std::size_t minimum() const { return size_fma(1, solver, matvec_min, "the CG solver's temporaries"); }
 };
 
 inline pcg_sizes pcg_plan(const data_view& D, std::size_t c, const hyperparameters& h, const exact_options& o) {
@@ -301,18 +324,21 @@ struct kernel_strip {
   std::size_t n = 0, rows = 0;
   double* values = nullptr;
 
-  /// Bytes of a strip of `rows` rows of an n×n K.
+  /// Bytes of a strip of `rows` rows of an n×n K (a strip is only built when it fits a budget, so
+  /// that this fits std::size_t: R.stats reports the whole K's, n·(n + 1)/2 + …, saturated).
   static std::size_t bytes(std::size_t n, std::size_t rows) {
     std::size_t b = 0;
-    for (std::size_t i0 = 0; i0 < rows; i0 += block) b += std::min(block, rows - i0) * (n - i0);
-    return b * sizeof(double);
+    for (std::size_t i0 = 0; i0 < rows; i0 += block)
+      b = memsafe::plan::saturating_add(b, memsafe::plan::saturating_mul(std::min(block, rows - i0), n - i0));
+    return memsafe::plan::saturating_mul(b, sizeof(double));
   }
   /// The most rows (whole blocks, or all n) whose strip fits `bytes`.
   static std::size_t rows_fitting(std::size_t n, std::size_t bytes_) {
     std::size_t r = 0, used = 0;
     while (r < n) {
-      const std::size_t br = std::min(block, n - r), b = br * (n - r) * sizeof(double);
-      if (used + b > bytes_) break;
+      const std::size_t br = std::min(block, n - r);
+      const std::size_t b = memsafe::plan::saturating_mul(memsafe::plan::saturating_mul(br, n - r), sizeof(double));
+      if (b > bytes_ || used > bytes_ - b) break;
       used += b;
       r += br;
     }
@@ -432,7 +458,17 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   const auto since = [](clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); };
   const auto t_start = clock_type::now();
   const std::size_t n = D.n, d = D.d, k = sz.rank;
-  const double sig2 = h.noise;
+  // The system is solved scaled by powers of two, which changes no bit of a solve whose numbers stay
+  // normal: K + σ²I divided by 2^es (es the exponent of max(σ_f², σ²) rounded down to even, so
+  // that its entries are O(1) — a variance of 1e308 would overflow K·p — and the preconditioner's
+  // square roots of pivots scale by 2^(es/2) exactly) and each column of B by 2^eb_j (the exponent
+  // of max|b_j|: ‖b_j‖² of a b_j of 1e-170 underflows to 0, of 1e160 overflows, and CG read the
+  // first as b_j = 0 and broke down on the second); α_j is scaled back by 2^(eb_j − es) at the end.
+  int es = std::ilogb(std::max(h.variance, h.noise));
+  es -= es & 1;
+  hyperparameters hs = h;
+  hs.variance = std::ldexp(h.variance, -es);
+  const double sig2 = std::ldexp(h.noise, -es);
   const std::size_t threads = memsafe::plan::resolve_threads(o.threads);
   R.n = n;
   R.rhs = c;
@@ -447,12 +483,13 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   memsafe::detail::accountant acc(budget);
   memsafe::detail::temp_buffer<double> Rb(acc, n * c), Zb(acc, n * c), Pb(acc, n * c), APb(acc, n * c);
   memsafe::detail::temp_buffer<double> Lc(acc, n * k), diag(acc, k ? n : 0), Cw(acc, k * k), Tw(acc, k * c),
-      row(acc, k), il2(acc, d), small(acc, 5 * c);
+      row(acc, k), il2(acc, d), small(acc, 6 * c);
   double* bnorm = small.data();
   double* rz = small.data() + c;
   double* step = small.data() + 2 * c;
   double* res = small.data() + 3 * c;
   double* done = small.data() + 4 * c;  // 1: the column has stopped
+  double* eb = small.data() + 5 * c;    // the exponent B's column j is scaled by (see es)
   for (std::size_t q = 0; q < d; ++q) il2[q] = 1.0 / (h.lengthscales[q] * h.lengthscales[q]);
   memsafe::options mv_opts{budget - acc.current(), o.threads};
 
@@ -463,7 +500,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   memsafe::detail::temp_buffer<double> strip_values, strip_cols;
   if (o.cache && n > kernel_strip::block) {
     const std::size_t avail = budget - acc.current();
-    const std::size_t prod = kernel_product_plan(h, D.X, n, D.X, n, d, D.X, c, mv_opts).planned_bytes;
+    const std::size_t prod = kernel_product_plan(hs, D.X, n, D.X, n, d, D.X, c, mv_opts).planned_bytes;
     const std::size_t cols = threads * n * c * sizeof(double);
     if (avail > prod + cols) {
       const std::size_t rows = kernel_strip::rows_fitting(n, avail - prod - cols);
@@ -485,7 +522,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   std::size_t rank = 0;
   if (k > 0) {
     double terr = 0;
-    rank = pivoted_cholesky(D, h, k, il2.data(), Lc.data(), diag.data(), row.data(), threads, terr);
+    rank = pivoted_cholesky(D, hs, k, il2.data(), Lc.data(), diag.data(), row.data(), threads, terr);
     R.stats.preconditioner_trace_error = terr;
     if (rank > 0) {  // Cw = chol(σ²I + LᵀL)
       auto Lv = memsafe::matrix(static_cast<const double*>(Lc.data()), rank, n).t();
@@ -520,12 +557,12 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   const auto product = [&](const double* in, double* out) {
     const auto t0 = clock_type::now();
     if (strip.rows == 0) {
-      const auto st = kernel_product(h, D.X, n, D.X, n, d, in, c, out, mv_opts);
+      const auto st = kernel_product(hs, D.X, n, D.X, n, d, in, c, out, mv_opts);
       R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
     } else {
       if (!strip_filled) {  // the first product computes the strip (under the product's budget)
         const auto tf = clock_type::now();
-        R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, fill_strip(D, h, strip, mv_opts));
+        R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, fill_strip(D, hs, strip, mv_opts));
         R.stats.seconds_cache = since(tf);
         strip_filled = true;
       }
@@ -534,7 +571,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
       apply_strip(strip, in, c, out, strip_cols.data(), threads);
       const std::size_t r = strip.rows;
       if (r < n) {
-        const auto st = kernel_product(h, D.X + r * d, n - r, D.X + r * d, n - r, d, in + r * c, c,
+        const auto st = kernel_product(hs, D.X + r * d, n - r, D.X + r * d, n - r, d, in + r * c, c,
                                        strip_cols.data(), mv_opts);
         R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
         for (std::size_t q = 0; q < (n - r) * c; ++q) out[r * c + q] += strip_cols[q];
@@ -552,9 +589,15 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   double* p = Pb.data();
   double* Ap = APb.data();
   std::fill(X, X + n * c, 0.0);
-  std::copy(B, B + n * c, r);
   R.column_iterations.assign(c, 0);
   R.residual.assign(c, 0.0);
+  // r = B with column j scaled by 2^-eb_j (0 for b_j = 0)
+  for (std::size_t j = 0; j < c; ++j) bnorm[j] = 0;  // max|b_j| first
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < c; ++j) bnorm[j] = std::max(bnorm[j], std::fabs(B[i * c + j]));
+  for (std::size_t j = 0; j < c; ++j) eb[j] = bnorm[j] > 0 ? std::ilogb(bnorm[j]) : 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < c; ++j) r[i * c + j] = std::ldexp(B[i * c + j], -static_cast<int>(eb[j]));
   for (std::size_t j = 0; j < c; ++j) bnorm[j] = 0;
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < c; ++j) bnorm[j] += r[i * c + j] * r[i * c + j];
@@ -605,6 +648,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
     }
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = 0; j < c; ++j) {
+        if (step[j] == 0) continue;  // stopped (before or at this step): p or Ap may be inf or NaN
         const std::size_t q = i * c + j;
         X[q] += step[j] * p[q];
         r[q] -= step[j] * Ap[q];
@@ -643,17 +687,19 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
     if (bnorm[j] > 0 && !(res[j] <= o.tolerance)) R.converged = false;
   }
   R.stats.seconds_cg = since(t_cg);
-  if (o.true_residual) {
+  if (o.true_residual) {  // of the scaled system, as the recursive residual
     product(X, Ap);
     R.true_residual.assign(c, 0.0);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = 0; j < c; ++j) {
-        const double e = B[i * c + j] - Ap[i * c + j];
+        const double e = std::ldexp(B[i * c + j], -static_cast<int>(eb[j])) - Ap[i * c + j];
         R.true_residual[j] += e * e;
       }
     for (std::size_t j = 0; j < c; ++j)
       R.true_residual[j] = bnorm[j] > 0 ? std::sqrt(R.true_residual[j]) / bnorm[j] : 0.0;
   }
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < c; ++j) X[i * c + j] = std::ldexp(X[i * c + j], static_cast<int>(eb[j]) - es);
   R.stats.peak_temp_bytes = acc.peak() + R.stats.matvec_peak_bytes;
   R.stats.seconds_total = since(t_start);
 }
@@ -661,7 +707,8 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
 /// exact_predict_variance's own temporaries for batches of cb test points: k(X, x_q) and its
 /// solution (n × cb each) and the inverse squared lengthscales.
 inline std::size_t variance_own_bytes(std::size_t n, std::size_t cb, std::size_t d) {
-  return 2 * n * cb * sizeof(double) + d * sizeof(double);
+  const std::string what = cat(msg{"exact_predict_variance's temporaries for n = ", n, " and batches of ", cb});
+  return size_fma(sizeof(double), size_fma(2 * cb, n, d, what), 0, what);
 }
 inline void check_variance_batch(std::size_t batch, const std::string& f) {
   if (batch == 0) throw argument_error(cat(msg{f, "batch must be >= 1"}));
@@ -707,7 +754,8 @@ inline exact_result exact_solve(const data_view& D, const double* B, std::size_t
   namespace dg = memsafe::detail::gp;
   const std::string f = "memsafe::gp::exact_solve: ";
   dg::validate_solve(D, rhs, h, opts, f);
-  dg::validate_values(B, D.n * rhs, f, "right-hand side");
+  dg::validate_values(B, memsafe::detail::checked_mul(D.n, rhs, memsafe::detail::cat(memsafe::detail::msg{f, "the right-hand sides"})), f,
+                     "right-hand side");
   const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
   const auto sz = dg::pcg_plan(D, rhs, h, opts);
   dg::check_budget(budget, sz, D.n, rhs, "exact_solve");  // before α is allocated
@@ -736,6 +784,7 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
     return st;
   if (rhs == 0) throw shape_error(cat(msg{f, "no weights (rhs = 0)"}));
   dg::validate_values(T.X, T.n * T.d, f, "test input");
+  dg::check_scaled(T.X, T.n, T.d, h.lengthscales, "test point", f);
   dg::validate_values(alpha, D.n * rhs, f, "alpha");
   const auto t0 = std::chrono::steady_clock::now();
   memsafe::eval_stats ev;

@@ -203,6 +203,9 @@ inline void validate_kernel(double variance, const std::vector<double>& lengthsc
 inline void validate_noise(const hyperparameters& h, const std::string& f, bool uses_jitter = true) {
   if (!(std::isfinite(h.noise) && h.noise > 0))
     throw argument_error(cat(msg{f, "noise variance must be finite and > 0, got ", h.noise}));
+  if (!std::isfinite(1 / h.noise))  // a subnormal σ²: 1/σ² (CG's preconditioner, the bound's σ⁻²) is inf
+    throw argument_error(cat(msg{f, "noise variance ", h.noise, " is too small: 1/noise overflows a double (the smallest is ",
+                                 std::numeric_limits<double>::min(), "); rescale the targets"}));
   if (uses_jitter && !(std::isfinite(h.jitter) && h.jitter >= 0))
     throw argument_error(cat(msg{f, "jitter must be finite and >= 0, got ", h.jitter}));
 }

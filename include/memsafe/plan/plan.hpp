@@ -169,6 +169,11 @@ constexpr std::size_t saturating_mul(std::size_t a, std::size_t b) {
   std::size_t r;
   return __builtin_mul_overflow(a, b, &r) ? npos : r;
 }
+/// a + b, or npos when it does not fit.
+constexpr std::size_t saturating_add(std::size_t a, std::size_t b) {
+  std::size_t r;
+  return __builtin_add_overflow(a, b, &r) ? npos : r;
+}
 
 /// The one search routine of every planner (the host's tiles_2d/tiles_3d, the CUDA backend's row
 /// layouts and product blocks): among `cands`, the index of the candidate of highest `score`
