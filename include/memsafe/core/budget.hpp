@@ -184,8 +184,30 @@ inline std::optional<std::size_t> env_budget() {
   return parse_bytes(e);
 }
 
-/// Resolve the budget of one call following the documented precedence.
+/// True when this translation unit keeps IEEE NaN tests and the order of additions: clang's
+/// -fno-honor-nans, and its -fassociative-math (with -fno-signed-zeros -fno-trapping-math, which
+/// turn it on), define no macro that config.hpp's #error could test, and under them clang folds
+/// memsafe's NaN tests (every min, argmin and k-nearest selection then returned NaN and index −1
+/// on clean data) and the rounding steps of its exp/log (an RQ K·v 5 % off). Compiled with the
+/// unit's own flags, these two tests fold the same way.
+inline bool fp_semantics_ok() {
+  volatile double zero = 0.0, x = 2.5;
+  const double nan = zero / zero, xv = x;
+  return nan != nan && (xv + 0x1.8p52) - 0x1.8p52 == 2.0;
+}
+[[noreturn]] MEMSAFE_COLD inline void fp_semantics_failed() {
+  throw argument_error(
+      "memsafe: this translation unit was compiled without IEEE NaN semantics or with reassociation (clang's "
+      "-fno-honor-nans, or -fassociative-math with -fno-signed-zeros and -fno-trapping-math): memsafe's NaN tests and "
+      "the rounding steps of its exp and log fold away and its results would be wrong. Build the files that include "
+      "memsafe without those flags.");
+}
+
+/// Resolve the budget of one call following the documented precedence. Every evaluation starts
+/// here, so it is also where the floating-point semantics are checked (once per process).
 inline std::size_t resolve_budget(std::optional<std::size_t> call_budget) {
+  static const bool fp_ok = fp_semantics_ok();
+  if (!fp_ok) fp_semantics_failed();
   if (call_budget) {
     if (*call_budget == 0) throw argument_error("memsafe: a budget must be a positive number of bytes");
     return *call_budget;
