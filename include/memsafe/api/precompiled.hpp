@@ -115,7 +115,14 @@ inline constexpr bool precompiled_expr<detail::softmax_sum_expr<E>> = detail::pr
 /// True in a translation unit that takes the listed evaluations from memsafe::precompiled
 /// (MEMSAFE_PRECOMPILED_LINKED_, the one place the condition is written, also guards the extern
 /// declarations below).
-#if defined(MEMSAFE_PRECOMPILED) && !defined(MEMSAFE_PRECOMPILED_BUILD) && !defined(__CUDACC__)
+// MEMSAFE_PRECOMPILED is on when defined as nothing or as a non-zero number; -DMEMSAFE_PRECOMPILED=0
+// is off (it was taken as on, and a unit without the library failed to link)
+#if defined(MEMSAFE_PRECOMPILED) && ((MEMSAFE_PRECOMPILED + 0) != 0 || (1 - MEMSAFE_PRECOMPILED - 1) == 2)
+#define MEMSAFE_PRECOMPILED_ON_ 1
+#else
+#define MEMSAFE_PRECOMPILED_ON_ 0
+#endif
+#if MEMSAFE_PRECOMPILED_ON_ && !defined(MEMSAFE_PRECOMPILED_BUILD) && !defined(__CUDACC__)
 #define MEMSAFE_PRECOMPILED_LINKED_ 1
 inline constexpr bool precompiled_linked = true;
 #else
@@ -124,7 +131,7 @@ inline constexpr bool precompiled_linked = false;
 #endif
 }  // namespace memsafe
 
-#if (defined(MEMSAFE_PRECOMPILED) || defined(MEMSAFE_PRECOMPILED_BUILD)) && defined(MEMSAFE_NO_SIMD)
+#if (MEMSAFE_PRECOMPILED_ON_ || defined(MEMSAFE_PRECOMPILED_BUILD)) && defined(MEMSAFE_NO_SIMD)
 #error "memsafe: MEMSAFE_NO_SIMD changes the code memsafe::precompiled holds: link memsafe::memsafe instead"
 #endif
 
