@@ -108,7 +108,11 @@ struct tleaf : tensor_tag {
   std::array<std::size_t, R> src_shape{};
   std::array<std::size_t, R> src_strides{};
 
-  static constexpr std::size_t full_axis(std::size_t s) { return (A != no_axis && s >= A) ? s + 1 : s; }
+  static constexpr std::size_t full_axis(std::size_t s) {
+    if constexpr (A == no_axis) return s;
+    else if constexpr (A == 0) return s + 1;  // (s >= 0 is nvcc's "pointless comparison" warning)
+    else return s >= A ? s + 1 : s;
+  }
   std::array<std::size_t, rank> shape() const {
     std::array<std::size_t, rank> sh{};
     for (std::size_t a = 0; a < rank; ++a) sh[a] = 1;
