@@ -355,7 +355,16 @@ void apply_diagonal_terms(const jobs::rows_job<E, R, T>& job, const jobs::out_sp
 /// Run a row job under its plan: allocate the inputs' staging, cuBLAS and the tile (in the byte
 /// model's terms), run the plan's path, then apply the diagonal terms on the host.
 template <class J, class T>
+void run_supported_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const options& o,
+                       device_accountant& acc);
+template <class J, class T>
 void run_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const options& o, device_accountant& acc) {
+  // an unsupported job was refused by plan_job's static_assert: nothing more to instantiate
+  if constexpr (rows_job_supported<J, T>) run_supported_job(b, plan, o, acc);
+}
+template <class J, class T>
+void run_supported_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, const options& o,
+                       device_accountant& acc) {
   const J& job = b.job;
   const job_shape& s = plan.s;
   const layout& L = plan.L;

@@ -305,8 +305,18 @@ tile_plan describe(const jobs::rows_job<E, R, T>& job, const job_shape& s, const
   return p;
 }
 
+template <class J, class T>
+rows_plan plan_supported_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const device_resources& dev,
+                             residency where, const std::string& what);
+
+/// True when the GPU backend evaluates row job J on T (plan_job's static_asserts say why not).
+template <class J, class T>
+inline constexpr bool rows_job_supported =
+    device_supported<std::remove_cvref_t<decltype(std::declval<const J&>().e)>> && red_known<typename J::reduction, T>;
+
 /// Plan a row job on a device with these resources: the shape (memory spaces as `where` says),
-/// the checks, then the layout; argument_error or budget_error before anything runs.
+/// the checks, then the layout; argument_error or budget_error before anything runs. An unsupported
+/// job stops at one static_assert here (the rest is not instantiated, so no error follows it).
 template <class J, class T>
 rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const device_resources& dev, residency where,
                    const std::string& what) {
@@ -317,6 +327,14 @@ rows_plan plan_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const de
                 "pairwise formula with elementwise maps over it (rbf(X,Y), exp(-sqdist(X,Y)/2), ...); combine "
                 "two pairwise matrices, broadcast tensors or diagonal terms inside a reduction on the host");
   static_assert(red_known<R, T>, "memsafe::cuda: this reduction has no device implementation");
+  if constexpr (rows_job_supported<J, T>) return plan_supported_job(b, budget, dev, where, what);
+  else return {};
+}
+
+template <class J, class T>
+rows_plan plan_supported_job(const jobs::bound_rows<J, T>& b, std::size_t budget, const device_resources& dev,
+                             residency where, const std::string& what) {
+  using R = typename J::reduction;
   const bool out_host = output_on_host(b.out.values, where);
   if (!b.job.post.diags.empty() && !out_host)
     throw argument_error(cat(msg{"memsafe::cuda: ", what,
