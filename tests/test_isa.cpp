@@ -143,6 +143,38 @@ TEST_CASE("isa: a MEMSAFE_ISA that is not a name is an argument_error quoting it
   }
 }
 
+TEST_CASE("isa: a malformed MEMSAFE_ISA or MEMSAFE_SCREEN is refused by every host evaluation, not only by those whose kernels read it") {
+  // dense tiles, sums of two formulas, lazy x lazy and dense chains ran with either ignored
+  scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
+  std::vector<double> x(12 * 3), v(12, 1.0), M(12 * 12, 0.5);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1 * double(i % 7);
+  const auto X = memsafe::points(static_cast<const double*>(x.data()), 12, 3);
+  const auto K = memsafe::rbf(X, X, 1.0);
+  const auto A = memsafe::matrix(static_cast<const double*>(M.data()), 12, 12);
+  const auto V = memsafe::vec(static_cast<const double*>(v.data()), 12);
+  const auto all = [&](auto&& check) {
+    check([&] { (void)memsafe::eval(memsafe::dense(K)); });
+    check([&] { (void)memsafe::eval(memsafe::sum(2.0 * memsafe::sqdist(X, X) + K)); });
+    check([&] { (void)memsafe::eval(K * memsafe::transpose(K)); });
+    check([&] { (void)memsafe::eval(A.t() * A * V); });
+    check([&] { (void)memsafe::plan_for(memsafe::dense(K)); });
+    check([&] { (void)memsafe::explain(A.t() * A * V); });
+  };
+  {
+    scoped_env bad("MEMSAFE_ISA", "garbage");
+    all([](auto&& f) { CHECK(contains(argument_error_of(f), "MEMSAFE_ISA must be avx512, avx2 or portable, got \"garbage\"")); });
+  }
+  {
+    scoped_env bad("MEMSAFE_SCREEN", "garbage");
+    all([](auto&& f) { CHECK(contains(argument_error_of(f), "MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"garbage\"")); });
+    CHECK(contains(argument_error_of([&] { (void)memsafe::eval(K * V); }), "MEMSAFE_SCREEN must be"));
+  }
+  {
+    scoped_env fine("MEMSAFE_SCREEN", "fp32");  // a valid word where no selection screens: nothing to refuse
+    all([](auto&& f) { CHECK_NOTHROW(f()); });
+  }
+}
+
 TEST_CASE("isa: forcing an instruction set this CPU lacks is a clear error naming what it runs") {
   scoped_env unset_kernels("MEMSAFE_KERNELS", nullptr);
   knn_data k;

@@ -60,6 +60,7 @@ template <class X, class T = typename X::value_type>
 eval_stats run(const X& x, detail::output_target<T> out, const options& o) {
   const std::size_t budget = resolve_budget(o.budget);
   const std::size_t threads = plan::resolve_threads(o.threads);
+  check_kernel_env();
   const double t0 = monotonic_seconds();
   accountant acc(budget);
   rewrite::rule_log log;
@@ -78,6 +79,7 @@ eval_stats run(const X& x, T* values, index_t* indices, const options& o) {
 /// planner is its order search).
 template <class X>
 auto planner_for(const X& x, rewrite::rule_log& log) {
+  check_kernel_env();
   if constexpr (jobs::is_chain_expr<X>) {
     return [job = jobs::lower(x, static_cast<typename X::value_type*>(nullptr), nullptr, log), &log](
                std::size_t budget, std::size_t threads) mutable { return plan_chain(job, budget, threads, log).shown; };

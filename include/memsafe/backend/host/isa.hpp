@@ -225,4 +225,20 @@ MEMSAFE_COLD inline isa choose_isa(unsigned compiled) {
 /// and the GP row kernels refuse a bad value at planning, as the fused kernels do.
 MEMSAFE_COLD inline void check_isa() { (void)choose_isa(isa_compiled); }
 
+/// MEMSAFE_SCREEN's word: unset, fp32, bf16, amx or i16, else argument_error (what a valid word
+/// does, and where it cannot, is choose_screen's, select_driver.hpp).
+MEMSAFE_COLD inline void check_screen_word() {
+  const auto e = env::screen();
+  if (!e.empty() && e != "fp32" && e != "bf16" && e != "i16" && e != "amx")
+    throw argument_error(detail::cat(detail::msg{"memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"", e, "\""}));
+}
+
+/// Both variables, checked by every host evaluation before it plans (host::run, planner_for): a
+/// malformed value was refused only by evaluations whose kernels read it (K·v, selections) and
+/// ignored by the rest (dense tiles, sums of formulas, lazy × lazy, chains).
+MEMSAFE_COLD inline void check_kernel_env() {
+  check_isa();
+  check_screen_word();
+}
+
 }  // namespace memsafe::host

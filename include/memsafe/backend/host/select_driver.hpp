@@ -543,9 +543,8 @@ inline constexpr std::size_t i16_screen_max_d = 536870911;
 /// FMA's 8).
 template <class T, select_kind K>
 MEMSAFE_COLD screen_mode choose_screen(isa i, std::size_t d) {
+  check_screen_word();
   const auto e = env::screen();
-  if (!e.empty() && e != "fp32" && e != "bf16" && e != "i16" && e != "amx")
-    throw argument_error(cat(msg{"memsafe: MEMSAFE_SCREEN must be fp32, bf16, amx or i16, got \"", e, "\""}));
   constexpr bool sq = K == select_kind::sqdist;
   constexpr bool applies = std::is_same_v<T, float> && K != select_kind::l1;
   if (!applies || e == "fp32" || (!sq && e == "i16")) return screen_mode::native;
