@@ -227,4 +227,26 @@ TEST_CASE("chain planner: an order the solver ranks lower is taken when it alone
   }
 }
 
+TEST_CASE("chain planner: planned bytes are the largest step with its intermediates, not the budget, and explain below the minimum shows one order") {
+  const std::size_t n = 150;
+  std::vector<double> a(n * n), x(n * 2), v(n, 1.0);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = 0.01 * double(i % 13) - 0.05;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1 * double(i % 11);
+  const auto A = memsafe::matrix(static_cast<const double*>(a.data()), n, n);
+  const auto X = memsafe::points(static_cast<const double*>(x.data()), n, 2);
+  const auto e = memsafe::rbf(X, X, 1.0) * A * A * memsafe::vec(static_cast<const double*>(v.data()), n);
+  const std::size_t budget = std::size_t{64} << 20;
+  const auto r = memsafe::eval(e, memsafe::options{budget, 1});
+  // it reported the budget itself as planned (1 GiB, or 16 EiB with no budget)
+  CHECK(r.stats.planned_temp_bytes < budget);
+  CHECK(r.stats.planned_temp_bytes >= r.stats.peak_temp_bytes);
+  CHECK(r.stats.planned_temp_bytes >= r.stats.min_budget_bytes);
+  CHECK(memsafe::plan_for(e, memsafe::options{memsafe::unlimited, 1}).planned_bytes < budget);
+  // below the minimum explain re-plans without a limit: the failed attempt's order was logged too
+  const std::string ex = memsafe::explain(e, memsafe::options{r.stats.min_budget_bytes - 1, 1});
+  std::size_t orders = 0;
+  for (std::size_t at = ex.find("chain_order:"); at != std::string::npos; at = ex.find("chain_order:", at + 1)) ++orders;
+  CHECK_MESSAGE(orders == 1, ex);
+}
+
 }  // TEST_SUITE

@@ -185,22 +185,29 @@ chain_plan plan_chain(rewrite::chain_order<N> ord, const Names& names, const std
   p.reduction = detail::cat(detail::msg{"matrix chain of ", N,
                                         " factors, order by dynamic programming over flops and temporary bytes: ", buf,
                                         "; each step planned and tiled on its own"});
-  log.add(detail::cat(detail::msg{"chain_order: ", p.expression}));
   p.rows = ord.dims[0];
   p.cols = ord.dims[N];
   p.budget = budget;
   p.threads = threads;
   p.min_bytes = static_cast<std::size_t>(least);
-  // Each step may use whatever the intermediates alive beside it leave of the budget.
-  p.planned_bytes = p.per_thread_bytes = budget;
   if (need > double(budget)) too_small(what, budget, p.min_bytes);  // (then need = least)
+  // logged once the order fits: explain re-plans a failed budget with the same log, and the failed
+  // attempt's order stayed beside the one shown
+  log.add(detail::cat(detail::msg{"chain_order: ", p.expression}));
 
+  // Each step may use whatever the intermediates alive beside it leave of the budget; the chain's
+  // planned bytes are the largest of (intermediates alive + the step's own plan), per thread the
+  // largest step's.
   std::vector<double> beside;
   walk(ord, cp.steps, mins, &beside);
+  p.planned_bytes = p.per_thread_bytes = 0;
   for (std::size_t k = 0; k < cp.steps.size(); ++k) {
     const std::size_t left = budget == unlimited ? unlimited : budget - std::size_t(beside[k]);
     cp.step_budget.push_back(left);
     cp.step_plans.push_back(plan_step(cp.steps[k], left, threads));
+    p.planned_bytes =
+        std::max(p.planned_bytes, saturating_add(std::size_t(beside[k]), cp.step_plans.back().planned_bytes));
+    p.per_thread_bytes = std::max(p.per_thread_bytes, cp.step_plans.back().per_thread_bytes);
   }
   return cp;
 }
