@@ -130,6 +130,13 @@ TEST_CASE("budget: parse_bytes takes exponents and decimal fractions exactly") {
   CHECK(parse_bytes(".5KiB") == 512u);
   CHECK(parse_bytes("1.7KiB") == 1740u);  // 1740.8 bytes, rounded down
   CHECK(parse_bytes("1e19") == 10000000000000000000u);
+  // rounded down exactly at any size: a snap to the nearest whole number within 1e-15 of it turned
+  // these fractions of .9997 or so into the next byte above ~10^13 bytes
+  CHECK(parse_bytes("69756877.243MiB") == 73145387311955u);
+  CHECK(parse_bytes("85396705.43118MiB") == 89544935794204u);
+  CHECK(parse_bytes("78533421.9974e-3GiB") == 84324619780449u);
+  CHECK(parse_bytes("30696312e-1GiB") == 3295991403695308u);  // 3069631.2 GiB = …308.8 B
+  CHECK(parse_bytes("1.8446744073709551615e19") == 18446744073709551615u);
   // every decimal with three places times a decimal unit is a whole number of bytes: no
   // 0.99999… rounded down to 0 ("0.001KB" was refused as 0 bytes, "1.001KB" read as 1000)
   for (std::size_t i = 1; i < 20000; i += 7) {

@@ -142,8 +142,44 @@ MEMSAFE_COLD inline std::size_t parse_byte_count(std::string_view text, const ch
   for (const auto& e : units)
     if (is(pos, e.name)) mult = e.m;
   if (mult == 0) fail("unknown unit");
-  // rounded down, but a product within rounding error of a whole number is that number
-  // ("0.001KB" is 1 byte, not 0.99999…)
+#if defined(__SIZEOF_INT128__) && !defined(__CUDACC__)  // (nvcc: the long double path)
+  // Exact where it fits: the mantissa's digits as an integer N (at most 36 significant ones, f of
+  // them after the point) times the unit times 10^(exponent − f), rounded down. (The long double
+  // product below, snapped to a whole number within 1e-15 of it, swallowed real fractions above
+  // ~10^13 bytes: "69756877.243MiB" = …955.97 B became …956.)
+  {
+    __extension__ typedef unsigned __int128 u128;  // (__extension__: no -Wpedantic warning)
+    u128 N = 0, r = 0;
+    int sig = 0, f = 0;
+    bool after = false, ok = true;
+    for (std::size_t i = 0; i < mantissa && ok; ++i) {
+      if (s[i] == '.') {
+        after = true;
+        continue;
+      }
+      f += after;
+      if (N == 0 && s[i] == '0') continue;
+      ok = ++sig <= 36;
+      N = N * 10 + static_cast<unsigned>(s[i] - '0');
+    }
+    const int p10 = exp_sign * exp10 - f;
+    ok = ok && p10 >= -38 && p10 <= 38 && !__builtin_mul_overflow(N, static_cast<unsigned long long>(mult), &r);
+    for (int k = 0; ok && k < p10; ++k) ok = !__builtin_mul_overflow(r, u128{10}, &r);
+    if (ok) {
+      u128 den = 1;
+      for (int k = 0; k < -p10; ++k) den *= 10;  // ≤ 10^38 < 2^127
+      r /= den;
+      if (allow_zero && N == 0) return 0;
+      if (r == 0) fail(allow_zero ? "more than 0 but less than 1 byte" : "a budget must be at least 1 byte");
+      if (r > u128{unlimited})
+        fail("more bytes than 2^64 − 1; write \"unlimited\" for no limit");
+      return static_cast<std::size_t>(r);
+    }
+  }
+#endif
+  // Otherwise (more digits, an exponent beyond ±38, or more than 2^128): in long double, rounded
+  // down, but a product within rounding error of a whole number is that number ("0.001KB" is 1
+  // byte, not 0.99999…).
   const long double exact = value * mult, near = libm::round(exact);
   long double bytes = libm::fabs(exact - near) <= 1e-15L * exact ? near : libm::floor(exact);
   if (allow_zero && exact == 0) return 0;
