@@ -255,6 +255,21 @@ TEST_CASE("rows sharded: each rank gets its own rows, equal to one process's") {
                                         want.indices.begin() + std::ptrdiff_t(s.e * 4)) == r.indices);
     CHECK(r.stats.peak_temp_bytes <= std::size_t(32) << 10);
   }
+  // k beyond the replicated Y, or no point at all: refused on every rank (found by probing: index -1
+  // and NaN came back, unchecked); the next call runs
+  const span s = shard_of(n, "even", rank(), ranks());
+  const auto X = memsafe::points(x.data() + s.b * d, s.size(), d);
+  const auto Y3 = memsafe::points(y.data(), 3, d), Y0 = memsafe::points(y.data(), 0, d);
+  CHECK_THROWS_WITH_AS((void)memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y3), 5), MPI_COMM_WORLD,
+                                                memsafe::mpi::shard_rows),
+                       doctest::Contains("k = 5 is larger than the reduced extent over all ranks (3)"),
+                       memsafe::argument_error);
+  CHECK_THROWS_WITH_AS((void)memsafe::mpi::eval(memsafe::mpi::argmin(memsafe::sqdist(X, Y0)), MPI_COMM_WORLD,
+                                                memsafe::mpi::shard_rows),
+                       doctest::Contains("the reduced index is empty on every rank"), memsafe::argument_error);
+  const auto ok = memsafe::mpi::eval(memsafe::mpi::argkmin(memsafe::sqdist(X, Y3), 3), MPI_COMM_WORLD,
+                                     memsafe::mpi::shard_rows);
+  CHECK(ok.indices.size() == s.size() * 3);
 }
 
 TEST_CASE("errors on any rank are raised on every rank, before any work, and the next call runs") {

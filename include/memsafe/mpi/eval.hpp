@@ -614,6 +614,9 @@ mpi::plan prepare_rows(const X& x, MPI_Comm comm, const B& be, std::size_t& budg
   me.cols = x.cols();
   plan_guarded(me, [&] {
     pre();
+    // mpi::argkmin & co. leave k ≤ extent to the layout: here the reduced operand is whole on every
+    // rank, so the local extent is the global one (k > m returned index −1 and NaN, unchecked)
+    if constexpr (rule_of<X>::supported) check_global_k(x, make_rule(x), rule_of<X>::extent(x));
     budget = be.budget();
     me.budget = budget;
     const std::size_t need = be.minimum(x);
