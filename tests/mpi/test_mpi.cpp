@@ -308,6 +308,22 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
       else (void)memsafe::mpi::eval(memsafe::max(memsafe::sqdist(X, Y)), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
     };
     CHECK_THROWS_WITH_AS(run(), doctest::Contains("another reduction, formula or form"), memsafe::argument_error);
+    // the same expression with another lengthscale or constant on rank 0 (found by probing: the
+    // partials of two kernels were merged), in both layouts that merge
+    const auto lengthscale = [&](auto layout) {
+      (void)memsafe::mpi::eval(memsafe::sum(memsafe::rbf(X, Y, rank() == 0 ? 1.0 : 3.0)), MPI_COMM_WORLD, layout);
+    };
+    CHECK_THROWS_WITH_AS(lengthscale(memsafe::mpi::shard_reduced), doctest::Contains("formula parameters"),
+                         memsafe::argument_error);
+    CHECK_THROWS_WITH_AS(lengthscale(memsafe::mpi::shard_both), doctest::Contains("formula parameters"),
+                         memsafe::argument_error);
+    const auto constant = [&] {
+      (void)memsafe::mpi::eval(memsafe::sum(memsafe::exp(memsafe::sqdist(X, Y) * (rank() == 0 ? -0.5 : -0.25))),
+                               MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
+    };
+    CHECK_THROWS_WITH_AS(constant(), doctest::Contains("elementwise constants"), memsafe::argument_error);
+    CHECK_NOTHROW((void)memsafe::mpi::eval(memsafe::sum(memsafe::rbf(X, Y, 2.0)), MPI_COMM_WORLD,
+                                           memsafe::mpi::shard_reduced));
     // the same merge rule over different expressions (found by probing: merged without an error)
     const auto formula = [&] {
       if (rank() == 0) (void)memsafe::mpi::eval(memsafe::argkmin(memsafe::sqdist(X, Y), 3), MPI_COMM_WORLD, memsafe::mpi::shard_reduced);

@@ -164,6 +164,7 @@ struct rank_info {
   std::uint64_t dim, rhs_cols;  // shard_both: what the ring's payload depends on
   std::uint64_t elem, kind;     // both layouts: the value size and the expression's type (reduction_kind)
   std::uint64_t dims;           // shard_reduced: the inputs' unsharded extents (input_dims)
+  std::uint64_t params;         // both layouts: the formulas' parameters and the maps' constants (param_hash)
   std::int32_t failed;  // 0 ok, 1 budget_error, 2 shape_error, 3 argument_error, 4 other error
   char message[300];
 };
@@ -206,6 +207,41 @@ std::uint64_t input_dims(const X& x) {
   mix_input_dims(x, h);
   return h;
 }
+/// The run-time values of the expression, hashed by their bits: each pairwise formula's parameters
+/// (variance, α, the lengthscale's scale, the sign of y, the ARD lengthscales or per-dimension
+/// variances) and each elementwise map's constant. Ranks that built rbf(X, Y, 1) here and
+/// rbf(X, Y, 3) there merged partials of two kernels (found by probing); the type hash cannot see it.
+template <class N>
+void mix_params(const N& n, std::uint64_t& h) {
+  const auto mix = [&](auto v) {
+    static_assert(sizeof v <= sizeof(std::uint64_t));
+    std::uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof v);
+    h = (h ^ b) * fnv_prime;
+  };
+  if constexpr (requires { n.x.cols(); n.y.cols(); n.params; }) {
+    mix(n.params.variance);
+    mix(n.params.alpha);
+    mix(n.params.acc_scale);
+    mix(n.params.y_sign);
+    mix(static_cast<int>(n.params.kind));
+    if (n.params.per_dim)
+      for (std::size_t k = 0; k < n.x.cols(); ++k) mix(n.params.per_dim[k]);
+  } else if constexpr (std::is_class_v<N>) {
+    if constexpr (requires { n.op.c; }) mix(n.op.c);
+    if constexpr (requires { n.e; }) mix_params(n.e, h);
+    if constexpr (requires { n.a; n.b; }) {
+      mix_params(n.a, h);
+      mix_params(n.b, h);
+    }
+  }
+}
+template <class X>
+std::uint64_t param_hash(const X& x) {
+  std::uint64_t h = fnv_basis;
+  mix_params(x, h);
+  return h;
+}
 /// argument_error when rank r's values or reduction differ from this rank's (rank-dependent code):
 /// the records would not match in size, or would merge by another rule. who: "…: rank ".
 template <class X>
@@ -216,6 +252,9 @@ void check_same_reduction(const rank_info& a, const rank_info& me, int r, int ra
   if (a.kind != me.kind)
     throw argument_error(cat(msg{who, r, "'s expression is not the one rank ", rank,
                                  " evaluates (another reduction, formula or form: ", x.str(), ")"}));
+  if (a.params != me.params)
+    throw argument_error(cat(msg{who, r, "'s formula parameters (lengthscale, variance, alpha, ARD lengthscales) or ",
+                                 "elementwise constants differ from rank ", rank, "'s (", x.str(), ")"}));
 }
 
 inline void check_mpi(int rc, const char* call) {
@@ -422,6 +461,7 @@ distributed<X> prepare_reduced(const X& x, MPI_Comm comm, const B& be, const Pre
   me.elem = sizeof(typename X::value_type);
   me.kind = reduction_kind<X>();
   me.dims = input_dims(x);
+  me.params = param_hash(x);
   plan_guarded(me, [&] {
     pre();
     be.check_values(d.local);

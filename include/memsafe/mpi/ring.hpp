@@ -239,6 +239,7 @@ ring_setup<X> prepare_both(const X& x, MPI_Comm comm, shard_both_t opt, const B&
   me.cols = x.cols();
   me.elem = sizeof(T);
   me.kind = reduction_kind<X>() ^ (ring_node<X>::has_rhs ? 1u : 0u);
+  me.params = param_hash(x);
   std::size_t min_eval = 0;
   plan_guarded(me, [&] {
     pre();
