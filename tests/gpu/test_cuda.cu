@@ -748,6 +748,52 @@ TEST_CASE("dense(E) straight into device memory equals the host's tiles") {
   expect_close(out.host(), want, scale, "dense on the device");
 }
 
+TEST_CASE("empty inputs on the device: every row gets its identity as on the host, at a one-byte budget") {
+  // m = 0: sums and products 0, logsumexp -inf, min/max +-inf, softmax_sum NaN; inner extent 0 of a
+  // lazy x lazy product: zeros. Host outputs (eval) and device outputs (eval_into), no temporaries.
+  const std::size_t n = 37, d = 3;
+  const auto xf = cast<float>(data(n, d, 81));
+  dvec<float> X(xf), none(std::size_t(0));
+  const std::vector<float> hnone;
+  const mc::options tiny{std::size_t(1)};
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!(std::isnan(a[i]) && std::isnan(b[i]))) CHECK(a[i] == b[i]);
+  };
+  const auto check = [&](const auto& dev_e, const auto& host_e, const char* what) {
+    CAPTURE(what);
+    const auto want = memsafe::eval(host_e, memsafe::options{std::size_t(1), 1});
+    const auto got = mc::eval(dev_e, tiny);
+    same(got.values, want.values);
+    CHECK(got.stats.peak_temp_bytes == 0);
+    dvec<float> out(std::max<std::size_t>(want.values.size(), 1));
+    MEMSAFE_CUDA_CHECK(cudaMemset(out.p, 0x7f, out.n * sizeof(float)));  // poisoned
+    (void)mc::eval_into(dev_e, out.p, nullptr, tiny);
+    auto o = out.host();
+    o.resize(want.values.size());
+    same(o, want.values);
+  };
+  const auto Xd = memsafe::points(X.p, n, d), Yd = memsafe::points(none.p, 0, d);
+  const auto Xh = memsafe::points(xf.data(), n, d), Yh = memsafe::points(hnone.data(), 0, d);
+  check(memsafe::sum(memsafe::rbf(Xd, Yd, 1.0)), memsafe::sum(memsafe::rbf(Xh, Yh, 1.0)), "sum");
+  check(memsafe::min(memsafe::sqdist(Xd, Yd)), memsafe::min(memsafe::sqdist(Xh, Yh)), "min");
+  check(memsafe::max(memsafe::rbf(Xd, Yd, 1.0)), memsafe::max(memsafe::rbf(Xh, Yh, 1.0)), "max");
+  check(memsafe::logsumexp(memsafe::rbf(Xd, Yd, 1.0)), memsafe::logsumexp(memsafe::rbf(Xh, Yh, 1.0)), "logsumexp");
+  check(memsafe::rbf(Xd, Yd, 1.0) * memsafe::vec(none.p, 0), memsafe::rbf(Xh, Yh, 1.0) * memsafe::vec(hnone.data(), 0),
+        "K*v");
+  check(2.0 * memsafe::rbf(Xd, Yd, 1.0) * memsafe::matrix(none.p, 0, 4),
+        2.0 * memsafe::rbf(Xh, Yh, 1.0) * memsafe::matrix(hnone.data(), 0, 4), "2 K*M");
+  check(memsafe::softmax_sum(memsafe::dot(Xd, Yd), memsafe::matrix(none.p, 0, 5)),
+        memsafe::softmax_sum(memsafe::dot(Xh, Yh), memsafe::matrix(hnone.data(), 0, 5)), "softmax_sum");
+  check(memsafe::rbf(Xd, Yd, 1.0) * memsafe::transpose(memsafe::rbf(Xd, Yd, 1.0)),
+        memsafe::rbf(Xh, Yh, 1.0) * memsafe::transpose(memsafe::rbf(Xh, Yh, 1.0)), "lazy x lazy, inner 0");
+  // no rows: nothing written, nothing allocated
+  const auto none_rows = mc::eval(memsafe::argkmin(memsafe::sqdist(Yd, Xd), 5), tiny);
+  CHECK(none_rows.values.empty());
+  CHECK(none_rows.stats.peak_temp_bytes == 0);
+}
+
 TEST_CASE("CUDA errors become exceptions naming the call; a full GPU is reported as out of memory") {
   try {
     mc::detail::check(cudaErrorInvalidValue, "cudaMemcpyAsync(dst, src)", "file.cu", 7);

@@ -226,3 +226,31 @@ TEST_CASE("strides and extents beyond cuBLAS 32-bit ints are planned without cuB
   // an operand of no columns: an empty result, planned (its run returns before reading anything)
   CHECK_NOTHROW(mc::plan_for(memsafe::rbf(X, Y, 1.0) * memsafe::matrix(nowhere, 5000, 0), o, h100));
 }
+
+TEST_CASE("empty inputs plan no temporaries on the device and fit a one-byte budget, as on the host") {
+  // No rows, no columns (each row's identity), an inner extent of 0 (zeros): the host plans 0 bytes
+  // and runs at any budget; the device planned 768-1280 B for these (a budget_error below that).
+  const mc::options o{std::size_t(1)};
+  const float* nowhere = nullptr;  // the empty inputs' data
+  const std::vector<float> x(40 * 3);  // stands for device points (plan_for reads no input)
+  const auto X = memsafe::points(x.data(), 40, 3), X0 = memsafe::points(nowhere, 0, 3);
+  const auto K0 = memsafe::rbf(X, X0, 1.0);  // 40 × 0
+  const auto check = [&](const auto& e, const char* what) {
+    CAPTURE(what);
+    const auto p = mc::plan_for(e, o, h100);
+    CHECK(p.planned_bytes == 0);
+    CHECK(p.min_bytes == 0);
+    CHECK(memsafe::plan_for(e, memsafe::options{std::size_t(1), 1}).planned_bytes == 0);  // the host's
+  };
+  check(memsafe::sum(K0), "sum, m = 0");
+  check(memsafe::min(memsafe::sqdist(X, X0)), "min, m = 0");
+  check(memsafe::max(K0), "max, m = 0");
+  check(memsafe::logsumexp(K0), "logsumexp, m = 0");
+  check(K0 * memsafe::vec(nowhere, 0), "K*v, m = 0");
+  check(K0 * memsafe::matrix(nowhere, 0, 4), "K*M, m = 0");
+  check(memsafe::softmax_sum(memsafe::dot(X, X0), memsafe::matrix(nowhere, 0, 5)), "softmax_sum, m = 0");
+  check(memsafe::argkmin(memsafe::sqdist(X0, X), 10), "argkmin, n = 0");
+  check(memsafe::rbf(X0, X, 1.0) * memsafe::vec(x.data(), 40), "K*v, n = 0");
+  check(K0 * memsafe::transpose(K0), "lazy x lazy, inner 0");
+  check(memsafe::rbf(X0, X, 1.0) * memsafe::transpose(memsafe::rbf(X, X, 1.0)), "lazy x lazy, no rows");
+}

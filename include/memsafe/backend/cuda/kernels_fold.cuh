@@ -167,6 +167,17 @@ __global__ void select_rows_kernel(Mon mon, Src src, const T* tile, std::int64_t
   list.store(keys, C, lane);
 }
 
+/// Every row of an empty reduction (m = 0) set to its identity (rows.cuh, write_identities).
+template <class T>
+__global__ void fill_rows_kernel(dev_out<T> out, std::int64_t ni, std::int64_t c, T value, index_t index) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= ni) return;
+  for (std::int64_t q = 0; q < c; ++q) {
+    out.put(i, q, value);
+    out.put_index(i, q, index);
+  }
+}
+
 /// A row block's rows from their S split states, plus `add` (one more state per row) when given:
 /// the symmetric K·v's column sums from earlier bands (rows.cuh, run_symmetric).
 template <class Mon, class T>

@@ -159,6 +159,12 @@ void run_job(const bound_product<jobs::product_job<EA, EB, T>, T>& b, const prod
              device_accountant& acc) {
   const product_shape& s = plan.s;
   const product_layout& L = plan.L;
+  if (s.P == 0 || s.Q == 0) return;
+  if (s.N == 0) {  // a sum over nothing: zeros, with no temporaries (planned with none)
+    if (s.out_host) std::fill_n(b.values, s.P * s.Q, T(0));
+    else MEMSAFE_CUDA_CHECK(cudaMemsetAsync(b.values, 0, s.P * s.Q * sizeof(T), acc.stream()));
+    return;
+  }
   const auto& la = dev_map_of<EA>::leaf_of(b.job.a);
   const auto& lb = dev_map_of<EB>::leaf_of(b.job.b);
   const cudaStream_t st = acc.stream();

@@ -152,7 +152,14 @@ product_plan plan_job(const bound_product<jobs::product_job<EA, EB, T>, T>& b, s
   if (!P.s.out_host && !fits_blas_int(P.s.Q))
     throw argument_error(cat(msg{"memsafe::cuda: ", what, ": a device output of ", P.s.Q,
                                  " columns is beyond cuBLAS's 32-bit leading dimension"}));
-  P.L = plan_product(P.s, budget, what);
+  if (P.s.P == 0 || P.s.Q == 0 || P.s.N == 0) {
+    // Nothing to tile, as on the host: no output, or an inner extent of 0 whose result is zeros
+    // (product.cuh, run_job); no temporaries at any budget.
+    P.L = product_layout{std::max<std::size_t>(P.s.P, 1), std::max<std::size_t>(P.s.Q, 1),
+                         std::max<std::size_t>(P.s.N, 1), 0, 0};
+  } else {
+    P.L = plan_product(P.s, budget, what);
+  }
   P.plan = describe(b.job, P.s, P.L, budget);
   return P;
 }

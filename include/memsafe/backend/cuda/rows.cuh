@@ -5,10 +5,10 @@
 // K·M, softmax_sum, dense tiles) — and the diagonal terms applied on the host. run_job decides
 // nothing: the path, the layout and where the data live come from the plan.
 #pragma once
-#include <cstdint>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <type_traits>
 
@@ -352,6 +352,50 @@ void apply_diagonal_terms(const jobs::rows_job<E, R, T>& job, const jobs::out_sp
   jobs::apply_post(diags, job.rhs, out, n, job.rhs.data() ? job.rhs.cols() : 1);
 }
 
+/// An empty reduction (m = 0): every row's identity, as the host writes it (host/executor.hpp,
+/// run_row_blocks), with no temporaries: 0 for sums and products, −∞ for logsumexp, ±∞ and index −1
+/// for min/max/argmin/argmax, NaN for softmax_sum (top-k with k > m = 0 is refused by the lowering).
+/// The identity is one row formed on the host by the device monoid's own init and write (both
+/// MEMSAFE_HD) and copied into every row: on the host, or by fill_rows_kernel into device outputs.
+template <class J, class T>
+void write_identities(const J& job, const jobs::out_spec<T>& out, const job_shape& s, cudaStream_t st) {
+  using R = typename J::reduction;
+  T value = T(0);
+  index_t index = -1;
+  if constexpr (std::is_same_v<R, red::softmax_sum<T>>) {
+    value = std::numeric_limits<T>::quiet_NaN();
+  } else if constexpr (!std::is_same_v<R, red::matmul<T>>) {
+    with_dmon<T>(job.red, [&](auto dm) {
+      using DM = decltype(dm);
+      constexpr bool topk = [] {
+        if constexpr (requires { DM::capacity; }) return DM::capacity > 1;
+        else return false;
+      }();
+      if constexpr (topk) {
+        throw error("memsafe::cuda: internal: an empty top-k reached the device");
+      } else {
+        typename DM::state st0;
+        dm.init(st0);
+        dm.write(st0, dev_out<T>{&value, 0, 1, &index, 0, 1, 1.0}, 0);
+      }
+    });
+  }
+  value = job.post.scale == 1 ? value : static_cast<T>(job.post.scale * static_cast<double>(value));
+  const bool with_index = s.with_index && out.indices;
+  if (s.out_host) {
+    for (std::size_t i = 0; i < s.n; ++i)
+      for (std::size_t q = 0; q < s.c; ++q) {
+        out.v(i, q) = value;
+        if (with_index) out.ix(i, q) = index;
+      }
+    return;
+  }
+  const dev_out<T> o{out.values, out.vrs, out.vcs, with_index ? out.indices : nullptr, out.irs, out.ics, 1.0};
+  kernels::fill_rows_kernel<T><<<blocks_for(std::int64_t(s.n)), 256, 0, st>>>(o, std::int64_t(s.n),
+                                                                               std::int64_t(s.c), value, index);
+  MEMSAFE_CUDA_LAUNCHED("fill_rows_kernel");
+}
+
 /// Run a row job under its plan: allocate the inputs' staging, cuBLAS and the tile (in the byte
 /// model's terms), run the plan's path, then apply the diagonal terms on the host.
 template <class J, class T>
@@ -371,6 +415,7 @@ void run_supported_job(const jobs::bound_rows<J, T>& b, const rows_plan& plan, c
   if (s.n == 0 || s.c == 0) return;  // no output: nothing to read (a K·M with M m×0 read column 0)
   using E = std::remove_cvref_t<decltype(job.e)>;
   using R = typename J::reduction;
+  if (s.m == 0) return write_identities(job, b.out, s, acc.stream());
   const auto& leaf = dev_map_of<E>::leaf_of(job.e);
   const cudaStream_t st = acc.stream();
   std::unique_ptr<stream> copy_stream;

@@ -350,6 +350,14 @@ rows_plan plan_supported_job(const jobs::bound_rows<J, T>& b, std::size_t budget
   rows_plan P;
   P.s = rows_shape(b.job, out_host, where, dev.sms);
   check_shape(P.s, column_operand<R, T>(b.job.red));
+  if (P.s.n == 0 || P.s.m == 0 || P.s.c == 0) {
+    // Nothing to tile, as on the host (plan.hpp): no rows or no output columns write nothing, no
+    // columns write each row's identity (run_job, write_identities); no temporaries at any budget.
+    P.L = layout{std::max<std::size_t>(P.s.n, 1), std::max<std::size_t>(P.s.m, 1), 1, 0};
+    P.plan = describe(b.job, P.s, P.L, budget);
+    P.plan.min_bytes = 0;
+    return P;
+  }
   // cuBLAS tiles are a speed-up the semiring tile can do without (its values are exact; the GEMM
   // form's are a screen or dot/cosine values): a budget too small for cuBLAS's workspace takes it.
   const bool blas_needed = P.s.path == kernel_path::tile_matmul || P.s.path == kernel_path::tile_softmax;
