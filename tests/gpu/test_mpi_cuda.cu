@@ -92,6 +92,30 @@ TEST_CASE("a device budget too small on one rank is a budget_error on every rank
                   memsafe::budget_error);
 }
 
+TEST_CASE("a shard in host memory needing more than the device-resident minimum is refused on every rank") {
+  // The last rank's database shard is in host memory: its evaluation stages it through the budget,
+  // so it needs more than plan_for's minimum (inputs taken as device-resident). With that minimum
+  // as its budget, the refusal must come from the agreement, on every rank: the rank refused after
+  // it while the others waited in the merge.
+  const std::size_t n = 64, m = 512, d = 4;
+  auto x = data<float>(n, d, 11), y = data<float>(m, d, 12);
+  const bool last = rank() == ranks() - 1;
+  dvec<float> X(x), Y(y);
+  const auto Xd = memsafe::points(X.p, n, d);
+  const auto Yl = last ? memsafe::points(y.data(), m, d) : memsafe::points(Y.p, m, d);
+  const auto refused_everywhere = [&](const auto& local, const auto& distributed, auto layout) {
+    const std::size_t assumed = memsafe::cuda::plan_for(local, memsafe::cuda::options{std::size_t(8) << 20}).min_bytes;
+    if (last)  // one process: eval itself refuses that budget (the staging)
+      CHECK_THROWS_AS((void)memsafe::cuda::eval(local, memsafe::cuda::options{assumed}), memsafe::budget_error);
+    const memsafe::cuda::options o{last ? assumed : std::size_t(8) << 20};
+    CHECK_THROWS_AS((void)memsafe::mpi::eval(distributed, MPI_COMM_WORLD, layout, o), memsafe::budget_error);
+  };
+  refused_everywhere(memsafe::argkmin(memsafe::sqdist(Xd, Yl), 3), memsafe::mpi::argkmin(memsafe::sqdist(Xd, Yl), 3),
+                     memsafe::mpi::shard_reduced);
+  refused_everywhere(memsafe::argkmin(memsafe::sqdist(Yl, Xd), 3), memsafe::mpi::argkmin(memsafe::sqdist(Yl, Xd), 3),
+                     memsafe::mpi::shard_rows);
+}
+
 }  // TEST_SUITE
 
 int main(int argc, char** argv) { return mpi_test::main(argc, argv); }

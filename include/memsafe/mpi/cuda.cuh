@@ -30,8 +30,9 @@ namespace detail {
 /// host_backend's twin: the shard evaluated by memsafe::cuda on the rank's current device.
 struct cuda_backend {
   memsafe::cuda::options o;
-  /// Nothing: the operands are in device memory, and the device does not refuse a non-finite
-  /// softmax_sum V (docs/gpu_notes.md, "Known differences from the host backend").
+  /// Nothing here: what eval refuses on the values (a non-finite M under diagonal terms) is
+  /// refused by eval_plan, which minimum() runs inside the agreement; the device does not refuse a
+  /// non-finite softmax_sum V (docs/gpu_notes.md, "Known differences from the host backend").
   template <class X>
   void check_values(const X&) const {}
   std::size_t budget() const { return resolve_budget(o.budget); }
@@ -41,13 +42,36 @@ struct cuda_backend {
     oo.synchronize = true;  // the partial result is merged on the host right after
     return oo;
   }
+  /// The plan memsafe::cuda::eval will follow for x under b bytes, made as eval makes it: the
+  /// operand of (K + D)·M checked, the lowering's guard read, the inputs' memory spaces queried and
+  /// the outputs in host memory (the rank's result or the caller's buffers). A refusal eval would
+  /// raise after the agreement — a shard in host memory needing more than the device-resident
+  /// minimum, a non-finite M under diagonal terms, M on the device — is raised here, inside the
+  /// agreement, on every rank (plan_for's assumptions, inputs on the device and none read, let one
+  /// rank refuse after it while the others waited in the merge).
+  template <class X>
+  tile_plan eval_plan(const X& x, std::size_t b) const {
+    namespace cd = memsafe::cuda::detail;
+    cd::check_node<X>();
+    if constexpr (cd::device_node<X>) {
+      cd::check_diag_operand(x);
+      rewrite::rule_log log;
+      const auto job = cd::lower(x, log);
+      tile_plan p =
+          cd::plan_job(job, b, memsafe::cuda::device_resources::current(), cd::residency::host_outputs, x.str()).plan;
+      p.rules = log.fired;
+      return p;
+    } else {
+      return {};
+    }
+  }
   template <class X>
   std::size_t minimum(const X& x) const {
-    return memsafe::cuda::plan_for(x, with(unlimited)).min_bytes;
+    return eval_plan(x, unlimited).min_bytes;
   }
   template <class X>
   tile_plan plan(const X& x, std::size_t b) const {
-    return memsafe::cuda::plan_for(x, with(b));
+    return eval_plan(x, b);
   }
   template <class X>
   memsafe::result<typename X::value_type> eval(const X& x, std::size_t b) const {
@@ -64,21 +88,11 @@ struct cuda_backend {
     return memsafe::detail::cat(
         memsafe::detail::msg{"this rank's shard, on its GPU: ", x.str(), "\n", plan(x, budget()).describe()});
   }
-  /// The plan of one ring chunk as eval will make it: X where it is, the chunk (host memory) and
-  /// the outputs (host vectors) staged — the memory spaces queried, as eval queries them, so that a
-  /// rank whose chunk would not fit fails the second agreement, not the ring.
+  /// The plan of one ring chunk as eval will make it (X where it is, the chunk in host memory), so
+  /// that a rank whose chunk would not fit fails the second agreement, not the ring.
   template <class X>
   tile_plan plan_chunk(const X& x, std::size_t b) const {
-    namespace cd = memsafe::cuda::detail;
-    cd::check_node<X>();
-    if constexpr (cd::device_node<X>) {
-      rewrite::rule_log log;
-      const auto job = cd::lower(x, log);
-      return cd::plan_job(job, b, memsafe::cuda::device_resources::current(), cd::residency::host_outputs, x.str())
-          .plan;
-    } else {
-      return {};
-    }
+    return eval_plan(x, b);
   }
   /// Rows [r0, r0 + nr) of `src` (device or host memory) into the host buffer `dst`, contiguous.
   template <class T>
