@@ -337,6 +337,27 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
                                MPI_COMM_WORLD, memsafe::mpi::shard_reduced);
     };
     CHECK_THROWS_WITH_AS(dims(), doctest::Contains("in their dimension or columns"), memsafe::shape_error);
+    // ARD lengthscales that differ in one dimension on rank 0 (the per-dimension parameters)
+    const std::vector<double> ls{1.0, 2.0, rank() == 0 ? 3.5 : 3.0};
+    const auto ard = [&](auto layout) {
+      (void)memsafe::mpi::eval(memsafe::sum(memsafe::rbf(X, Y, memsafe::ard(ls.data(), d))), MPI_COMM_WORLD, layout);
+    };
+    CHECK_THROWS_WITH_AS(ard(memsafe::mpi::shard_reduced), doctest::Contains("formula parameters"),
+                         memsafe::argument_error);
+    CHECK_THROWS_WITH_AS(ard(memsafe::mpi::shard_both), doctest::Contains("formula parameters"),
+                         memsafe::argument_error);
+    // a right-hand side with another number of columns on the last rank
+    const std::size_t c = rank() == ranks() - 1 ? 3 : 2;
+    const std::vector<double> mv(s.size() * c, 0.5);
+    const auto cols = [&] {
+      (void)memsafe::mpi::eval(memsafe::rbf(X, Y, 1.0) * memsafe::matrix(mv.data(), s.size(), c), MPI_COMM_WORLD,
+                               memsafe::mpi::shard_reduced);
+    };
+    CHECK_THROWS_AS(cols(), memsafe::shape_error);
+    // equal ARD lengthscales and columns everywhere run
+    const std::vector<double> ls_same{1.0, 2.0, 3.0};
+    CHECK_NOTHROW((void)memsafe::mpi::eval(memsafe::sum(memsafe::rbf(X, Y, memsafe::ard(ls_same.data(), d))),
+                                           MPI_COMM_WORLD, memsafe::mpi::shard_reduced));
   }
   // A row of the partial result larger than one MPI message (MPI counts are int): K·M with 2^28
   // columns of doubles (a stride-0 M: nothing that large exists), refused while planning.

@@ -36,9 +36,11 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <utility>
 #include <vector>
@@ -169,78 +171,89 @@ struct rank_info {
   char message[300];
 };
 
-inline constexpr std::uint64_t fnv_basis = 1469598103934665603ull, fnv_prime = 1099511628211ull;
-inline std::uint64_t fnv1a(const char* s) {
-  std::uint64_t h = fnv_basis;
-  for (; *s; ++s) h = (h ^ std::uint8_t(*s)) * fnv_prime;
-  return h;
-}
+/// FNV-1a (64-bit) over bytes: a checksum of what the ranks must hold alike (the agreement's hashes
+/// here; mpi::sgpr's checksums of Z, the hyperparameters and the options).
+struct checksum {
+  std::uint64_t h = 14695981039346656037ull;
+  void add(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 1099511628211ull;
+    }
+  }
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void add(const T& v) {
+    add(&v, sizeof(T));
+  }
+};
 /// The expression's type, hashed: ranks that built different reductions (min here, max there) or
 /// different expressions with one merge rule (rbf here, matern32 there; sqdist or l1; over i or j)
 /// differ. (The merge rule's type alone let those through, merged.)
 template <class X>
 std::uint64_t reduction_kind() {
-  return fnv1a(typeid(X).name());
+  const char* name = typeid(X).name();
+  checksum c;
+  c.add(name, std::strlen(name));
+  return c.h;
+}
+/// Walks the expression tree in a fixed order: leaf(n) on each pairwise leaf (points x, y and the
+/// formula's params), node(n) on every other class node before its operands (e; a, b).
+template <class N, class Leaf, class Node>
+void visit_nodes(const N& n, const Leaf& leaf, const Node& node) {
+  if constexpr (requires { n.x.cols(); n.y.cols(); n.params; }) {
+    leaf(n);
+  } else if constexpr (std::is_class_v<N>) {
+    node(n);
+    if constexpr (requires { n.e; }) visit_nodes(n.e, leaf, node);
+    if constexpr (requires { n.a; n.b; }) {
+      visit_nodes(n.a, leaf, node);
+      visit_nodes(n.b, leaf, node);
+    }
+  }
 }
 /// The extents no layout shards, hashed in the expression's order: each pairwise leaf's point
 /// dimension d and each right-hand side's (v, M, softmax's V) columns. Ranks whose points differ in
 /// d would merge distances of different spaces (shard_both compares d in its own agreement).
-template <class N>
-void mix_input_dims(const N& n, std::uint64_t& h) {
-  const auto mix = [&](std::uint64_t v) { h = (h ^ v) * fnv_prime; };
-  if constexpr (requires { n.x.cols(); n.y.cols(); n.params; }) {
-    mix(n.x.cols());
-    mix(n.y.cols());
-  } else if constexpr (std::is_class_v<N>) {
-    if constexpr (requires { n.e; }) mix_input_dims(n.e, h);
-    if constexpr (requires { n.a; n.b; }) {
-      mix_input_dims(n.a, h);
-      mix_input_dims(n.b, h);
-    }
-    if constexpr (requires { n.rhs.cols(); }) mix(n.rhs.cols());
-    if constexpr (requires { n.values.cols(); }) mix(n.values.cols());
-  }
-}
 template <class X>
 std::uint64_t input_dims(const X& x) {
-  std::uint64_t h = fnv_basis;
-  mix_input_dims(x, h);
-  return h;
+  checksum c;
+  const auto add = [&](std::size_t v) { c.add(std::uint64_t(v)); };
+  visit_nodes(
+      x,
+      [&](const auto& p) {
+        add(p.x.cols());
+        add(p.y.cols());
+      },
+      [&](const auto& n) {
+        if constexpr (requires { n.rhs.cols(); }) add(n.rhs.cols());
+        if constexpr (requires { n.values.cols(); }) add(n.values.cols());
+      });
+  return c.h;
 }
 /// The run-time values of the expression, hashed by their bits: each pairwise formula's parameters
 /// (variance, α, the lengthscale's scale, the sign of y, the ARD lengthscales or per-dimension
 /// variances) and each elementwise map's constant. Ranks that built rbf(X, Y, 1) here and
 /// rbf(X, Y, 3) there merged partials of two kernels (found by probing); the type hash cannot see it.
-template <class N>
-void mix_params(const N& n, std::uint64_t& h) {
-  const auto mix = [&](auto v) {
-    static_assert(sizeof v <= sizeof(std::uint64_t));
-    std::uint64_t b = 0;
-    std::memcpy(&b, &v, sizeof v);
-    h = (h ^ b) * fnv_prime;
-  };
-  if constexpr (requires { n.x.cols(); n.y.cols(); n.params; }) {
-    mix(n.params.variance);
-    mix(n.params.alpha);
-    mix(n.params.acc_scale);
-    mix(n.params.y_sign);
-    mix(static_cast<int>(n.params.kind));
-    if (n.params.per_dim)
-      for (std::size_t k = 0; k < n.x.cols(); ++k) mix(n.params.per_dim[k]);
-  } else if constexpr (std::is_class_v<N>) {
-    if constexpr (requires { n.op.c; }) mix(n.op.c);
-    if constexpr (requires { n.e; }) mix_params(n.e, h);
-    if constexpr (requires { n.a; n.b; }) {
-      mix_params(n.a, h);
-      mix_params(n.b, h);
-    }
-  }
-}
 template <class X>
 std::uint64_t param_hash(const X& x) {
-  std::uint64_t h = fnv_basis;
-  mix_params(x, h);
-  return h;
+  checksum c;
+  visit_nodes(
+      x,
+      [&](const auto& p) {
+        c.add(p.params.variance);
+        c.add(p.params.alpha);
+        c.add(p.params.acc_scale);
+        c.add(p.params.y_sign);
+        c.add(static_cast<int>(p.params.kind));
+        if (p.params.per_dim)
+          for (std::size_t k = 0; k < p.x.cols(); ++k) c.add(p.params.per_dim[k]);
+      },
+      [&](const auto& n) {
+        if constexpr (requires { n.op.c; }) c.add(n.op.c);
+      });
+  return c.h;
 }
 /// argument_error when rank r's values or reduction differ from this rank's (rank-dependent code):
 /// the records would not match in size, or would merge by another rule. who: "…: rank ".

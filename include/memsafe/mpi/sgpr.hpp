@@ -103,23 +103,6 @@ inline std::size_t sgpr_minimum_bytes(std::size_t m, std::size_t d, bool gradien
 
 namespace detail {
 
-/// FNV-1a (64-bit): a checksum of what the ranks must hold alike.
-struct checksum {
-  std::uint64_t h = 14695981039346656037ull;
-  void add(const void* p, std::size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) {
-      h ^= b[i];
-      h *= 1099511628211ull;
-    }
-  }
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  void add(const T& v) {
-    add(&v, sizeof(T));
-  }
-};
-
 /// Copies k doubles between the concatenation of segments (seg(s) → {pointer, count}) at the cursor
 /// (s, o) and a flat buffer: op(segment pointer, count, position in the flat buffer).
 template <class Seg, class Op>
