@@ -354,7 +354,7 @@ TEST_CASE("errors on any rank are raised on every rank, before any work, and the
                                memsafe::mpi::shard_reduced);
     };
     CHECK_THROWS_AS(cols(), memsafe::shape_error);
-    // equal ARD lengthscales and columns everywhere run
+    // equal ARD lengthscales everywhere run
     const std::vector<double> ls_same{1.0, 2.0, 3.0};
     CHECK_NOTHROW((void)memsafe::mpi::eval(memsafe::sum(memsafe::rbf(X, Y, memsafe::ard(ls_same.data(), d))),
                                            MPI_COMM_WORLD, memsafe::mpi::shard_reduced));
