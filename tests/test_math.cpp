@@ -456,6 +456,8 @@ static void libm_equals_std() {
     CHECK(same(lm::sqrt(x), std::sqrt(x)));
     CHECK(same(lm::exp(x), std::exp(x)));
     CHECK(same(lm::log(x), std::log(x)));
+    CHECK(same(lm::expm1(x), std::expm1(x)));
+    CHECK(same(lm::log1p(x), std::log1p(x)));
     CHECK(same(lm::fabs(x), std::fabs(x)));
     CHECK(same(lm::floor(x), std::floor(x)));
     CHECK(same(lm::round(x), std::round(x)));

@@ -780,3 +780,24 @@ TEST_CASE("algo: select_nth, sort_range and sort_best agree with nth_element and
       }
     }
 }
+
+// The two stand-ins the GP module calls (the pivoted Cholesky's pivot, the reversed-order solve):
+// std::reverse and std::max_element, ties included (the first largest), empty and single ranges.
+TEST_CASE("algo: reverse_range and max_element agree with reverse and max_element") {
+  std::uint64_t state = 777;
+  for (std::size_t n : {0u, 1u, 2u, 3u, 4u, 7u, 100u}) {
+    for (int order = 0; order < 3; ++order) {
+      std::vector<int> base(n);
+      for (std::size_t j = 0; j < n; ++j) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        base[j] = order == 0 ? static_cast<int>(state >> 60) : order == 1 ? static_cast<int>(j) : 5;  // ties, ascending, all equal
+      }
+      std::vector<int> got = base, want = base;
+      memsafe::detail::reverse_range(got.begin(), got.end());
+      std::reverse(want.begin(), want.end());
+      CHECK(got == want);
+      CHECK(memsafe::detail::max_element(base.data(), base.data() + n) - base.data() ==
+            std::max_element(base.begin(), base.end()) - base.begin());
+    }
+  }
+}

@@ -4,10 +4,11 @@
 // parallel algorithms' declarations to the classic ones: ≈ 260 M compiler instructions on top of
 // the standard headers the library includes anyway. Of the classic ones the library calls std::min,
 // max, fill, copy, swap (<bits/stl_algobase.h>, which every container header includes) and the
-// heap operations (<bits/stl_heap.h>, ≈ 6 M); <bits/stl_algo.h> (find, sort, nth_element, clamp, …:
-// ≈ 84 M) it does without — `contains`, `clamp`, `select_nth`, `sort_range` and `sort_best` below
-// stand for the few calls it had (docs/design.md, "Compile time"). So with libstdc++ those two of its headers
-// are included, the same declarations <algorithm> itself includes; with another standard library,
+// heap operations (<bits/stl_heap.h>, ≈ 6 M); <bits/stl_algo.h> (find, sort, nth_element, clamp,
+// reverse, max_element, …: ≈ 84 M) it does without — `contains`, `clamp`, `reverse_range`,
+// `max_element`, `select_nth`, `sort_range` and `sort_best` below stand for the few calls it had
+// (docs/design.md, "Compile time"). So with libstdc++ those two of its headers are included, the
+// same declarations <algorithm> itself includes; with another standard library,
 // or under nvcc, <algorithm>. A translation unit that includes <algorithm> itself pays for it there.
 #pragma once
 #include <cstddef>  // defines __GLIBCXX__ where the standard library is libstdc++
@@ -33,6 +34,25 @@ bool contains(const C& c, const V& v) {
 template <class T>
 constexpr const T& clamp(const T& v, const T& lo, const T& hi) {
   return v < lo ? lo : hi < v ? hi : v;
+}
+
+/// [first, last) in reverse order (what std::reverse does).
+template <class It>
+void reverse_range(It first, It last) {
+  while (first != last && first != --last) {
+    std::swap(*first, *last);
+    ++first;
+  }
+}
+
+/// The first largest element of [first, last), or last when it is empty (what std::max_element gives).
+template <class It>
+It max_element(It first, It last) {
+  It best = first;
+  if (first != last)
+    while (++first != last)
+      if (*best < *first) best = first;
+  return best;
 }
 
 /// One quicksort partition of [lo, hi), hi − lo ≥ 3, in the strict weak order `before`: the median

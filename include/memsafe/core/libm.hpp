@@ -18,6 +18,7 @@
 #include <cmath>
 namespace memsafe::libm {
 using std::exp;
+using std::expm1;
 using std::fabs;
 using std::floor;
 using std::fma;
@@ -25,6 +26,7 @@ using std::ilogb;
 using std::isfinite;
 using std::ldexp;
 using std::log;
+using std::log1p;
 using std::nextafter;
 using std::pow;
 using std::round;
@@ -45,6 +47,8 @@ namespace memsafe::libm {
 MEMSAFE_LIBM_1(sqrt)
 MEMSAFE_LIBM_1(exp)
 MEMSAFE_LIBM_1(log)
+MEMSAFE_LIBM_1(expm1)
+MEMSAFE_LIBM_1(log1p)
 MEMSAFE_LIBM_1(fabs)
 MEMSAFE_LIBM_1(floor)
 MEMSAFE_LIBM_1(round)

@@ -27,9 +27,6 @@
 #error "memsafe/gp/exact.hpp needs MEMSAFE_HAS_LAPACK: include <memsafe/gp.hpp> and link memsafe::lapack"
 #endif
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -38,8 +35,11 @@
 
 #include "../api/eval.hpp"
 #include "../core/accounting.hpp"
+#include "../core/algo.hpp"
 #include "../core/budget.hpp"
+#include "../core/clock.hpp"
 #include "../core/error.hpp"
+#include "../core/libm.hpp"
 #include "../expr/lazy.hpp"
 #include "../expr/overlap.hpp"
 #include "../expr/view.hpp"
@@ -167,7 +167,7 @@ inline void check_scaled(const double* X, std::size_t n, std::size_t d, const st
                          const std::string& f) {
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t k = 0; k < d; ++k)
-      if (!std::isfinite(X[i * d + k] / ls[k]))
+      if (!libm::isfinite(X[i * d + k] / ls[k]))
         throw argument_error(cat(msg{f, what, " ", i, ", coordinate ", k, " (", X[i * d + k], ") over its lengthscale (",
                                      ls[k], ") overflows a double; rescale the inputs"}));
 }
@@ -190,7 +190,7 @@ inline void validate_values(const double* v, std::size_t count, const std::strin
 }
 
 inline void validate_options(const exact_options& o, const std::string& f) {
-  if (!(std::isfinite(o.tolerance) && o.tolerance >= 0))
+  if (!(libm::isfinite(o.tolerance) && o.tolerance >= 0))
     throw argument_error(cat(msg{f, "tolerance must be finite and >= 0, got ", o.tolerance}));
 }
 
@@ -288,7 +288,7 @@ inline std::size_t pivoted_cholesky(const data_view& D, const hyperparameters& h
   std::fill(diag, diag + n, s2);
   std::size_t r = 0;
   for (; r < k; ++r) {
-    const std::size_t piv = static_cast<std::size_t>(std::max_element(diag, diag + n) - diag);
+    const std::size_t piv = static_cast<std::size_t>(memsafe::detail::max_element(diag, diag + n) - diag);
     const double dp = diag[piv];
     if (!(dp > 1e-12 * s2)) break;
     double* col = Lc + r * n;
@@ -303,7 +303,7 @@ inline std::size_t pivoted_cholesky(const data_view& D, const hyperparameters& h
       la::gemm(-1.0, memsafe::matrix(static_cast<const double*>(Lc), r, n).t(), false,
                memsafe::matrix(static_cast<const double*>(row), r, 1), false, 1.0, memsafe::matrix(col, n, 1));
     }
-    const double inv = 1.0 / std::sqrt(dp);
+    const double inv = 1.0 / libm::sqrt(dp);
     for (std::size_t j = 0; j < n; ++j) {
       col[j] *= inv;
       diag[j] = std::max(0.0, diag[j] - col[j] * col[j]);
@@ -454,9 +454,9 @@ inline void apply_strip(const kernel_strip& S, const double* in, std::size_t c, 
 inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperparameters& h, const exact_options& o,
                 std::size_t budget, const pcg_sizes& sz, double* X, exact_result& R, const char* fn) {
   namespace la = memsafe::linalg;
-  using clock_type = std::chrono::steady_clock;
-  const auto since = [](clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); };
-  const auto t_start = clock_type::now();
+  const auto now = [] { return memsafe::detail::monotonic_seconds(); };
+  const auto since = [&](double t) { return now() - t; };
+  const auto t_start = now();
   const std::size_t n = D.n, d = D.d, k = sz.rank;
   // The system is solved scaled by powers of two, which changes no bit of a solve whose numbers stay
   // normal: K + σ²I divided by 2^es (es the exponent of max(σ_f², σ²) rounded down to even, so
@@ -464,11 +464,11 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   // square roots of pivots scale by 2^(es/2) exactly) and each column of B by 2^eb_j (the exponent
   // of max|b_j|: ‖b_j‖² of a b_j of 1e-170 underflows to 0, of 1e160 overflows, and CG read the
   // first as b_j = 0 and broke down on the second); α_j is scaled back by 2^(eb_j − es) at the end.
-  int es = std::ilogb(std::max(h.variance, h.noise));
+  int es = libm::ilogb(std::max(h.variance, h.noise));
   es -= es & 1;
   hyperparameters hs = h;
-  hs.variance = std::ldexp(h.variance, -es);
-  const double sig2 = std::ldexp(h.noise, -es);
+  hs.variance = libm::ldexp(h.variance, -es);
+  const double sig2 = libm::ldexp(h.noise, -es);
   const std::size_t threads = memsafe::plan::resolve_threads(o.threads);
   R.n = n;
   R.rhs = c;
@@ -555,13 +555,13 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   };
   // out = (K + σ²I)·in
   const auto product = [&](const double* in, double* out) {
-    const auto t0 = clock_type::now();
+    const auto t0 = now();
     if (strip.rows == 0) {
       const auto st = kernel_product(hs, D.X, n, D.X, n, d, in, c, out, mv_opts);
       R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, st.peak_temp_bytes);
     } else {
       if (!strip_filled) {  // the first product computes the strip (under the product's budget)
-        const auto tf = clock_type::now();
+        const auto tf = now();
         R.stats.matvec_peak_bytes = std::max(R.stats.matvec_peak_bytes, fill_strip(D, hs, strip, mv_opts));
         R.stats.seconds_cache = since(tf);
         strip_filled = true;
@@ -583,7 +583,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   };
 
   // ---- CG -----------------------------------------------------------------------------------------
-  const auto t_cg = clock_type::now();
+  const auto t_cg = now();
   double* r = Rb.data();
   double* z = Zb.data();
   double* p = Pb.data();
@@ -594,16 +594,16 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
   // r = B with column j scaled by 2^-eb_j (0 for b_j = 0)
   for (std::size_t j = 0; j < c; ++j) bnorm[j] = 0;  // max|b_j| first
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < c; ++j) bnorm[j] = std::max(bnorm[j], std::fabs(B[i * c + j]));
-  for (std::size_t j = 0; j < c; ++j) eb[j] = bnorm[j] > 0 ? std::ilogb(bnorm[j]) : 0;
+    for (std::size_t j = 0; j < c; ++j) bnorm[j] = std::max(bnorm[j], libm::fabs(B[i * c + j]));
+  for (std::size_t j = 0; j < c; ++j) eb[j] = bnorm[j] > 0 ? libm::ilogb(bnorm[j]) : 0;
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < c; ++j) r[i * c + j] = std::ldexp(B[i * c + j], -static_cast<int>(eb[j]));
+    for (std::size_t j = 0; j < c; ++j) r[i * c + j] = libm::ldexp(B[i * c + j], -static_cast<int>(eb[j]));
   for (std::size_t j = 0; j < c; ++j) bnorm[j] = 0;
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < c; ++j) bnorm[j] += r[i * c + j] * r[i * c + j];
   std::size_t active = 0;
   for (std::size_t j = 0; j < c; ++j) {
-    bnorm[j] = std::sqrt(bnorm[j]);
+    bnorm[j] = libm::sqrt(bnorm[j]);
     res[j] = 0;
     done[j] = 0;
     if (bnorm[j] == 0) done[j] = 1;  // b_j = 0: α_j = 0
@@ -636,7 +636,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
         step[j] = 0;
         continue;
       }
-      if (!(step[j] > 0) || !std::isfinite(rz[j])) {  // breakdown: K + σ²I is SPD, so only rounding or NaN
+      if (!(step[j] > 0) || !libm::isfinite(rz[j])) {  // breakdown: K + σ²I is SPD, so only rounding or NaN
         R.breakdown = true;
         done[j] = 1;
         --active;
@@ -657,7 +657,7 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
       if (done[j]) continue;
       double s = 0;
       for (std::size_t i = 0; i < n; ++i) s += r[i * c + j] * r[i * c + j];
-      res[j] = std::sqrt(s) / bnorm[j];
+      res[j] = libm::sqrt(s) / bnorm[j];
       R.column_iterations[j] = it;
       if (res[j] <= o.tolerance && (it >= o.min_iterations || res[j] == 0)) {  // an exact solve stops at once
         done[j] = 1;
@@ -692,14 +692,14 @@ inline void pcg(const data_view& D, const double* B, std::size_t c, const hyperp
     R.true_residual.assign(c, 0.0);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = 0; j < c; ++j) {
-        const double e = std::ldexp(B[i * c + j], -static_cast<int>(eb[j])) - Ap[i * c + j];
+        const double e = libm::ldexp(B[i * c + j], -static_cast<int>(eb[j])) - Ap[i * c + j];
         R.true_residual[j] += e * e;
       }
     for (std::size_t j = 0; j < c; ++j)
-      R.true_residual[j] = bnorm[j] > 0 ? std::sqrt(R.true_residual[j]) / bnorm[j] : 0.0;
+      R.true_residual[j] = bnorm[j] > 0 ? libm::sqrt(R.true_residual[j]) / bnorm[j] : 0.0;
   }
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < c; ++j) X[i * c + j] = std::ldexp(X[i * c + j], static_cast<int>(eb[j]) - es);
+    for (std::size_t j = 0; j < c; ++j) X[i * c + j] = libm::ldexp(X[i * c + j], static_cast<int>(eb[j]) - es);
   R.stats.peak_temp_bytes = acc.peak() + R.stats.matvec_peak_bytes;
   R.stats.seconds_total = since(t_start);
 }
@@ -786,7 +786,7 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
   dg::validate_values(T.X, T.n * T.d, f, "test input");
   dg::check_scaled(T.X, T.n, T.d, h.lengthscales, "test point", f);
   dg::validate_values(alpha, D.n * rhs, f, "alpha");
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = memsafe::detail::monotonic_seconds();
   memsafe::eval_stats ev;
   try {
     ev = dg::kernel_product(h, T.X, T.n, D.X, D.n, D.d, alpha, rhs, mean, memsafe::options{st.budget_bytes, opts.threads});
@@ -796,7 +796,7 @@ inline exact_predict_stats exact_predict_mean(const data_view& D, const double* 
     throw budget_error(cat(msg{f, why}), e.budget_bytes, e.minimum_bytes);
   }
   st.peak_temp_bytes = ev.peak_temp_bytes;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds = memsafe::detail::monotonic_seconds() - t0;
   return st;
 }
 
@@ -823,7 +823,7 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
     throw budget_error(cat(msg{f, "a budget of ", format_bytes(st.budget_bytes), " is too small for n = ", n,
                                " and batches of ", cb, " test points: use a budget of at least ", minimum, " bytes"}),
                        st.budget_bytes, minimum);
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = memsafe::detail::monotonic_seconds();
   const std::size_t threads = memsafe::plan::resolve_threads(opts.threads);
   memsafe::detail::accountant acc(st.budget_bytes);
   memsafe::detail::temp_buffer<double> Kb(acc, n * cb), Ab(acc, n * cb), il2(acc, d);
@@ -851,7 +851,7 @@ inline exact_predict_stats exact_predict_variance(const data_view& D, const hype
     }
   }
   st.peak_temp_bytes = acc.peak() + inner_peak;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds = memsafe::detail::monotonic_seconds() - t0;
   return st;
 }
 

@@ -12,7 +12,6 @@
 // φ and ψ use memsafe::math's exp (< 1 ulp) and the sqrt builtin, without branches, so that the
 // GP module's loops over a row of r² values vectorise (row_kernel.inc).
 #pragma once
-#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <string>

@@ -28,9 +28,6 @@
 #error "memsafe/gp/sgpr.hpp needs MEMSAFE_HAS_LAPACK: include <memsafe/gp.hpp> and link memsafe::lapack"
 #endif
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <limits>
@@ -39,8 +36,11 @@
 #include <vector>
 
 #include "../core/accounting.hpp"
+#include "../core/algo.hpp"
 #include "../core/budget.hpp"
+#include "../core/clock.hpp"
 #include "../core/error.hpp"
+#include "../core/libm.hpp"
 #include "../expr/lazy.hpp"
 #include "../expr/overlap.hpp"
 #include "../expr/view.hpp"
@@ -138,11 +138,11 @@ struct sgpr_result {
 };
 
 /// Positivity for training: a parameter p > floor is stored as t with p = softplus(t) + floor.
-inline double softplus(double t) { return t > 30 ? t : std::log1p(std::exp(t)); }
+inline double softplus(double t) { return t > 30 ? t : libm::log1p(libm::exp(t)); }
 /// The inverse of softplus: t with softplus(t) = v (v > 0).
-inline double softplus_inverse(double v) { return v > 30 ? v : std::log(std::expm1(v)); }
+inline double softplus_inverse(double v) { return v > 30 ? v : libm::log(libm::expm1(v)); }
 /// d softplus / dt (the logistic sigmoid).
-inline double softplus_derivative(double t) { return 1.0 / (1.0 + std::exp(-t)); }
+inline double softplus_derivative(double t) { return 1.0 / (1.0 + libm::exp(-t)); }
 
 }  // namespace memsafe::gp
 
@@ -174,7 +174,7 @@ void parallel_rows(std::size_t threads, std::size_t rows, F&& f) {
 /// Cholesky factor of NaNs).
 inline void check_finite(const double* v, std::size_t rows, std::size_t cols, const char* what, const std::string& f) {
   for (std::size_t q = 0; q < rows * cols; ++q)
-    if (!std::isfinite(v[q]))
+    if (!libm::isfinite(v[q]))
       throw argument_error(cols > 1
                                ? cat(msg{f, what, " ", q / cols, ", dimension ", q % cols, " is not finite (", v[q], ")"})
                                : cat(msg{f, what, " ", q / cols, " is not finite (", v[q], ")"}));
@@ -187,11 +187,11 @@ inline void validate_kernel(double variance, const std::vector<double>& lengthsc
                             const std::string& f) {
   if (lengthscales.size() != d)
     throw shape_error(cat(msg{f, lengthscales.size(), " lengthscales for d = ", d, " (ARD: one per input dimension)"}));
-  if (!(std::isfinite(variance) && variance > 0))
+  if (!(libm::isfinite(variance) && variance > 0))
     throw argument_error(cat(msg{f, "kernel variance must be finite and > 0, got ", variance}));
   for (std::size_t k = 0; k < d; ++k) {
     const double l = lengthscales[k];
-    if (!(std::isfinite(l) && l > 0))
+    if (!(libm::isfinite(l) && l > 0))
       throw argument_error(cat(msg{f, "lengthscale ", k, " must be finite and > 0, got ", l}));
     if (!memsafe::detail::lengthscale_in_range(l))
       throw argument_error(cat(msg{
@@ -201,12 +201,12 @@ inline void validate_kernel(double variance, const std::vector<double>& lengthsc
 
 /// The noise variance (finite, > 0) and, where the call uses it, the jitter (finite, >= 0).
 inline void validate_noise(const hyperparameters& h, const std::string& f, bool uses_jitter = true) {
-  if (!(std::isfinite(h.noise) && h.noise > 0))
+  if (!(libm::isfinite(h.noise) && h.noise > 0))
     throw argument_error(cat(msg{f, "noise variance must be finite and > 0, got ", h.noise}));
-  if (!std::isfinite(1 / h.noise))  // a subnormal σ²: 1/σ² (CG's preconditioner, the bound's σ⁻²) is inf
+  if (!libm::isfinite(1 / h.noise))  // a subnormal σ²: 1/σ² (CG's preconditioner, the bound's σ⁻²) is inf
     throw argument_error(cat(msg{f, "noise variance ", h.noise, " is too small: 1/noise overflows a double (the smallest is ",
                                  std::numeric_limits<double>::min(), "); rescale the targets"}));
-  if (uses_jitter && !(std::isfinite(h.jitter) && h.jitter >= 0))
+  if (uses_jitter && !(libm::isfinite(h.jitter) && h.jitter >= 0))
     throw argument_error(cat(msg{f, "jitter must be finite and >= 0, got ", h.jitter}));
 }
 
@@ -283,7 +283,7 @@ struct col_block {
 /// within 4096 doubles (32 KiB, a level-1 data cache), a multiple of gp_lanes, from gp_lanes to
 /// 256 (sgpr_call takes gp_lanes where it has not).
 inline std::size_t block_columns(std::size_t d) {
-  return std::clamp<std::size_t>(4096 / (d + 1) / gp_lanes * gp_lanes, gp_lanes, 256);
+  return memsafe::detail::clamp<std::size_t>(4096 / (d + 1) / gp_lanes * gp_lanes, gp_lanes, 256);
 }
 
 /// Doubles of one thread's scratch for the row kernels: a block of `block` points and
@@ -437,11 +437,11 @@ inline void whiten_symmetric(const std::vector<double>& L, std::vector<double>& 
 /// sygst (uplo 'L') works on X's row-major upper triangle, and both arrays are reversed back (L
 /// exactly as it was; X's result then in its lower triangle, mirrored: exactly symmetric).
 inline void sandwich(std::vector<double>& L, std::vector<double>& X, std::size_t m) {
-  std::reverse(X.begin(), X.end());
-  std::reverse(L.begin(), L.end());
+  memsafe::detail::reverse_range(X.begin(), X.end());
+  memsafe::detail::reverse_range(L.begin(), L.end());
   const int info = sygst('L', L, X, m);
-  std::reverse(L.begin(), L.end());  // restored before any error is raised
-  std::reverse(X.begin(), X.end());
+  memsafe::detail::reverse_range(L.begin(), L.end());  // restored before any error is raised
+  memsafe::detail::reverse_range(X.begin(), X.end());
   require_sygst(info);
   memsafe::linalg::detail::mirror_lower(memsafe::matrix(X.data(), m, m));
 }
@@ -545,7 +545,7 @@ inline void factor_kuu(sgpr_call& c, const inducing_view& I, const hyperparamete
   double norm1 = 0;  // ‖Kuu + jitter·I‖₁: the largest column (= row) sum of the symmetric matrix
   for (std::size_t i = 0; i < m; ++i) {
     double r = 0;
-    for (std::size_t j = 0; j < m; ++j) r += std::fabs(P.L[i * m + j]);
+    for (std::size_t j = 0; j < m; ++j) r += libm::fabs(P.L[i * m + j]);
     norm1 = std::max(norm1, r);
   }
   try {
@@ -656,11 +656,11 @@ inline forward_state finish(const sgpr_call& c, const hyperparameters& h, forwar
   double ctc = 0, sld = 0;
   const double yty = S.yty;
   for (std::size_t i = 0; i < m; ++i) ctc += cv[i] * cv[i];
-  for (std::size_t i = 0; i < m; ++i) sld += std::log(P.LB[i * m + i]);
+  for (std::size_t i = 0; i < m; ++i) sld += libm::log(P.LB[i * m + i]);
   const double nd = S.n;
   const double trace_kff = nd * s2;
   constexpr double log_two_pi = 1.8378770664093454835606594728112;
-  R.bound = -0.5 * nd * log_two_pi - sld - 0.5 * nd * std::log(sig2) - 0.5 * yty / sig2 + 0.5 * ctc -
+  R.bound = -0.5 * nd * log_two_pi - sld - 0.5 * nd * libm::log(sig2) - 0.5 * yty / sig2 + 0.5 * ctc -
             0.5 * trace_kff / sig2 + 0.5 * trace_aat;
   R.sum_log_diag_LB = sld;
   R.ctc = ctc;
@@ -833,7 +833,6 @@ inline std::size_t sgpr_minimum_bytes(std::size_t m, std::size_t d, bool gradien
 inline sgpr_result sgpr(const data_view& D, const inducing_view& I, const hyperparameters& h,
                         const sgpr_options& opts = {}) {
   namespace dg = memsafe::detail::gp;
-  using clock_type = std::chrono::steady_clock;
   dg::validate(D, I, h, "sgpr");
   const std::size_t m = I.m, d = D.d;
   const std::size_t budget = memsafe::detail::resolve_budget(opts.budget);
@@ -848,24 +847,24 @@ inline sgpr_result sgpr(const data_view& D, const inducing_view& I, const hyperp
   R.stats.threads = c.threads;
   R.stats.avx2_rows = c.avx2;
 
-  auto t0 = clock_type::now();
+  double t0 = memsafe::detail::monotonic_seconds();
   dg::factor_kuu(c, I, h, R.posterior, "memsafe::gp::sgpr");
   R.stats.whitened = c.whitened;
   R.stats.kuu_condition = c.kuu_condition;
   dg::forward_state F = dg::finish(c, h, dg::accumulate(c, D, h, R.posterior, R.stats), R);
-  R.stats.seconds_forward = std::chrono::duration<double>(clock_type::now() - t0).count();
+  R.stats.seconds_forward = memsafe::detail::monotonic_seconds() - t0;
   if (!opts.gradient) {
     R.stats.peak_temp_bytes = c.acc.peak();
     return R;
   }
 
-  t0 = clock_type::now();
+  t0 = memsafe::detail::monotonic_seconds();
   const dg::backward_state Bk = dg::backward_setup(c, h, F, R);
   dg::gradient_sums g(m, d, -F.n / (2.0 * h.noise));
   dg::contract_kuu(c, h, R.posterior.Z.data(), Bk.Guu, 0, m, g);
   dg::contract_kuf(c, D, h, R.posterior.Z.data(), Bk, g, R.stats);
   dg::finalise_gradient(h, std::move(g), R);
-  R.stats.seconds_backward = std::chrono::duration<double>(clock_type::now() - t0).count();
+  R.stats.seconds_backward = memsafe::detail::monotonic_seconds() - t0;
   R.stats.peak_temp_bytes = c.acc.peak();
   return R;
 }

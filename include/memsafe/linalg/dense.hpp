@@ -23,15 +23,15 @@
 #error "memsafe/linalg/dense.hpp needs MEMSAFE_HAS_LAPACK: include <memsafe/linalg.hpp> and link memsafe::lapack"
 #endif
 
-#include <algorithm>
 #include <climits>
-#include <cmath>
 #include <cstddef>
 #include <string>
 #include <type_traits>
 
+#include "../core/algo.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
+#include "../core/libm.hpp"
 #include "../expr/overlap.hpp"
 #include "../expr/view.hpp"
 #include "fortran.hpp"
@@ -155,7 +155,7 @@ void cholesky(matrix_view<T, R, C> A) {
   // POTRF's test of a pivot (ajj ≤ 0) is false for NaN: a NaN or infinite entry can come back
   // with info = 0 and a factor of NaNs
   for (std::size_t i = 0; i < n; ++i)
-    if (!(std::isfinite(A(i, i)) && A(i, i) > T(0)))
+    if (!(libm::isfinite(A(i, i)) && A(i, i) > T(0)))
       throw argument_error(memsafe::detail::cat(
           memsafe::detail::msg{"memsafe::linalg::cholesky: the matrix (", A.shape(), ") is not positive definite: pivot ",
                                i + 1, " is not a finite positive number (a NaN or infinite entry?)"}));
@@ -249,7 +249,7 @@ template <class T, std::size_t R, std::size_t C>
 double logdet_from_cholesky(matrix_view<T, R, C> L) {
   detail::require_square(L, "logdet_from_cholesky", "L");
   double s = 0;
-  for (std::size_t i = 0; i < L.rows(); ++i) s += std::log(static_cast<double>(L(i, i)));
+  for (std::size_t i = 0; i < L.rows(); ++i) s += libm::log(static_cast<double>(L(i, i)));
   return 2 * s;
 }
 
@@ -275,7 +275,7 @@ double inverse_norm1_estimate(matrix_view<TL, R1, C1> L, vector_view<T, N1> work
   };
   const auto norm1 = [&] {
     double s = 0;
-    for (std::size_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(x[i]));
+    for (std::size_t i = 0; i < n; ++i) s += libm::fabs(static_cast<double>(x[i]));
     return s;
   };
   std::fill(x, x + n, T(1) / static_cast<T>(n));
@@ -288,13 +288,13 @@ double inverse_norm1_estimate(matrix_view<TL, R1, C1> L, vector_view<T, N1> work
       apply();                                                               // z = A⁻ᵀξ = A⁻¹ξ
       std::size_t j = 0;
       for (std::size_t i = 1; i < n; ++i)
-        if (std::fabs(static_cast<double>(x[i])) > std::fabs(static_cast<double>(x[j]))) j = i;
+        if (libm::fabs(static_cast<double>(x[i])) > libm::fabs(static_cast<double>(x[j]))) j = i;
       double ztx = 0;  // zᵀx of the vector applied last: no direction promises more
       if (prev == n)
         for (std::size_t i = 0; i < n; ++i) ztx += static_cast<double>(x[i]) / static_cast<double>(n);
       else
         ztx = static_cast<double>(x[prev]);
-      if (step > 0 && std::fabs(static_cast<double>(x[j])) <= ztx) break;
+      if (step > 0 && libm::fabs(static_cast<double>(x[j])) <= ztx) break;
       std::fill(x, x + n, T(0));
       x[j] = T(1);
       apply();
@@ -313,7 +313,7 @@ double inverse_norm1_estimate(matrix_view<TL, R1, C1> L, vector_view<T, N1> work
     // A⁻¹, and ‖A⁻¹x‖₁/‖x‖₁ is a lower bound of ‖A⁻¹‖₁ for every x.
     for (int step = 0; step < 4; ++step) {
       const double s = norm1();
-      if (!(s > 0) || !std::isfinite(s)) break;
+      if (!(s > 0) || !libm::isfinite(s)) break;
       for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) / s);
       apply();
       est = std::max(est, norm1());
