@@ -58,6 +58,8 @@ for tu in bench/compile_time/include_only.cpp bench/compile_time/typical.cpp; do
   COUNT=1 measure "$tu" "-O2" g++ -std=c++20 -O2 -Iinclude -c "$tu"
   COUNT=1 measure "$tu" "-O2 -DMEMSAFE_PRECOMPILED=1" g++ -std=c++20 -O2 -Iinclude -DMEMSAFE_PRECOMPILED=1 -c "$tu"
 done
+# A product chain of 9 factors: its planner's code grows with the kinds of step (O(N)), not the steps.
+COUNT=1 measure bench/compile_time/chain.cpp "-O2" g++ -std=c++20 -O2 -Iinclude -c bench/compile_time/chain.cpp
 measure "src/precompiled.cpp (rbf, float: 1 of 22 objects)" "-O3" g++ -std=c++20 -O3 -DNDEBUG -fno-math-errno -Iinclude \
   -DMEMSAFE_PRECOMPILED_BUILD=1 -DMEMSAFE_PRECOMPILED_FORMULA=rbf -DMEMSAFE_PRECOMPILED_VALUE=float -c src/precompiled.cpp
 if command -v nvcc >/dev/null 2>&1; then

@@ -551,6 +551,102 @@ TEST_CASE("a chain runs in its planned minimum and an intermediate is checked by
   CHECK(kept);
 }
 
+TEST_CASE("each step of a chain is lowered once and for its own operands") {
+  // The steps are kept per kind of step (lower/chain.hpp): every (i, s, j) must have its own slot,
+  // lowered over its own extents, and the same slot when it is asked for again.
+  const std::size_t n = 12, m = 9, c = 4, d = 2;
+  auto x = data(n, d, 71), y = data(m, d, 72), a = data(n, c, 73), b = data(c, n, 74), cm = data(m, n, 75),
+       v = data(n, 1, 76);
+  auto X = ms::points(x.data(), n, d), Y = ms::points(y.data(), m, d);
+  auto K = ms::rbf(X, X, 0.7, 1.0);
+  auto Kxy = ms::matern32(X, Y, 0.8, 1.0);
+  auto ch = K * ms::matrix(a.data(), n, c) * ms::matrix(b.data(), c, n) * Kxy * ms::pin(ms::matrix(cm.data(), m, n) * K) *
+            ms::vec(v.data(), n);
+  ms::rewrite::rule_log log;
+  auto job = ms::jobs::lower(ch, static_cast<double*>(nullptr), nullptr, log);
+  using Job = decltype(job);
+  static_assert(Job::N == 6);
+  auto extents = [](const auto& e) -> std::pair<std::size_t, std::size_t> {
+    if constexpr (requires { e.job.a.rows(); e.job.b.cols(); }) return {e.job.a.rows(), e.job.b.cols()};  // dense·dense
+    else return {e.x.rows(), e.x.cols()};
+  };
+  std::vector<const void*> entries;
+  for (std::size_t i = 0; i < Job::N; ++i)
+    for (std::size_t s = i; s < Job::N; ++s)
+      for (std::size_t j = s; j < Job::N; ++j) {
+        if (s == j && !(i == 4 && j == 4)) continue;  // a product, or the pinned factor 4 alone
+        const ms::jobs::chain_step st{i, s, j};
+        CAPTURE(i);
+        CAPTURE(s);
+        CAPTURE(j);
+        const void* first = nullptr;
+        const void* again = nullptr;
+        std::pair<std::size_t, std::size_t> ext{};
+        ms::jobs::visit_step<Job>(st, [&](auto kind) {
+          auto& e = ms::jobs::lower_step<decltype(kind)>(job, st);
+          first = &e;
+          ext = extents(e);
+        });
+        ms::jobs::visit_step<Job>(st, [&](auto kind) { again = &ms::jobs::lower_step<decltype(kind)>(job, st); });
+        REQUIRE(first != nullptr);
+        CHECK(again == first);
+        CHECK(ext.first == job.ord.dims[i]);
+        CHECK(ext.second == job.ord.dims[j + 1]);
+        entries.push_back(first);
+      }
+  CHECK(entries.size() == 36);  // 35 products (i ≤ s < j) and the pinned factor
+  std::sort(entries.begin(), entries.end());
+  CHECK(std::adjacent_find(entries.begin(), entries.end()) == entries.end());
+}
+
+TEST_CASE("a chain of 16 factors with a pinned one equals the naive product at every budget and at its minimum") {
+  // Past the 8 factors whose orders are all walked: the planner weighs the fewest-flops and the
+  // leanest orders. The steps' code is instantiated per kind of step (lower/chain.hpp), so such a
+  // chain compiles in seconds.
+  const std::size_t n = 30, m = 20, d = 2, c = 5;
+  auto x = data(n, d, 61), y = data(m, d, 62), a = data(n, c, 63), b = data(c, n, 64), cm = data(m, n, 65),
+       v = data(n, 1, 66);
+  auto X = ms::points(x.data(), n, d), Y = ms::points(y.data(), m, d);
+  auto K = ms::rbf(X, X, 0.7, 0.05);
+  auto Kxy = ms::matern32(X, Y, 0.8, 0.05);
+  auto A = ms::matrix(a.data(), n, c);
+  auto B = ms::matrix(b.data(), c, n);
+  auto C = ms::matrix(cm.data(), m, n);
+  auto V = ms::vec(v.data(), n);
+  auto ch = K * A * B * ms::transpose(K) * Kxy * C * ms::pin(K * A) * B * K * A * B * Kxy * C * ms::transpose(K) * K * V;
+  static_assert(std::tuple_size_v<decltype(ch.f)> == 16);
+  // The reference: the dense factors applied to v from the right, with |·| for the tolerance.
+  const auto kd = ms::eval(ms::dense(K)).values, kxyd = ms::eval(ms::dense(Kxy)).values;
+  std::vector<double> kt(n * n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) kt[i * n + j] = kd[j * n + i];
+  std::vector<double> r = v, s(n);
+  for (std::size_t i = 0; i < n; ++i) s[i] = std::fabs(v[i]);
+  auto apply = [&](const std::vector<double>& M, std::size_t rows, std::size_t cols) {
+    REQUIRE(r.size() == cols);
+    std::vector<double> r2(rows, 0.0), s2(rows, 0.0);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < cols; ++j) r2[i] += M[i * cols + j] * r[j], s2[i] += std::fabs(M[i * cols + j]) * s[j];
+    r = std::move(r2);
+    s = std::move(s2);
+  };
+  apply(kd, n, n), apply(kt, n, n), apply(cm, m, n), apply(kxyd, n, m), apply(b, c, n), apply(a, n, c), apply(kd, n, n);
+  apply(b, c, n), apply(a, n, c), apply(kd, n, n);  // … B · pin(K A) · …
+  apply(cm, m, n), apply(kxyd, n, m), apply(kt, n, n), apply(b, c, n), apply(a, n, c), apply(kd, n, n);
+  for (const auto& res : eval_all(ch)) expect_close(res.values, r, s, "16 factors");
+  const auto p = ms::plan_for(ch, ms::budget_bytes(1 << 20));
+  CHECK(p.reduction.find("matrix chain of 16 factors") != std::string::npos);
+  const auto at_min = ms::eval(ch, ms::budget_bytes(p.min_bytes));
+  CHECK(at_min.stats.peak_temp_bytes <= p.min_bytes);
+  expect_close(at_min.values, r, s, "16 factors at the minimum");
+  try {
+    (void)ms::eval(ch, ms::budget_bytes(p.min_bytes - 1));
+    FAIL("expected a budget_error");
+  } catch (const ms::budget_error& e) {
+    CHECK(e.minimum_bytes == p.min_bytes);
+  }
+}
+
 TEST_CASE("symmetric_product computes A A^T from the lower block triangle") {
   const std::size_t mu = 150, n = 700, d = 3;
   auto u = data(mu, d, 23), x = data(n, d, 24);

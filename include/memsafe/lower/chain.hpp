@@ -1,14 +1,15 @@
 // memsafe/lower/chain.hpp — lower a product chain (expr/chain.hpp) to a chain_job.
 //
 // A chain F0·F1·…·F(N−1) lowers to the inputs of the rule chain_order (rewrite/chain.hpp: the
-// factors' kinds, extents and entry costs) and a table of its possible steps. The order itself
+// factors' kinds, extents and entry costs) and a table of the steps lowered so far. The order itself
 // depends on the budget, so the chain planner (plan/chain.hpp) solves chain_order and lists the
 // chosen order's steps; each step — the product of two operands, or a pinned factor evaluated on
 // its own — is lowered the first time the planner asks for it, exactly once (lower_step), with
 // its rules recorded beside it. An operand that is an intermediate product does not exist while
 // planning: the step is lowered over a placeholder of the right extents, and the executor binds the
 // intermediate (bind_rhs) and re-checks the one guard that reads it (diag_in_product: a finite
-// dense factor) when it runs the step.
+// dense factor) when it runs the step. Code is instantiated per kind of step (step_kind: which
+// operand is a factor used as it is), at most 4N + 1 kinds for O(N³) steps.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -119,6 +120,121 @@ bool is_placeholder(const matrix_view<const T>& v) {
   return v.data() == chain_detail::placeholder<T>() && v.row_stride() == 0 && v.col_stride() == 0;
 }
 
+/// What a step's operands are decides its expression's type: `mid` — neither is a factor of the
+/// chain used as it is (both are intermediates, or dense factors: a view either way); `left` — the
+/// left operand is the factor Idx, the right an intermediate; `right` — the reverse, Idx the right
+/// factor; `pair` — the factors Idx and Idx + 1; `pin` — the pinned factor Idx evaluated on its
+/// own. A chain of N factors has O(N³) possible steps but at most 4N + 1 kinds of step, and the
+/// code of a step — its lowering, planning and run — is instantiated per kind.
+enum class step_class : unsigned char { mid, left, right, pair, pin };
+inline constexpr std::size_t step_classes = 5;
+
+template <step_class C, std::size_t Idx>
+struct step_kind {
+  static constexpr step_class cls = C;
+  static constexpr std::size_t idx = Idx;
+  static constexpr bool left_is_factor = C == step_class::left || C == step_class::pair;
+  static constexpr bool right_is_factor = C == step_class::right || C == step_class::pair;
+  static constexpr std::size_t right_factor = C == step_class::pair ? Idx + 1 : Idx;
+};
+
+/// The steps of one kind lowered so far (kind number K).
+template <std::size_t K, class S>
+struct kind_slots {
+  S steps{};
+};
+/// The steps of kind number K in a step table (deduced from its base).
+template <std::size_t K, class S>
+S& kind_steps(kind_slots<K, S>& t) {
+  return t.steps;
+}
+
+namespace chain_detail {
+/// Whether the operand [i, k] is the factor i used as it is (lazy, or the view of a dense one).
+template <std::size_t N>
+constexpr bool factor_operand(const std::array<bool, N>& pinned, std::size_t i, std::size_t k) {
+  return i == k && !pinned[i];
+}
+
+/// Whether some step of a chain with these pinned factors is of the kind (c, idx).
+template <std::size_t N>
+constexpr bool kind_exists(const std::array<bool, N>& pinned, step_class c, std::size_t idx) {
+  // [i, s] with i ≤ s is an intermediate for some i iff s > 0 or the factor s is pinned; [s + 1, j]
+  // with j < N iff s + 2 < N or the factor s + 1 is pinned.
+  auto left_mid = [&](std::size_t s) { return s > 0 || pinned[s]; };
+  auto right_mid = [&](std::size_t s) { return s + 2 < N || pinned[s + 1]; };
+  switch (c) {
+    case step_class::pin: return idx < N && pinned[idx];
+    case step_class::pair: return idx + 1 < N && !pinned[idx] && !pinned[idx + 1];
+    case step_class::left: return idx + 1 < N && !pinned[idx] && right_mid(idx);
+    case step_class::right: return idx >= 1 && idx < N && !pinned[idx] && left_mid(idx - 1);
+    case step_class::mid:
+      if (idx != 0) return false;
+      for (std::size_t s = 0; s + 1 < N; ++s)
+        if (left_mid(s) && right_mid(s)) return true;
+      return false;
+  }
+  return false;
+}
+
+/// The longest chain whose step slots are arrays in the job rather than vectors (which cost more
+/// to compile: ≈ 0.5 G instructions for a chain of 3).
+inline constexpr std::size_t small_chain = 4;
+
+/// The types of a chain's steps, by kind: kind number K = class · N + index.
+template <class T, class... Fs>
+struct step_types {
+  static constexpr std::size_t N = sizeof...(Fs);
+  static constexpr std::array<bool, N> pinned{rewrite::is_pinned_factor<Fs>...};
+  template <std::size_t I>
+  using factor_t = std::tuple_element_t<I, std::tuple<Fs...>>;
+  template <std::size_t I>
+  using factor_operand_t = typename operand_of<T, factor_t<I>, true>::type;
+  template <class Kind>
+  using left_t = std::conditional_t<Kind::left_is_factor, factor_operand_t<Kind::idx>, matrix_view<const T>>;
+  template <class Kind>
+  using right_t =
+      std::conditional_t<Kind::right_is_factor, factor_operand_t<Kind::right_factor % N>, matrix_view<const T>>;
+  template <class Kind, bool Pinned = Kind::cls == step_class::pin>
+  struct expr_of {
+    using type = decltype(step_expr<T>(std::declval<left_t<Kind>>(), std::declval<right_t<Kind>>()));
+  };
+  template <class Kind>
+  struct expr_of<Kind, true> {
+    using type = typename pinned_inner<factor_t<Kind::idx>>::type;
+  };
+  template <class Kind>
+  struct of_kind {
+    using expr = typename expr_of<Kind>::type;
+    using job = decltype(step_job(std::declval<const expr&>(), std::declval<rewrite::rule_log&>()));
+    using entry = std::optional<step_entry<expr, job>>;
+    // One slot per step of the kind: a pair or a pinned factor has one step; left has one per j,
+    // right one per i, mid (all dense·dense) one per (i, s, j). Up to small_chain factors they
+    // are arrays in the job; beyond, on the heap from the first one lowered (the job lives on the
+    // caller's stack, and the slots grow as N³ for mid).
+    static constexpr bool single = Kind::cls == step_class::pair || Kind::cls == step_class::pin;
+    static constexpr std::size_t count = Kind::cls == step_class::mid ? N * N * N : N;
+    using slots = std::conditional_t<single, entry,
+                                     std::conditional_t<(N <= small_chain), std::array<entry, count>, std::vector<entry>>>;
+  };
+  struct none {
+    using slots = none;
+  };
+  template <std::size_t K>
+  using kind_t = step_kind<static_cast<step_class>(K / N), K % N>;
+  template <std::size_t K>
+  using slots_t = typename std::conditional_t<kind_exists<N>(pinned, static_cast<step_class>(K / N), K % N),
+                                              of_kind<kind_t<K>>, none>::slots;
+  /// One base per kind (a pack expansion, not std::tuple's recursion: nvcc's front end gave up on
+  /// a tuple of 125 elements).
+  template <std::size_t... K>
+  struct table_of : kind_slots<K, slots_t<K>>... {};
+  template <std::size_t... K>
+  static auto table(std::index_sequence<K...>) -> table_of<K...>;
+  using table_t = decltype(table(std::make_index_sequence<step_classes * N>{}));
+};
+}  // namespace chain_detail
+
 template <class... Fs>
 struct chain_job;
 
@@ -128,6 +244,7 @@ struct chain_job {
   using factors = std::tuple<Fs...>;
   using value_type = typename std::tuple_element_t<0, factors>::value_type;
   using T = value_type;
+  using types = chain_detail::step_types<T, Fs...>;
   static constexpr std::size_t N = sizeof...(Fs);
   template <std::size_t I>
   using factor_t = std::tuple_element_t<I, factors>;
@@ -136,89 +253,85 @@ struct chain_job {
   rewrite::chain_order<N> ord;  ///< the rule's inputs; solved by the planner
   std::array<std::string, N> names;
   std::string expression;
+  typename types::table_t steps{};  ///< the steps lowered so far, by kind (lower_step)
 
-  /// The operand [I, K]: the factor itself (lazy, or the view of a dense one) or an intermediate.
-  template <std::size_t I, std::size_t K>
-  static constexpr bool is_factor_operand = I == K && !rewrite::is_pinned_factor<factor_t<I>>;
-  template <std::size_t I, std::size_t K>
-  using operand_t = typename chain_detail::operand_of<T, factor_t<I>, is_factor_operand<I, K>>::type;
+  /// The operand [I, I] as a step takes it: the lazy factor, or the view of a dense one.
+  template <std::size_t I>
+  typename types::template factor_operand_t<I> factor_operand() const {
+    if constexpr (rewrite::is_dense_factor<factor_t<I>>) return std::get<I>(f).m;
+    else return std::get<I>(f);
+  }
+  /// A placeholder view of the intermediate [i, k]'s extents.
+  matrix_view<const T> intermediate(std::size_t i, std::size_t k) const {
+    return matrix_view<const T>(chain_detail::placeholder<T>(), ord.dims[i], ord.dims[k + 1], 0, 0);
+  }
+  /// A step's operands [st.i, st.s] and [st.s + 1, st.j] while planning: the factor, or a placeholder.
+  template <class Kind>
+  typename types::template left_t<Kind> left_placeholder(const chain_step& st) const {
+    if constexpr (Kind::left_is_factor) return factor_operand<Kind::idx>();
+    else return intermediate(st.i, st.s);
+  }
+  template <class Kind>
+  typename types::template right_t<Kind> right_placeholder(const chain_step& st) const {
+    if constexpr (Kind::right_is_factor) return factor_operand<Kind::right_factor>();
+    else return intermediate(st.s + 1, st.j);
+  }
 
-  /// The step (I, S, J) is a real step: a product (I ≤ S < J) or a pinned factor (I = S = J).
-  template <std::size_t I, std::size_t S, std::size_t J>
-  static constexpr bool valid = I < N && J < N &&
-                                ((I <= S && S < J) || (I == S && S == J && rewrite::is_pinned_factor<factor_t<I>>));
-  template <std::size_t I, std::size_t S, std::size_t J, bool Pinned = (I == S && S == J)>
-  struct step_expr_of {
-    using type =
-        decltype(chain_detail::step_expr<T>(std::declval<operand_t<I, S>>(), std::declval<operand_t<S + 1, J>>()));
-  };
-  template <std::size_t I, std::size_t S, std::size_t J>
-  struct step_expr_of<I, S, J, true> {
-    using type = typename chain_detail::pinned_inner<factor_t<I>>::type;
-  };
-  struct no_step {
-    using entry = std::false_type;
-  };
-  template <std::size_t I, std::size_t S, std::size_t J>
-  struct step_types {
-    using expr = typename step_expr_of<I, S, J>::type;
-    using job = decltype(chain_detail::step_job(std::declval<const expr&>(), std::declval<rewrite::rule_log&>()));
-    using entry = std::optional<step_entry<expr, job>>;
-  };
-  template <std::size_t K, std::size_t I = K / (N * N), std::size_t S = K / N % N, std::size_t J = K % N>
-  using entry_t = typename std::conditional_t<valid<I, S, J>, step_types<I, S, J>,
-                                              no_step>::entry;
-  template <std::size_t... K>
-  static auto table_type(std::index_sequence<K...>) -> std::tuple<entry_t<K>...>;
-  using step_table = decltype(table_type(std::make_index_sequence<N * N * N>{}));
-  step_table steps{};  ///< each step lowered at most once (lower_step)
-
-  /// The operand [I, K] as it stands before the step runs: the factor, or a placeholder view of
-  /// the intermediate's extents.
-  template <std::size_t I, std::size_t K>
-  operand_t<I, K> operand_placeholder() const {
-    if constexpr (is_factor_operand<I, K>) {
-      if constexpr (rewrite::is_dense_factor<factor_t<I>>) return std::get<I>(f).m;
-      else return std::get<I>(f);
-    } else {
-      return matrix_view<const T>(chain_detail::placeholder<T>(), ord.dims[I], ord.dims[K + 1], 0, 0);
-    }
+  /// The kind number of the step st (class · N + index).
+  static std::size_t kind_of(const chain_step& st) {
+    auto number = [](step_class c, std::size_t idx) { return static_cast<std::size_t>(c) * N + idx; };
+    if (st.pinned_leaf()) return number(step_class::pin, st.i);
+    const bool l = chain_detail::factor_operand<N>(types::pinned, st.i, st.s),
+               r = chain_detail::factor_operand<N>(types::pinned, st.s + 1, st.j);
+    if (l && r) return number(step_class::pair, st.i);
+    if (l) return number(step_class::left, st.i);
+    if (r) return number(step_class::right, st.j);
+    return number(step_class::mid, 0);
   }
 };
 
 template <class Job, std::size_t K, class Fn>
-void visit_one(Fn& fn) {
-  constexpr std::size_t N = Job::N, I = K / (N * N), S = K / N % N, J = K % N;
-  if constexpr (Job::template valid<I, S, J>)
-    fn(std::integral_constant<std::size_t, I>{}, std::integral_constant<std::size_t, S>{},
-       std::integral_constant<std::size_t, J>{});
+void visit_kind(Fn& fn) {
+  using Kind = typename Job::types::template kind_t<K>;
+  if constexpr (chain_detail::kind_exists<Job::N>(Job::types::pinned, Kind::cls, Kind::idx)) fn(Kind{});
 }
 template <class Job, class Fn, std::size_t... K>
-void visit_step_impl(std::size_t key, Fn& fn, std::index_sequence<K...>) {
-  (void)((key == K ? (visit_one<Job, K>(fn), true) : false) || ...);
+void visit_step_impl(std::size_t kind, Fn& fn, std::index_sequence<K...>) {
+  (void)((kind == K ? (visit_kind<Job, K>(fn), true) : false) || ...);
 }
-/// Call fn(integral_constant I, S, J) for the run-time step st of a Job (only real steps are
-/// instantiated).
+/// Call fn(step_kind<C, Idx>{}) with the kind of the run-time step st of a Job (only the kinds
+/// that occur in the chain are instantiated).
 template <class Job, class Fn>
 void visit_step(const chain_step& st, Fn&& fn) {
-  constexpr std::size_t N = Job::N;
-  visit_step_impl<Job>((st.i * N + st.s) * N + st.j, fn, std::make_index_sequence<N * N * N>{});
+  visit_step_impl<Job>(Job::kind_of(st), fn, std::make_index_sequence<step_classes * Job::N>{});
 }
 
-/// Lower the step (I, S, J) of `job` the first time it is asked for; its rules go to the entry.
-template <std::size_t I, std::size_t S, std::size_t J, class... Fs>
-auto& lower_step(chain_job<Fs...>& job) {
-  constexpr std::size_t N = sizeof...(Fs);
-  auto& slot = std::get<(I * N + S) * N + J>(job.steps);
+/// Lower the step st (of the kind Kind) of `job` the first time it is asked for; its rules go to
+/// the entry.
+template <class Kind, class... Fs>
+auto& lower_step(chain_job<Fs...>& job, const chain_step& st) {
+  using Job = chain_job<Fs...>;
+  constexpr std::size_t N = Job::N;
+  auto& slots = kind_steps<static_cast<std::size_t>(Kind::cls) * N + Kind::idx>(job.steps);
+  auto& slot = [&]() -> auto& {
+    if constexpr (Kind::cls == step_class::pair || Kind::cls == step_class::pin) {
+      return slots;
+    } else {
+      const bool mid = Kind::cls == step_class::mid;
+      if constexpr (N > chain_detail::small_chain)
+        if (slots.empty()) slots.resize(mid ? N * N * N : N);
+      return slots[mid ? (st.i * N + st.s) * N + st.j : Kind::cls == step_class::left ? st.j : st.i];
+    }
+  }();
   if (!slot) {
     rewrite::rule_log log;
-    if constexpr (I == S && S == J) {
-      const auto& x = std::get<I>(job.f).x;
+    if constexpr (Kind::cls == step_class::pin) {
+      const auto& x = std::get<Kind::idx>(job.f).x;
       auto jb = chain_detail::step_job(x, log);
       slot.emplace(typename std::remove_cvref_t<decltype(*slot)>{x, std::move(jb), {}});
     } else {
-      auto x = chain_detail::step_expr<typename chain_job<Fs...>::T>(job.template operand_placeholder<I, S>(),
-                                                                       job.template operand_placeholder<S + 1, J>());
+      auto x = chain_detail::step_expr<typename Job::T>(job.template left_placeholder<Kind>(st),
+                                                        job.template right_placeholder<Kind>(st));
       auto jb = chain_detail::step_job(x, log);
       slot.emplace(typename std::remove_cvref_t<decltype(*slot)>{x, std::move(jb), {}});
     }

@@ -103,13 +103,13 @@ plan::chain_plan plan_chain(jobs::chain_job<Fs...>& job, std::size_t budget, std
   using Job = jobs::chain_job<Fs...>;
   auto step_plan = [&](const jobs::chain_step& st, std::size_t b, std::size_t t) {
     tile_plan p;
-    jobs::visit_step<Job>(st, [&](auto I, auto S, auto J) { p = plan_step(jobs::lower_step<I, S, J>(job), b, t); });
+    jobs::visit_step<Job>(st, [&](auto kind) { p = plan_step(jobs::lower_step<decltype(kind)>(job, st), b, t); });
     return p;
   };
   auto cp = plan::plan_chain(job.ord, job.names, job.expression, budget, threads, log, step_plan);
   for (const auto& st : cp.steps)  // the rules of the steps that will run
-    jobs::visit_step<Job>(st, [&](auto I, auto S, auto J) {
-      for (const auto& r : jobs::lower_step<I, S, J>(job).rules) log.add(r);
+    jobs::visit_step<Job>(st, [&](auto kind) {
+      for (const auto& r : jobs::lower_step<decltype(kind)>(job, st).rules) log.add(r);
     });
   return cp;
 }
@@ -134,25 +134,24 @@ void run_pinned(jobs::step_entry<X, J>& e, const tile_plan& p, std::size_t budge
   }
 }
 
-/// The operand [I, K] of a step: the factor itself, or the intermediate step `producer` left.
-template <std::size_t I, std::size_t K, class Job, class T>
-auto step_operand(const Job& job, std::size_t producer, const std::vector<matrix_view<const T>>& views) {
-  if constexpr (Job::template is_factor_operand<I, K>) return job.template operand_placeholder<I, K>();
-  else return views[producer];
-}
-
-/// Run the step (I, S, J) into `dst`.
-template <std::size_t I, std::size_t S, std::size_t J, class... Fs, class T>
+/// Run the step st, of the kind Kind, into `dst`; `views` holds the earlier steps' results.
+template <class Kind, class... Fs, class T>
 void run_step(jobs::chain_job<Fs...>& job, const jobs::chain_step& st, const std::vector<matrix_view<const T>>& views,
               const tile_plan& p, std::size_t budget, T* dst, std::size_t threads, accountant& acc,
               rewrite::rule_log& log) {
-  auto& e = jobs::lower_step<I, S, J>(job);  // lowered by the planner
+  auto& e = jobs::lower_step<Kind>(job, st);  // lowered by the planner
   using Jb = std::remove_cvref_t<decltype(e.job)>;
-  if constexpr (I == S && S == J) {
+  if constexpr (Kind::cls == jobs::step_class::pin) {
     run_pinned(e, p, budget, dst, threads, acc, log);
   } else {
-    const auto a = step_operand<I, S>(job, st.left, views);
-    const auto b = step_operand<S + 1, J>(job, st.right, views);
+    const auto a = [&] {
+      if constexpr (Kind::left_is_factor) return job.template factor_operand<Kind::idx>();
+      else return views[st.left];
+    }();
+    const auto b = [&] {
+      if constexpr (Kind::right_is_factor) return job.template factor_operand<Kind::right_factor>();
+      else return views[st.right];
+    }();
     if constexpr (is_dense_step<Jb>) {
       dense_product(a, b, dst, acc);
     } else if constexpr (is_rows_job<Jb>) {  // K·M, or M·K computed as (Kᵀ·Mᵀ)ᵀ: bind M (or Mᵀ)
@@ -187,8 +186,8 @@ void run_chain(jobs::chain_job<Fs...>& job, const plan::chain_plan& cp, T* out, 
       held[k] = temp_buffer<T>(acc, r * q);
       dst = held[k].data();
     }
-    jobs::visit_step<Job>(st, [&](auto I, auto S, auto J) {
-      run_step<I, S, J>(job, st, views, cp.step_plans[k], cp.step_budget[k], dst, threads, acc, log);
+    jobs::visit_step<Job>(st, [&](auto kind) {
+      run_step<decltype(kind)>(job, st, views, cp.step_plans[k], cp.step_budget[k], dst, threads, acc, log);
     });
     views[k] = matrix_view<const T>(dst, r, q);
     for (const std::size_t c : {st.left, st.right})  // the operands are consumed
