@@ -49,7 +49,7 @@ struct chain_expr : evaluable_tag {
   static_assert(sizeof...(Fs) >= 2, "memsafe: internal: a chain has at least two factors");
   // The planner's code is instantiated per kind of step (lower/chain.hpp: at most 4N + 1 kinds), so a
   // chain compiles in time about linear in N (g++ -O2, one chain in a translation unit: 9 factors
-  // ≈ 5 s, 32 ≈ 13 s); the limit bounds that and says so, rather than a deep template error.
+  // ≈ 5 s, 32 ≈ 11 s); the limit bounds that and says so, rather than a deep template error.
   static_assert(sizeof...(Fs) <= max_chain_factors,
                 "memsafe: a product chain has at most 32 factors; "
                 "evaluate part of it first with memsafe::pin(...), which enters the chain as one factor");
