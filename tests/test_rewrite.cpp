@@ -551,13 +551,21 @@ TEST_CASE("a chain runs in its planned minimum and an intermediate is checked by
   CHECK(kept);
 }
 
+/// Inputs of the long-chain tests: points x (n×d) and y (m×d), dense a (n×c), b (c×n), cm (m×n), v (n).
+struct chain_inputs {
+  std::vector<double> x, y, a, b, cm, v;
+  chain_inputs(std::size_t n, std::size_t m, std::size_t c, std::size_t d, unsigned seed)
+      : x(data(n, d, seed)), y(data(m, d, seed + 1)), a(data(n, c, seed + 2)), b(data(c, n, seed + 3)),
+        cm(data(m, n, seed + 4)), v(data(n, 1, seed + 5)) {}
+};
+
 TEST_CASE("each step of a chain is lowered once and for its own operands") {
   // The steps are kept per kind of step (lower/chain.hpp): every (i, s, j) must have its own slot,
   // lowered over its own extents, and the same slot when it is asked for again.
   const std::size_t n = 12, m = 9, c = 4, d = 2;
-  auto x = data(n, d, 71), y = data(m, d, 72), a = data(n, c, 73), b = data(c, n, 74), cm = data(m, n, 75),
-       v = data(n, 1, 76);
-  auto X = ms::points(x.data(), n, d), Y = ms::points(y.data(), m, d);
+  const chain_inputs in(n, m, c, d, 71);
+  const auto &a = in.a, &b = in.b, &cm = in.cm, &v = in.v;
+  auto X = ms::points(in.x.data(), n, d), Y = ms::points(in.y.data(), m, d);
   auto K = ms::rbf(X, X, 0.7, 1.0);
   auto Kxy = ms::matern32(X, Y, 0.8, 1.0);
   auto ch = K * ms::matrix(a.data(), n, c) * ms::matrix(b.data(), c, n) * Kxy * ms::pin(ms::matrix(cm.data(), m, n) * K) *
@@ -604,9 +612,9 @@ TEST_CASE("a chain of 16 factors with a pinned one equals the naive product at e
   // leanest orders. The steps' code is instantiated per kind of step (lower/chain.hpp), so such a
   // chain compiles in seconds.
   const std::size_t n = 30, m = 20, d = 2, c = 5;
-  auto x = data(n, d, 61), y = data(m, d, 62), a = data(n, c, 63), b = data(c, n, 64), cm = data(m, n, 65),
-       v = data(n, 1, 66);
-  auto X = ms::points(x.data(), n, d), Y = ms::points(y.data(), m, d);
+  const chain_inputs in(n, m, c, d, 61);
+  const auto &a = in.a, &b = in.b, &cm = in.cm, &v = in.v;
+  auto X = ms::points(in.x.data(), n, d), Y = ms::points(in.y.data(), m, d);
   auto K = ms::rbf(X, X, 0.7, 0.05);
   auto Kxy = ms::matern32(X, Y, 0.8, 0.05);
   auto A = ms::matrix(a.data(), n, c);
