@@ -152,7 +152,7 @@ S& kind_steps(kind_slots<K, S>& t) {
 namespace chain_detail {
 /// Whether the operand [i, k] is the factor i used as it is (lazy, or the view of a dense one).
 template <std::size_t N>
-constexpr bool factor_operand(const std::array<bool, N>& pinned, std::size_t i, std::size_t k) {
+constexpr bool is_factor_operand(const std::array<bool, N>& pinned, std::size_t i, std::size_t k) {
   return i == k && !pinned[i];
 }
 
@@ -216,6 +216,12 @@ struct step_types {
     static constexpr std::size_t count = Kind::cls == step_class::mid ? N * N * N : N;
     using slots = std::conditional_t<single, entry,
                                      std::conditional_t<(N <= small_chain), std::array<entry, count>, std::vector<entry>>>;
+    /// The slot of the step st among `count` (not single kinds).
+    static std::size_t slot(const chain_step& st) {
+      if constexpr (Kind::cls == step_class::mid) return (st.i * N + st.s) * N + st.j;
+      else if constexpr (Kind::cls == step_class::left) return st.j;
+      else return st.i;
+    }
   };
   struct none {
     using slots = none;
@@ -281,8 +287,8 @@ struct chain_job {
   static std::size_t kind_of(const chain_step& st) {
     auto number = [](step_class c, std::size_t idx) { return static_cast<std::size_t>(c) * N + idx; };
     if (st.pinned_leaf()) return number(step_class::pin, st.i);
-    const bool l = chain_detail::factor_operand<N>(types::pinned, st.i, st.s),
-               r = chain_detail::factor_operand<N>(types::pinned, st.s + 1, st.j);
+    const bool l = chain_detail::is_factor_operand<N>(types::pinned, st.i, st.s),
+               r = chain_detail::is_factor_operand<N>(types::pinned, st.s + 1, st.j);
     if (l && r) return number(step_class::pair, st.i);
     if (l) return number(step_class::left, st.i);
     if (r) return number(step_class::right, st.j);
@@ -312,15 +318,15 @@ template <class Kind, class... Fs>
 auto& lower_step(chain_job<Fs...>& job, const chain_step& st) {
   using Job = chain_job<Fs...>;
   constexpr std::size_t N = Job::N;
+  using Of = typename Job::types::template of_kind<Kind>;
   auto& slots = kind_steps<static_cast<std::size_t>(Kind::cls) * N + Kind::idx>(job.steps);
   auto& slot = [&]() -> auto& {
-    if constexpr (Kind::cls == step_class::pair || Kind::cls == step_class::pin) {
+    if constexpr (Of::single) {
       return slots;
     } else {
-      const bool mid = Kind::cls == step_class::mid;
       if constexpr (N > chain_detail::small_chain)
-        if (slots.empty()) slots.resize(mid ? N * N * N : N);
-      return slots[mid ? (st.i * N + st.s) * N + st.j : Kind::cls == step_class::left ? st.j : st.i];
+        if (slots.empty()) slots.resize(Of::count);
+      return slots[Of::slot(st)];
     }
   }();
   if (!slot) {
